@@ -1,0 +1,46 @@
+# Two commands do everything on a fresh machine:
+#   make lab    open the quickstart notebook in JupyterLab
+#   make test   lint and run the whole test suite
+# Both create (or reuse) .venv and install what they need; the install reruns when
+# pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test lint format data bench gpu-check clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c "import torch, torchvision, workbench" || (echo "install failed" >&2; exit 1)
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(PY) -m workbench lab
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+data: $(STAMP)
+	$(PY) -m workbench data
+
+bench: $(STAMP)
+	$(PY) benchmarks/engine_figures.py
+
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,40 @@
+"""Shared fixtures: an isolated WORKBENCH_HOME per test and one tiny dataset per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """No test reads or writes the user's ~/.workbench."""
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "wbhome"))
+    monkeypatch.delenv("WORKBENCH_HISTORY", raising=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A small data root (images/ and tokens/) shared by the whole session."""
+    from workbench.data import build_datasets
+
+    root = tmp_path_factory.mktemp("data")
+    build_datasets(root, images_per_class=12, classes=3, token_mb=0.25)
+    return root
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return tmp_path / "history.sqlite"

@@ -1,0 +1,396 @@
+"""``run_burst``: one short, real training run, measured so that its numbers can be trusted.
+
+The method (DESIGN.md, "Measurement method"):
+
+1. Set-up (dataset, loader, model, optimizer) is timed as ``setup_s``.
+2. Warm-up steps run first and are timed as ``warmup_s``: they absorb torch.compile
+   (``compile_s``), cuDNN autotuning, loader worker start-up and allocator growth, none of
+   which a long training run pays per step.
+3. The measured window is time-boxed (``seconds``) with a minimum step count. The device is
+   synchronized at both ends of the window, and only there: a sync per step would stop the host
+   from queueing ahead and make the measurement slower than real training.
+   Throughput = samples trained in the window / the window's wall time.
+4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
+   whose IQR exceeds 10% of the median is flagged ``noisy``.
+
+Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the next burst runs
+at full size), any other exception inside the burst gives ``status="error"`` with the reason.
+Bad arguments (an invalid knob, an unknown workload, a missing data folder) raise before any
+work starts. A first Ctrl-C stops the burst at the next step boundary, shuts the loader's
+workers down and re-raises KeyboardInterrupt; a second one interrupts at once.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from workbench import hardware
+from workbench.knobs import KnobError, Knobs
+from workbench.loaders import BatchStream, build_loader
+from workbench.results import BurstResult, spread
+from workbench.signals import graceful_sigint
+from workbench.telemetry import Sampler, TelemetrySummary
+from workbench.timing import StepSamples, StepTimer, synchronize
+from workbench.training import (
+    TrainState,
+    backend_flags,
+    build_train_state,
+    micro_step,
+    no_effect,
+    optimizer_step,
+    to_device,
+)
+from workbench.workloads import (
+    Workload,
+    count_train_flops,
+    default_workload_name,
+    resolve_workload,
+)
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BurstProgress:
+    """Reported to ``progress`` callbacks: the panel's status line and progress bar."""
+
+    phase: str  # "setup", "warmup", "measuring", "done"
+    elapsed_s: float
+    window_s: float
+    steps: int
+
+
+@dataclass
+class _Plan:
+    seconds: float
+    min_steps: int
+    warmup_steps: int
+    stop: threading.Event
+    progress: Callable[[BurstProgress], None] | None
+    clock: Clock
+
+
+@dataclass
+class _Measured:
+    setup_s: float
+    warmup_s: float
+    compile_s: float | None
+    wall_window: tuple[float, float]  # time.perf_counter() bounds, for the telemetry sampler
+    measured_s: float
+    steps: int
+    samples: int
+    timing: StepSamples
+    flops_per_sample: float | None
+    final_loss: float | None
+    epochs: int
+    cancelled: bool
+
+
+def run_burst(
+    workload: str | Workload | Callable[[], Workload] | None = None,
+    knobs: Knobs | None = None,
+    *,
+    seconds: float = 3.0,
+    min_steps: int = 5,
+    warmup_steps: int = 3,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[BurstProgress], None] | None = None,
+    clock: Clock = time.perf_counter,
+) -> BurstResult:
+    """Run one measured training burst and return (and record) its BurstResult.
+
+    ``workload``: a built-in name (``cnn``, ``resnet50``, ``gpt``), a Workload, or a factory;
+    None picks ``cnn`` on a CPU and ``resnet50`` on a GPU. ``cancel``: set it (from another
+    thread) to stop at the next step boundary; the result then has ``status="cancelled"``.
+    ``record``/``store``: append the result to the history store (default location unless a
+    store or path is given).
+    """
+    _check_args(seconds, min_steps, warmup_steps)
+    knobs = Knobs() if knobs is None else knobs
+    dev = hardware.resolve_device(device)
+    if knobs.world_size > 1:
+        raise KnobError(
+            "world_size",
+            knobs.world_size,
+            "1 in this version (distributed bursts are not available yet)",
+        )
+    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    plan = _Plan(seconds, min_steps, warmup_steps, cancel or threading.Event(), progress, clock)
+    result = _new_result(wl, knobs, dev, seconds)
+    _free_memory(dev, reset_peak=True, collect=False)
+    sampler = Sampler(dev).start()
+    measured, interrupted = None, False
+    try:
+        with graceful_sigint(plan.stop) as sigint, backend_flags(knobs, dev):
+            measured = _guarded(wl, knobs, dev, plan, result)
+            interrupted = sigint.fired
+    finally:
+        if measured is not None:
+            sampler.mark_window(*measured.wall_window)
+        telemetry = sampler.stop()
+        _free_memory(dev, reset_peak=False, collect=result.status != "ok")
+    if measured is not None:
+        _fill_measurement(result, measured, wl, knobs)
+    _fill_memory_and_telemetry(result, dev, telemetry)
+    _record(result, record, store)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _check_args(seconds: float, min_steps: int, warmup_steps: int) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
+    if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 1:
+        raise KnobError("min_steps", min_steps, "an integer >= 1")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise KnobError("warmup_steps", warmup_steps, "an integer >= 0")
+
+
+def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
+    info = hardware.device_info(dev)
+    return BurstResult(
+        workload=wl.name,
+        device=str(dev),
+        device_name=info.name,
+        device_mem_mib=info.total_mem_mib,
+        knobs=knobs,
+        seconds=float(seconds),
+        no_effect=no_effect(knobs, dev, wl),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        versions=hardware.versions(),
+    )
+
+
+def _guarded(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: _Plan, result: BurstResult
+) -> _Measured | None:
+    """Run the burst; turn OOM and errors into the result's status instead of raising."""
+    try:
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(0)
+            return _measure(wl, knobs, dev, plan)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a failed burst is a result; the traceback frames die here
+        result.status = "oom" if is_oom_error(exc) else "error"
+        result.error = describe_error(exc)
+        return None
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    """CUDA OOM, a failed CPU allocation, or Python's MemoryError."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """One readable line: the exception type and its last line.
+
+    Exceptions from DataLoader workers arrive wrapped ("Caught X in DataLoader worker process
+    0. Original Traceback ..."); their last line is the original error, file name included.
+    """
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if len(lines) > 1 and ": " in last and " " not in last.split(": ", 1)[0]:
+        return last  # already "Type: message" from a worker's traceback
+    return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
+
+
+def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: _Plan) -> _Measured:
+    t0 = plan.clock()
+    _report(plan, "setup", 0.0, 0)
+    stream = build_loader(wl, knobs, dev)
+    try:
+        state = build_train_state(wl, knobs, dev)
+        setup_s = plan.clock() - t0
+        warmup_s, compile_s, sample = _warm_up(state, stream, knobs, dev, plan)
+        flops = count_train_flops(wl, *sample) if sample is not None else None
+        measured = _window(state, stream, knobs, dev, plan)
+    finally:
+        stream.close()
+    measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
+    measured.flops_per_sample = flops
+    return measured
+
+
+def _warm_up(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: _Plan
+) -> tuple[float, float | None, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Steps outside the window; returns (warmup_s, compile_s, a sample batch for FLOPs)."""
+    start = plan.clock()
+    step_s: list[float] = []
+    sample = None
+    for _ in range(plan.warmup_steps):
+        if plan.stop.is_set():
+            break
+        t = plan.clock()
+        x, y = _train_one_step(state, stream, knobs, dev, None)
+        synchronize(dev)
+        step_s.append(plan.clock() - t)
+        sample = (x[:2].detach(), y[:2].detach())
+        _report(plan, "warmup", plan.clock() - start, len(step_s))
+    compile_s = None
+    if knobs.compile != "off" and step_s:
+        rest = sorted(step_s[1:])
+        compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
+    return plan.clock() - start, compile_s, sample
+
+
+def _train_one_step(
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    timer: StepTimer | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step over ``grad_accum`` micro-batches; returns the last micro-batch."""
+    pinned = knobs.pin_memory and dev.type == "cuda"
+    for _ in range(state.grad_accum):
+        wait_start = time.perf_counter()
+        batch = next(stream)
+        if timer is not None:
+            timer.add_wait(time.perf_counter() - wait_start)
+        marks = timer.copy_marks() if timer is not None and not stream.on_device else None
+        x, y = batch if stream.on_device else to_device(batch, state, dev, pinned)
+        if timer is not None:
+            timer.copy_done(marks)
+        state.last_loss = micro_step(state, x, y)
+    optimizer_step(state)
+    return x, y
+
+
+def _window(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: _Plan
+) -> _Measured:
+    timer = StepTimer(dev, plan.clock)
+    steps = samples = 0
+    synchronize(dev)
+    start, wall_start = plan.clock(), time.perf_counter()
+    while not plan.stop.is_set():
+        timer.step_start()
+        x, _ = _train_one_step(state, stream, knobs, dev, timer)
+        timer.step_end()
+        steps += 1
+        samples += x.shape[0] * state.grad_accum
+        elapsed = plan.clock() - start
+        _report(plan, "measuring", elapsed, steps)
+        if elapsed >= plan.seconds and steps >= plan.min_steps:
+            break
+    timing = timer.finish()  # records the closing mark and synchronizes
+    measured_s = plan.clock() - start
+    loss = state.last_loss
+    _report(plan, "done", measured_s, steps)
+    return _Measured(
+        setup_s=0.0,
+        warmup_s=0.0,
+        compile_s=None,
+        wall_window=(wall_start, time.perf_counter()),
+        measured_s=measured_s,
+        steps=steps,
+        samples=samples,
+        timing=timing,
+        flops_per_sample=None,
+        final_loss=float(loss) * state.grad_accum if loss is not None else None,
+        epochs=stream.epochs,
+        cancelled=plan.stop.is_set(),
+    )
+
+
+def _report(plan: _Plan, phase: str, elapsed_s: float, steps: int) -> None:
+    if plan.progress is not None:
+        plan.progress(BurstProgress(phase, elapsed_s, plan.seconds, steps))
+
+
+def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) -> None:
+    r.status = "cancelled" if m.cancelled else "ok"
+    if m.cancelled:
+        r.error = "stopped before the window closed"
+    r.setup_s, r.warmup_s, r.compile_s = m.setup_s, m.warmup_s, m.compile_s
+    r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
+    r.loader_epochs, r.final_loss = m.epochs, m.final_loss
+    if m.steps == 0 or m.measured_s <= 0:
+        return
+    r.samples_per_s = m.samples / m.measured_s
+    if wl.tokens_per_sample:
+        r.tokens_per_s = r.samples_per_s * wl.tokens_per_sample
+    _fill_step_stats(r, m.timing, m.measured_s)
+    _fill_flops(r, m.flops_per_sample, knobs)
+
+
+def _fill_step_stats(r: BurstResult, t: StepSamples, measured_s: float) -> None:
+    step = spread(t.step_ms)
+    r.step_ms_p50, r.step_ms_iqr, r.noisy = step.p50, step.iqr, step.noisy
+    r.step_ms = [round(v, 3) for v in t.step_ms]
+    r.data_wait_ms_p50 = spread(t.data_wait_ms).p50
+    r.data_wait_pct = 100.0 * sum(t.data_wait_ms) / 1e3 / measured_s
+    r.h2d_ms_p50 = spread(t.h2d_ms).p50
+    # The rest of the step is compute (plus launch overhead): an approximate split for charts.
+    rest = [max(0.0, s - w) for s, w in zip(t.step_ms, t.data_wait_ms, strict=False)]
+    copy_ms = (r.h2d_ms_p50 or 0.0) * r.knobs.grad_accum
+    r.compute_ms_p50 = max(0.0, (spread(rest).p50 or 0.0) - copy_ms) if rest else None
+
+
+def _fill_flops(r: BurstResult, flops_per_sample: float | None, knobs: Knobs) -> None:
+    r.flops_per_sample = flops_per_sample
+    if flops_per_sample is None or r.samples_per_s is None:
+        return
+    r.achieved_tflops = flops_per_sample * r.samples_per_s / 1e12
+    peak = hardware.peak_flops(r.device_name or "", knobs.precision)
+    r.peak_tflops = peak / 1e12 if peak else None
+    r.mfu_pct = hardware.estimate_mfu(flops_per_sample, r.samples_per_s, peak)
+
+
+def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySummary) -> None:
+    if dev.type == "cuda":
+        r.peak_mem_mib = torch.cuda.max_memory_allocated(dev) / 2**20
+        r.peak_reserved_mib = torch.cuda.max_memory_reserved(dev) / 2**20
+    else:
+        r.peak_mem_mib = t.rss_peak_mib
+    r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
+    r.gpu_mem_used_mib, r.mem_bw_util_pct = t.gpu_mem_used_mib, t.mem_bw_util_pct
+    r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)
+    r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source
+
+
+def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -> None:
+    """Release what an earlier (or failed) burst held; optionally restart the peak counters.
+
+    A full ``gc.collect()`` costs about 0.3 s in a process with torch loaded, so it runs only
+    where it matters: on CUDA (cached blocks are only returned once nothing references them)
+    and after a failure (a traceback keeps frames, and their tensors, in reference cycles).
+    """
+    if dev.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats(dev)
+    elif collect:
+        gc.collect()
+
+
+def _record(result: BurstResult, record: bool, store: object) -> None:
+    if not record:
+        return
+    from workbench.store import open_store
+
+    result.id = open_store(store).append(result.to_dict())  # type: ignore[arg-type]

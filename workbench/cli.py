@@ -1,0 +1,209 @@
+"""The ``workbench`` command.
+
+Exit codes: 0 a result was produced (``ok``, and ``oom``: running out of memory is a
+measurement, not a crash); 1 the burst failed (``status: error``); 2 bad input (one line on
+stderr naming the knob, the value and what is allowed; no traceback); 130 interrupted.
+With ``--json`` stdout holds exactly one JSON document; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"workbench {self.prog.split()[-1]}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_burst(sub.add_parser("burst", help="run one measured training burst"))
+    _add_history(sub.add_parser("history", help="list past bursts from the history store"))
+    _add_data(sub.add_parser("data", help="build the sample datasets (no download)"))
+    _add_lab(sub.add_parser("lab", help="open JupyterLab on the quickstart notebook"))
+    return parser
+
+
+def _add_burst(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workload", help="cnn, resnet50 or gpt (default: cnn on a CPU, resnet50 on a GPU)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="set a knob (repeatable), e.g. --set batch_size=64 --set NCCL_ALGO=Ring",
+    )
+    p.add_argument("--seconds", type=float, default=3.0, help="measured window (default 3)")
+    p.add_argument("--min-steps", type=int, default=5, help="minimum steps in the window")
+    p.add_argument("--warmup-steps", type=int, default=3, help="steps before the window")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")
+    _add_store_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON BurstResult")
+
+
+def _add_history(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload")
+    p.add_argument("--status", choices=["ok", "oom", "error", "cancelled"])
+    p.add_argument("--limit", type=int, help="only the newest N")
+    p.add_argument("--store", help="history file (default: $WORKBENCH_HISTORY, $WORKBENCH_HOME)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of bursts")
+
+
+def _add_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="data root (default: $WORKBENCH_DATA, ./data, $WORKBENCH_HOME)")
+    p.add_argument("--images-per-class", type=int, default=80)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--token-mb", type=float, default=4.0)
+    p.add_argument("--json", action="store_true", help="print the dataset paths as JSON")
+
+
+def _add_lab(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=None, help="port (default: Jupyter's choice)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+
+
+def _add_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help="history file (default: $WORKBENCH_HISTORY, $WORKBENCH_HOME)")
+    p.add_argument("--no-record", action="store_true", help="do not append to the history")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error already printed as one line
+        return int(exit_.code or 0)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
+    try:
+        return _COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("workbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if _is_bad_input(exc) and not os.environ.get("WORKBENCH_DEBUG"):
+            print(f"workbench {args.command}: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
+
+
+def _is_bad_input(exc: Exception) -> bool:
+    from workbench.store import StoreError
+
+    return isinstance(exc, (ValueError, StoreError))
+
+
+def _cmd_burst(args: argparse.Namespace) -> int:
+    from workbench.burst import run_burst
+    from workbench.knobs import Knobs
+
+    knobs = Knobs().with_text(args.set)
+    result = run_burst(
+        args.workload,
+        knobs,
+        seconds=args.seconds,
+        min_steps=args.min_steps,
+        warmup_steps=args.warmup_steps,
+        device=args.device,
+        data_dir=args.data,
+        record=not args.no_record,
+        store=args.store,
+        progress=None if args.json else _progress_to_stderr,
+    )
+    if args.json:
+        print(result.to_json())
+    else:
+        print(_format_result(result.to_dict()))
+    return EXIT_FAILED if result.status == "error" else EXIT_OK
+
+
+def _progress_to_stderr(p: Any) -> None:
+    if p.phase in ("setup", "warmup") or p.phase == "done":
+        print(f"  {p.phase:<9} {p.elapsed_s:6.1f} s  steps {p.steps}", file=sys.stderr)
+
+
+_SHOWN = [
+    ("status", ""), ("error", ""), ("workload", ""), ("device", ""), ("device_name", ""),
+    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_ms_p50", "ms"),
+    ("step_ms_iqr", "ms"), ("noisy", ""), ("steps", ""), ("measured_s", "s"), ("warmup_s", "s"),
+    ("compile_s", "s"), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
+    ("peak_reserved_mib", "MiB"), ("gpu_util_pct", "%"), ("power_w", "W"), ("temp_c", "C"),
+    ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("telemetry", ""),
+]  # fmt: skip
+
+
+def _format_result(d: dict[str, Any]) -> str:
+    lines = [f"{name:<18} {_fmt(d.get(name))} {unit}".rstrip() for name, unit in _SHOWN]
+    changed = {k: v for k, v in d["knobs"].items() if v not in (None, {}, False)}
+    lines.append(f"{'knobs':<18} {changed}")
+    for knob, why in (d.get("no_effect") or {}).items():
+        lines.append(f"{'no effect':<18} {knob}: {why}")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    return str(v)
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from workbench.store import open_store
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"limit={args.limit} is not allowed: an integer >= 1")
+    rows = open_store(args.store).records(
+        workload=args.workload, status=args.status, limit=args.limit
+    )
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    print(f"{'id':>5} {'created_at':<25} {'workload':<9} {'status':<9} {'samples/s':>10} knobs")
+    for r in rows:
+        knobs = {k: v for k, v in (r.get("knobs") or {}).items() if v not in (None, {}, False)}
+        sps = _fmt(r.get("samples_per_s"))
+        print(f"{r['id']:>5} {r['created_at']:<25} {r['workload']:<9} {r['status']:<9} "
+              f"{sps:>10} {knobs}")  # fmt: skip
+    return EXIT_OK
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from workbench import data
+
+    for name in ("images_per_class", "classes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name}={getattr(args, name)} is not allowed: an integer >= 1")
+    paths = data.ensure_datasets(
+        data.data_root(args.out),
+        images_per_class=args.images_per_class,
+        classes=args.classes,
+        token_mb=args.token_mb,
+        progress=lambda msg: print(f"workbench: {msg}", file=sys.stderr),
+    )
+    doc = {"root": str(paths.root), "images": str(paths.images), "tokens": str(paths.tokens)}
+    print(json.dumps(doc) if args.json else "\n".join(f"{k:<7} {v}" for k, v in doc.items()))
+    return EXIT_OK
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from workbench.lab import open_lab
+
+    return open_lab(port=args.port, open_browser=not args.no_browser)
+
+
+_COMMANDS = {"burst": _cmd_burst, "history": _cmd_history, "data": _cmd_data, "lab": _cmd_lab}

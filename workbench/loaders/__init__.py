@@ -1,0 +1,47 @@
+"""Loader backends behind one small interface: an endless stream of ``(input, target)`` batches.
+
+``build_loader`` picks the backend from ``knobs.loader``: the torch DataLoader, NVIDIA DALI, or
+``synthetic`` (one batch resident on the device, replayed: the compute-only ceiling).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from workbench.knobs import Knobs
+from workbench.workloads import Workload
+
+
+class BatchStream(Protocol):
+    """Endless batches across epochs; ``close`` shuts workers down (idempotent)."""
+
+    backend: str
+    on_device: bool
+    epochs: int
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def close(self) -> None: ...
+
+
+class LoaderUnavailable(RuntimeError):
+    """The chosen loader backend cannot run here (not installed, needs a GPU, ...)."""
+
+
+def build_loader(workload: Workload, knobs: Knobs, device: torch.device) -> BatchStream:
+    if knobs.loader == "synthetic":
+        from workbench.loaders.synthetic import SyntheticStream
+
+        return SyntheticStream.from_dataset(workload.dataset(), knobs, device)
+    if knobs.loader == "dali":
+        from workbench.loaders.dali import build_dali_stream
+
+        return build_dali_stream(workload, knobs, device)
+    from workbench.loaders.torch_loader import TorchStream
+
+    return TorchStream(workload.dataset(), knobs, device)
+
+
+__all__ = ["BatchStream", "LoaderUnavailable", "build_loader"]

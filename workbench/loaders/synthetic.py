@@ -1,0 +1,39 @@
+"""The compute-only ceiling: one real batch, resident on the device, replayed every step.
+
+No decoding, no host-to-device copy: what the model and optimizer alone can do with these
+knobs (nanoGPT's ``real_data=False``). The batch is real data, so the model sees realistic
+values (no NaN from random inputs to an embedding, for instance).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from workbench.knobs import Knobs
+
+
+class SyntheticStream:
+    backend = "synthetic"
+    on_device = True
+
+    def __init__(self, batch: tuple[torch.Tensor, torch.Tensor]):
+        self._batch = batch
+        self.epochs = 0
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset, knobs: Knobs, device: torch.device) -> SyntheticStream:
+        loader = DataLoader(dataset, batch_size=knobs.batch_size, shuffle=False, num_workers=0)
+        x, y = next(iter(loader))
+        if x.shape[0] < knobs.batch_size:
+            raise ValueError(
+                f"batch_size={knobs.batch_size} is not allowed: the dataset has only "
+                f"{x.shape[0]} samples, fewer than one batch"
+            )
+        return cls((x.to(device), y.to(device)))
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._batch
+
+    def close(self) -> None:
+        self._batch = None  # type: ignore[assignment]

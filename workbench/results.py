@@ -1,0 +1,149 @@
+"""What a burst measured: ``BurstResult``, and the robust statistics it is summarized with.
+
+Unknown values are ``None`` (``null`` in JSON), never 0: a 0 would plot as a real measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.knobs import Knobs
+
+STATUSES = ("ok", "oom", "error", "cancelled")
+NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Median and interquartile range of per-step samples (milliseconds)."""
+
+    p50: float | None
+    iqr: float | None
+
+    @property
+    def noisy(self) -> bool | None:
+        if self.p50 is None or self.iqr is None or self.p50 <= 0:
+            return None
+        return self.iqr / self.p50 > NOISY_IQR_RATIO
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """Median and IQR; IQR needs at least 2 samples (inclusive quartiles)."""
+    if not values:
+        return Spread(None, None)
+    p50 = statistics.median(values)
+    if len(values) < 2:
+        return Spread(p50, None)
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return Spread(p50, q3 - q1)
+
+
+@dataclass(kw_only=True, slots=True)
+class BurstResult:
+    """One burst: the contract's fields first, then what users need beside them."""
+
+    status: str = "ok"
+    error: str | None = None
+    workload: str = ""
+    device: str = ""
+    knobs: Knobs = field(default_factory=Knobs)
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_iqr: float | None = None
+    steps: int = 0
+    measured_s: float | None = None
+    warmup_s: float | None = None
+    data_wait_pct: float | None = None
+    peak_mem_mib: float | None = None
+    peak_reserved_mib: float | None = None
+    gpu_util_pct: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    mfu_pct: float | None = None
+    noisy: bool | None = None
+    no_effect: dict[str, str] = field(default_factory=dict)
+    # -- beyond the contract --
+    id: int | None = None
+    created_at: str | None = None
+    device_name: str | None = None
+    seconds: float | None = None
+    samples: int = 0
+    setup_s: float | None = None
+    compile_s: float | None = None
+    data_wait_ms_p50: float | None = None
+    h2d_ms_p50: float | None = None
+    compute_ms_p50: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    flops_per_sample: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    device_mem_mib: float | None = None
+    gpu_mem_used_mib: float | None = None
+    mem_bw_util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+    cpu_util_pct: float | None = None
+    telemetry: str | None = None
+    loader_epochs: int | None = None
+    final_loss: float | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; non-finite floats become None."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["knobs"] = self.knobs.to_dict()
+        return {k: _finite(v) for k, v in out.items()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BurstResult:
+        """Rebuild from ``to_dict()`` output (e.g. a history row); unknown keys are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["knobs"] = Knobs.from_dict(data.get("knobs") or {})
+        return cls(**kwargs)
+
+    def summary(self) -> str:
+        """One line a person can read."""
+        if self.status != "ok":
+            return f"{self.workload} {self.status}: {self.error}"
+        parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
+        if self.tokens_per_s is not None:
+            parts.append(f"{_num(self.tokens_per_s)} tokens/s")
+        parts.append(f"step {_num(self.step_ms_p50)} ms (IQR {_num(self.step_ms_iqr)})")
+        parts.append(f"data wait {_num(self.data_wait_pct)}%")
+        parts.append(f"peak mem {_num(self.peak_mem_mib)} MiB")
+        if self.mfu_pct is not None:
+            parts.append(f"MFU {self.mfu_pct:.1f}%")
+        if self.noisy:
+            parts.append("NOISY")
+        return ", ".join(parts)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"

@@ -1,0 +1,186 @@
+"""One training step, built from the knobs: precision, layout, compile, loss scaling.
+
+Every knob here changes real code: ``precision`` selects autocast (bf16/fp16) or the fp32 math
+mode (IEEE fp32 vs TF32 tensor cores), fp16 gets a GradScaler, ``channels_last`` converts the
+model and every input batch to NHWC, ``compile`` wraps the model in ``torch.compile``.
+Global backend flags (TF32, cudnn.benchmark) are set for the burst and restored afterwards, so
+a burst never leaves the user's kernel in a different numeric mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.knobs import Knobs
+from workbench.workloads import Workload
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainState:
+    """Everything one optimizer step needs."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    scaler: torch.amp.GradScaler | None
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    channels_last: bool
+    grad_accum: int
+    last_loss: torch.Tensor | None = None
+
+
+def build_train_state(workload: Workload, knobs: Knobs, device: torch.device) -> TrainState:
+    model = workload.model().to(device)
+    use_nhwc = knobs.channels_last and _has_conv(model)
+    if use_nhwc:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    optimizer = workload.optimizer(model.parameters())
+    if knobs.compile != "off":
+        mode = None if knobs.compile == "default" else knobs.compile
+        model = torch.compile(model, mode=mode)
+    return TrainState(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=workload.loss,
+        scaler=torch.amp.GradScaler(device.type) if knobs.precision == "fp16" else None,
+        autocast=_autocast_factory(knobs.precision, device),
+        channels_last=use_nhwc,
+        grad_accum=knobs.grad_accum,
+    )
+
+
+def _has_conv(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def _autocast_factory(precision: str, device: torch.device):
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def to_device(
+    batch: tuple[torch.Tensor, torch.Tensor], state: TrainState, device: torch.device, pinned: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy a host batch to the device; ``non_blocking`` only pays off from pinned memory."""
+    x, y = batch
+    x = x.to(device, non_blocking=pinned)
+    y = y.to(device, non_blocking=pinned)
+    if state.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, y
+
+
+def micro_step(state: TrainState, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Forward and backward of one micro-batch; gradients accumulate. No host sync."""
+    with state.autocast():
+        loss = state.loss_fn(state.model(x), y) / state.grad_accum
+    if state.scaler is not None:
+        state.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    return loss.detach()
+
+
+def optimizer_step(state: TrainState) -> None:
+    if state.scaler is not None:
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+    else:
+        state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
+    """Set TF32 and cudnn.benchmark for the burst; restore the previous values after.
+
+    ``fp32`` means IEEE fp32 everywhere: PyTorch's own default lets cuDNN convolutions use
+    TF32, which would make "fp32 vs tf32" compare TF32 with TF32 for conv nets.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
+    saved = _read_flags()
+    try:
+        _write_flags(fp32_mode, knobs.cudnn_benchmark)
+        yield
+    finally:
+        _restore_flags(saved)
+
+
+def _read_flags() -> dict[str, Any]:
+    b = torch.backends
+    if hasattr(b.cuda.matmul, "fp32_precision"):
+        flags = {"matmul": b.cuda.matmul.fp32_precision, "conv": b.cudnn.conv.fp32_precision}
+    else:  # torch < 2.9: the legacy switches
+        flags = {"matmul_tf32": b.cuda.matmul.allow_tf32, "conv_tf32": b.cudnn.allow_tf32}
+    flags["benchmark"] = b.cudnn.benchmark
+    return flags
+
+
+def _write_flags(fp32_mode: str, benchmark: bool) -> None:
+    b = torch.backends
+    if hasattr(b.cuda.matmul, "fp32_precision"):
+        b.cuda.matmul.fp32_precision = fp32_mode
+        b.cudnn.conv.fp32_precision = fp32_mode
+    else:
+        b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = fp32_mode == "tf32"
+    b.cudnn.benchmark = benchmark
+
+
+def _restore_flags(saved: dict[str, Any]) -> None:
+    b = torch.backends
+    if "matmul" in saved:
+        b.cuda.matmul.fp32_precision = saved["matmul"]
+        b.cudnn.conv.fp32_precision = saved["conv"]
+    else:
+        b.cuda.matmul.allow_tf32 = saved["matmul_tf32"]
+        b.cudnn.allow_tf32 = saved["conv_tf32"]
+    b.cudnn.benchmark = saved["benchmark"]
+
+
+def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
+    """Knobs that cannot act in this burst, each with the reason (reported, never faked)."""
+    reasons: dict[str, str] = {}
+    cuda = device.type == "cuda"
+    if not cuda:
+        reasons.update(_cpu_reasons(knobs))
+    elif knobs.precision in {"tf32", "bf16"} and torch.cuda.get_device_capability(device)[0] < 8:
+        reasons["precision"] = f"{knobs.precision} tensor cores need compute capability 8.0+"
+    if knobs.channels_last and workload.tokens:
+        reasons["channels_last"] = f"workload {workload.name} has no 4-D image tensors"
+    if knobs.loader == "synthetic":
+        for name in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers"):
+            if getattr(knobs, name) != getattr(Knobs(), name):
+                reasons[name] = "the synthetic loader replays one device-resident batch"
+    if knobs.world_size == 1:
+        if knobs.bucket_cap_mb != Knobs().bucket_cap_mb:
+            reasons["bucket_cap_mb"] = "DDP gradient buckets exist only with world_size > 1"
+        if knobs.nccl:
+            reasons["nccl"] = "NCCL variables act only in a multi-process job (world_size > 1)"
+    return reasons
+
+
+def _cpu_reasons(knobs: Knobs) -> dict[str, str]:
+    reasons = {}
+    if knobs.pin_memory:
+        reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies; this burst ran on the CPU"
+    if knobs.precision == "tf32":
+        reasons["precision"] = "TF32 is an NVIDIA tensor-core mode; the CPU ran IEEE fp32"
+    if knobs.cudnn_benchmark:
+        reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
+    if knobs.compile == "reduce-overhead":
+        reasons["compile"] = "reduce-overhead adds CUDA graphs, which need CUDA; compiled without"
+    return reasons
