@@ -14,7 +14,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
+        if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 
 

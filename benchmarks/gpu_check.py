@@ -1,0 +1,119 @@
+"""The GPU check: one script, under 5 minutes on a CUDA machine, one table.
+
+Runs bursts across precision modes, pin_memory, channels_last, compile and a workers sweep on
+resnet50 and gpt, plus the synthetic (compute-only) ceiling and a deliberate OOM, and checks
+that NVML telemetry and MFU are filled in. Needs only the engine's dependencies (torch,
+nvidia-ml-py, pyyaml, psutil, pandas): no UI packages, no DALI, no network.
+
+Usage: python benchmarks/gpu_check.py [--seconds S] [--quick] [--json FILE]
+Exit code 0 when every check passed, 1 otherwise (the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+from workbench import Knobs, run_burst
+from workbench.data import ensure_datasets
+from workbench.telemetry import nvml_status
+
+ROWS: list[tuple[str, str, Knobs]] = [
+    ("resnet50", "fp32", Knobs(batch_size=128, num_workers=8, precision="fp32")),
+    ("resnet50", "tf32", Knobs(batch_size=128, num_workers=8, precision="tf32")),
+    ("resnet50", "bf16", Knobs(batch_size=128, num_workers=8, precision="bf16")),
+    ("resnet50", "fp16 + GradScaler", Knobs(batch_size=128, num_workers=8, precision="fp16")),
+    ("resnet50", "bf16 + pin_memory", Knobs(batch_size=128, num_workers=8, precision="bf16",
+                                            pin_memory=True)),
+    ("resnet50", "bf16 + channels_last", Knobs(batch_size=128, num_workers=8, precision="bf16",
+                                               channels_last=True, pin_memory=True)),
+    ("resnet50", "bf16 synthetic ceiling", Knobs(batch_size=128, precision="bf16",
+                                                 channels_last=True, loader="synthetic")),
+    ("resnet50", "workers=0", Knobs(batch_size=128, num_workers=0, precision="bf16")),
+    ("resnet50", "workers=4", Knobs(batch_size=128, num_workers=4, precision="bf16")),
+    ("resnet50", "workers=12", Knobs(batch_size=128, num_workers=12, precision="bf16")),
+    ("gpt", "fp32", Knobs(batch_size=32, num_workers=2, precision="fp32")),
+    ("gpt", "bf16", Knobs(batch_size=32, num_workers=2, precision="bf16")),
+    ("gpt", "bf16 + compile", Knobs(batch_size=32, num_workers=2, precision="bf16",
+                                    compile="default")),
+    ("gpt", "OOM on purpose", Knobs(batch_size=65536, precision="bf16")),
+    ("gpt", "after the OOM", Knobs(batch_size=32, num_workers=2, precision="bf16")),
+]  # fmt: skip
+
+QUICK = {"fp32", "bf16", "bf16 synthetic ceiling", "workers=0", "OOM on purpose", "after the OOM"}
+
+
+def check(label: str, r) -> list[str]:
+    """What must hold for a row; returns the failures."""
+    problems = []
+    if label == "OOM on purpose":
+        return [] if r.status == "oom" else [f"expected oom, got {r.status}"]
+    if r.status != "ok":
+        return [f"{r.status}: {r.error}"]
+    if r.telemetry != "nvml" or r.gpu_util_pct is None or r.power_w is None:
+        problems.append("NVML telemetry missing")
+    if r.mfu_pct is None and r.knobs.precision != "fp32":
+        problems.append("MFU missing")
+    if r.peak_mem_mib is None or r.peak_reserved_mib is None:
+        problems.append("CUDA memory missing")
+    if r.knobs.compile != "off" and not r.compile_s:
+        problems.append("compile_s missing")
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--quick", action="store_true", help="a few rows only")
+    ap.add_argument("--json", help="also write every BurstResult to this file")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; nothing to check", file=sys.stderr)
+        return 1
+    os.environ.setdefault("WORKBENCH_HOME", tempfile.mkdtemp(prefix="wb-gpu-"))
+    t0 = time.perf_counter()
+    paths = ensure_datasets(progress=lambda m: print(m, file=sys.stderr))
+    print(f"# GPU check: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA "
+          f"{torch.version.cuda}, NVML: {nvml_status() or 'ok'}, data built/reused in "
+          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    header = (f"| {'workload':<8} | {'knobs':<24} | {'status':<6} | {'samples/s':>9} | "
+              f"{'step ms':>7} | {'IQR':>5} | {'wait %':>6} | {'peak MiB':>8} | {'util %':>6} |"
+              f" {'W':>4} | {'MFU %':>5} | {'warm s':>6} | check")  # fmt: skip
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|---")
+    results, failures = [], 0
+    for workload, label, knobs in ROWS:
+        if args.quick and label not in QUICK:
+            continue
+        r = run_burst(workload, knobs, seconds=args.seconds, data_dir=paths.root, record=False)
+        problems = check(label, r)
+        failures += bool(problems)
+        results.append(r.to_dict())
+        print(_row(workload, label, r, problems), flush=True)
+    print(f"\n{len(results) - failures}/{len(results)} rows passed in "
+          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f)
+    return 1 if failures else 0
+
+
+def _row(workload: str, label: str, r, problems: list[str]) -> str:
+    def f(x, spec=".1f"):
+        return "-" if x is None else format(x, spec)
+
+    return (f"| {workload:<8} | {label:<24} | {r.status:<6} | {f(r.samples_per_s):>9} | "
+            f"{f(r.step_ms_p50):>7} | {f(r.step_ms_iqr):>5} | {f(r.data_wait_pct):>6} | "
+            f"{f(r.peak_mem_mib, '.0f'):>8} | {f(r.gpu_util_pct, '.0f'):>6} | "
+            f"{f(r.power_w, '.0f'):>4} | {f(r.mfu_pct):>5} | {f(r.warmup_s):>6} | "
+            f"{'ok' if not problems else '; '.join(problems)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

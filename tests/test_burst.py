@@ -1,0 +1,260 @@
+import os
+import shutil
+import signal
+import statistics
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+from workloads_for_tests import (
+    crashing_workload,
+    hungry_workload,
+    layout_workload,
+    tensor_workload,
+)
+
+from workbench import Knobs, run_burst
+from workbench.burst import describe_error, is_oom_error
+from workbench.knobs import KnobError
+from workbench.store import open_store
+
+FAST = {"seconds": 0.3, "warmup_steps": 1, "record": False}
+
+
+def _children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+def test_burst_on_cpu_fills_contract_fields(store_path):
+    r = run_burst(tensor_workload(), Knobs(batch_size=16), seconds=0.3, store=store_path)
+    assert r.status == "ok" and r.error is None
+    assert r.device == "cpu" and r.workload == "tiny"
+    assert r.steps >= 5 and r.samples == r.steps * 16
+    assert r.measured_s >= 0.3
+    assert r.samples_per_s == pytest.approx(r.samples / r.measured_s)
+    assert r.step_ms_p50 > 0 and r.step_ms_iqr >= 0 and isinstance(r.noisy, bool)
+    assert len(r.step_ms) == r.steps
+    assert 0 <= r.data_wait_pct <= 100
+    assert r.peak_mem_mib > 50  # RSS of a process with torch loaded
+    assert r.peak_reserved_mib is None and r.gpu_util_pct is None  # unknown is None, not 0
+    assert r.mfu_pct is None  # no peak FLOP/s for a CPU: never made up
+    # forward 2*(16*32 + 32*2) multiply-adds; backward: both weight grads, and the input grad
+    # of the second layer only (the batch itself needs no gradient)
+    assert r.flops_per_sample == 2 * 2 * (16 * 32 + 32 * 2) + 2 * 32 * 2
+    assert r.achieved_tflops > 0
+    assert r.warmup_s > 0 and r.setup_s >= 0 and r.compile_s is None
+    assert r.telemetry == "cpu" and r.cpu_util_pct is not None
+    assert r.versions["torch"] == torch.__version__
+    rows = open_store(store_path).records()
+    assert [row["id"] for row in rows] == [r.id]
+    assert rows[0]["samples_per_s"] == pytest.approx(r.samples_per_s)
+
+
+def test_min_steps_and_time_box():
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=1e-4, min_steps=7, **{
+        k: v for k, v in FAST.items() if k != "seconds"})  # fmt: skip
+    assert r.steps == 7
+
+
+def test_fake_clock_makes_the_window_deterministic():
+    ticks = iter(range(10**6))
+
+    def clock() -> float:  # every read advances 10 ms
+        return next(ticks) * 0.01
+
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), clock=clock, seconds=1.0,
+                  min_steps=1, warmup_steps=1, record=False)  # fmt: skip
+    # the window closes at the first step boundary at or after 1.0 s of (fake) time
+    assert 1.0 <= r.measured_s < 1.2
+    assert r.samples_per_s == pytest.approx(r.samples / r.measured_s)
+    assert r.step_ms_p50 == pytest.approx(r.step_ms[0]) and r.step_ms_iqr == pytest.approx(0)
+    assert r.noisy is False
+
+
+def test_grad_accum_counts_every_micro_batch():
+    r = run_burst(tensor_workload(), Knobs(batch_size=8, grad_accum=3), **FAST)
+    assert r.samples == r.steps * 8 * 3
+
+
+def test_synthetic_loader_is_faster_than_decoding_jpegs(tiny_data):
+    """The compute-only ceiling beats decoding full-size JPEGs (interleaved, medians: the
+    machine is shared and noisy)."""
+    common = {"data_dir": tiny_data, "seconds": 0.5, "warmup_steps": 1, "record": False}
+    real, ceiling = [], []
+    for _ in range(3):
+        real.append(run_burst("cnn", Knobs(batch_size=8), **common))
+        ceiling.append(run_burst("cnn", Knobs(batch_size=8, loader="synthetic"), **common))
+    assert all(r.ok for r in real + ceiling)
+    assert statistics.median(r.samples_per_s for r in ceiling) > statistics.median(
+        r.samples_per_s for r in real
+    )
+    assert all(c.data_wait_pct < 1 < r.data_wait_pct for r, c in zip(real, ceiling, strict=True))
+
+
+def test_workers_and_prefetch_run_and_leave_no_process(tiny_data):
+    k = Knobs(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    r = run_burst("cnn", k, data_dir=tiny_data, seconds=0.5, warmup_steps=1, record=False)
+    assert r.ok, r.error
+    assert r.loader_epochs >= 1  # 36 images / 8 per batch: epochs end inside the burst
+    assert _children() == []
+
+
+def test_oom_is_a_result_and_the_next_burst_runs(store_path):
+    before = len(open_store(store_path))
+    r = run_burst(hungry_workload(limit=16), Knobs(batch_size=32), seconds=0.2, store=store_path)
+    assert r.status == "oom"
+    assert "allocate" in r.error
+    assert r.samples_per_s is None and r.steps == 0
+    again = run_burst(hungry_workload(limit=16), Knobs(batch_size=16), seconds=0.2,
+                      store=store_path)  # fmt: skip
+    assert again.ok
+    statuses = [row["status"] for row in open_store(store_path).records()]
+    assert statuses[before:] == ["oom", "ok"]
+
+
+def test_worker_crash_is_an_error_result_and_no_orphans():
+    r = run_burst(crashing_workload(), Knobs(batch_size=4, num_workers=1), **FAST)
+    assert r.status == "error"
+    assert "worker" in r.error.lower()
+    assert _children() == []
+
+
+def test_corrupt_jpeg_is_an_error_naming_the_file(tiny_data, tmp_path):
+    folder = tmp_path / "imgs"
+    shutil.copytree(tiny_data / "images", folder)
+    victim = sorted(folder.rglob("*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:300])
+    for workers in (0, 1):
+        r = run_burst("cnn", Knobs(batch_size=12, num_workers=workers), data_dir=folder,
+                      seconds=0.5, warmup_steps=1, record=False)  # fmt: skip
+        assert r.status == "error"
+        assert str(victim) in r.error
+    assert _children() == []
+
+
+def test_cancel_event_stops_at_a_step_boundary():
+    cancel = threading.Event()
+    seen = []
+
+    def progress(p):
+        seen.append(p)
+        if p.phase == "measuring" and p.steps == 3:
+            threading.Thread(target=cancel.set).start()  # as the panel would: another thread
+
+    t0 = time.perf_counter()
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=30, cancel=cancel,
+                  progress=progress, warmup_steps=1, record=False)  # fmt: skip
+    assert r.status == "cancelled" and "stopped" in r.error
+    assert time.perf_counter() - t0 < 10
+    assert 3 <= r.steps <= 5 and r.samples_per_s is not None
+    assert [p.phase for p in seen][:2] == ["setup", "warmup"]
+
+
+def test_ctrl_c_stops_at_step_boundary_and_shuts_workers_down(tiny_data, store_path):
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_burst("cnn", Knobs(batch_size=4, num_workers=2), data_dir=tiny_data, seconds=60,
+                  warmup_steps=1, store=store_path)  # fmt: skip
+    assert _children() == []
+    assert open_store(store_path).records()[-1]["status"] == "cancelled"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_no_effect_reports_knobs_that_cannot_act_on_cpu():
+    k = Knobs(batch_size=8, pin_memory=True, precision="tf32", cudnn_benchmark=True,
+              nccl={"NCCL_ALGO": "Ring"})  # fmt: skip
+    r = run_burst(tensor_workload(), k, **FAST)
+    assert r.ok
+    assert set(r.no_effect) == {"pin_memory", "precision", "cudnn_benchmark", "nccl"}
+    assert "CPU" in r.no_effect["pin_memory"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_autocast_precisions_run_on_cpu(precision):
+    r = run_burst(tensor_workload(), Knobs(batch_size=8, precision=precision), **FAST)
+    assert r.ok, r.error
+    assert "precision" not in r.no_effect
+    assert r.final_loss is not None and r.final_loss == r.final_loss  # finite, not NaN
+
+
+def test_channels_last_converts_inputs():
+    from workloads_for_tests import _Layout
+
+    _Layout.seen.clear()
+    run_burst(layout_workload(), Knobs(batch_size=8, channels_last=True), **FAST)
+    assert _Layout.seen and all(_Layout.seen)
+    _Layout.seen.clear()
+    run_burst(layout_workload(), Knobs(batch_size=8), **FAST)
+    assert not any(_Layout.seen)
+
+
+def test_compile_time_is_outside_the_window():
+    r = run_burst(tensor_workload(), Knobs(batch_size=8, compile="default"), seconds=0.3,
+                  warmup_steps=2, record=False)  # fmt: skip
+    assert r.ok, r.error
+    assert r.compile_s is not None and r.compile_s > 0.2
+    assert r.compile_s > 20 * r.step_ms_p50 / 1e3
+
+
+def test_token_workload_reports_tokens_per_s(tiny_data):
+    from workbench.workloads.gpt import GPTShape, gpt
+
+    wl = gpt(tiny_data, shape=GPTShape(block=32, layers=1, heads=2, width=32))
+    r = run_burst(wl, Knobs(batch_size=4), **FAST)
+    assert r.ok, r.error
+    assert r.tokens_per_s == pytest.approx(r.samples_per_s * 32)
+    assert r.flops_per_sample > 6 * 32 * 32 * 32  # at least the matmuls of one layer
+
+
+def test_bad_arguments_raise_before_any_work(tiny_data, tmp_path):
+    with pytest.raises(KnobError, match="seconds=0 is not allowed"):
+        run_burst(tensor_workload(), seconds=0)
+    with pytest.raises(ValueError, match="workload='nope' is not allowed: one of cnn"):
+        run_burst("nope")
+    with pytest.raises(ValueError, match="does not exist"):
+        run_burst("cnn", data_dir=tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty"):
+        run_burst("cnn", data_dir=tmp_path / "empty")
+    with pytest.raises(KnobError, match="world_size"):
+        run_burst(tensor_workload(), Knobs(world_size=2))
+
+
+def test_backend_flags_are_restored_after_a_burst():
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
+    run_burst(tensor_workload(), Knobs(precision="tf32", cudnn_benchmark=True), **FAST)
+    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark) == before
+
+
+def test_error_helpers():
+    assert is_oom_error(torch.OutOfMemoryError("CUDA out of memory"))
+    assert is_oom_error(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert not is_oom_error(RuntimeError("shape mismatch"))
+    wrapped = ValueError(
+        "Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+        "call last):\n  File x\nworkbench.data.DataError: corrupt or unreadable image /a/b.jpg"
+    )
+    assert describe_error(wrapped) == (
+        "workbench.data.DataError: corrupt or unreadable image /a/b.jpg"
+    )
+    assert describe_error(RuntimeError("boom")) == "RuntimeError: boom"
+
+
+@pytest.mark.gpu
+def test_gpu_burst_precisions_and_memory():
+    for precision in ("fp32", "tf32", "bf16", "fp16"):
+        r = run_burst("cnn", Knobs(batch_size=64, precision=precision, pin_memory=True),
+                      seconds=1.0, record=False)  # fmt: skip
+        assert r.ok, r.error
+        assert r.peak_mem_mib > 0 and r.peak_reserved_mib >= r.peak_mem_mib
+        assert r.h2d_ms_p50 is not None and "pin_memory" not in r.no_effect
+
+
+@pytest.mark.gpu
+def test_gpu_oom_frees_memory_for_the_next_burst():
+    r = run_burst("resnet50", Knobs(batch_size=8192), seconds=1.0, record=False)
+    assert r.status == "oom"
+    assert torch.cuda.memory_allocated() < 64 * 2**20
+    assert run_burst("resnet50", Knobs(batch_size=32), seconds=1.0, record=False).ok

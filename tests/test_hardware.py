@@ -1,0 +1,248 @@
+"""Tests for workbench.hardware: the peak table, MFU, device resolution and facts, versions,
+and the measured matmul ceiling."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import pytest
+import torch
+
+from workbench import hardware
+from workbench.hardware import (
+    device_info,
+    estimate_mfu,
+    measure_matmul_flops,
+    peak_flops,
+    resolve_device,
+    versions,
+)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+# --------------------------------------------------------------------------- peak FLOP/s
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.5e12),
+        ("NVIDIA H100 PCIe", "bf16", 756.5e12),
+        ("NVIDIA H100 NVL", "bf16", 835.5e12),
+        ("NVIDIA H100 80GB HBM3", "fp32", 67e12),
+        ("NVIDIA H200", "bf16", 989.5e12),
+        ("NVIDIA H200 NVL", "bf16", 835.5e12),
+        ("NVIDIA GH200 480GB", "bf16", 990e12),
+        ("NVIDIA B200", "bf16", 2.25e15),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156e12),
+        ("NVIDIA A100-PCIE-40GB", "tf32", 156e12),
+        ("NVIDIA A100 80GB PCIe", "bf16", 312e12),
+        ("NVIDIA A10", "bf16", 125e12),
+        ("NVIDIA A10G", "bf16", 70e12),
+        ("NVIDIA A40", "fp16", 149.7e12),
+        ("NVIDIA L40S", "bf16", 362.05e12),
+        ("NVIDIA L40", "bf16", 181.05e12),
+        ("NVIDIA L4", "bf16", 121e12),
+        ("Tesla V100-SXM2-16GB", "fp16", 125e12),
+        ("Tesla V100-PCIE-32GB", "fp16", 112e12),
+        ("Tesla V100S-PCIE-32GB", "fp16", 130e12),
+        ("Tesla T4", "fp16", 65e12),
+        ("NVIDIA GeForce RTX 4090", "bf16", 165.2e12),
+        ("NVIDIA GeForce RTX 3090", "tf32", 35.6e12),
+        ("NVIDIA RTX 6000 Ada Generation", "fp32", 91.1e12),
+    ],
+)
+def test_peak_flops_by_name(name: str, precision: str, expected: float) -> None:
+    assert peak_flops(name, precision) == pytest.approx(expected, rel=1e-6)
+
+
+def test_h100_variants_differ() -> None:
+    sxm = peak_flops("NVIDIA H100 80GB HBM3", "bf16")
+    pcie = peak_flops("NVIDIA H100 PCIe", "bf16")
+    nvl = peak_flops("NVIDIA H100 NVL", "bf16")
+    assert sxm is not None and pcie is not None and nvl is not None
+    assert sxm > nvl > pcie
+
+
+@pytest.mark.parametrize(
+    ("name", "precision"),
+    [
+        ("Tesla V100-SXM2-16GB", "bf16"),  # Volta: no BF16
+        ("Tesla V100-SXM2-16GB", "tf32"),  # ... and no TF32
+        ("Tesla T4", "bf16"),
+        ("Tesla T4", "tf32"),
+        ("NVIDIA RTX 6000 Ada Generation", "bf16"),  # not on its datasheet
+        ("NVIDIA H100", "bf16"),  # SXM or PCIe? unknown
+        ("NVIDIA GB200", "bf16"),  # not a B200
+        ("NVIDIA H20", "bf16"),  # not an H200
+        ("NVIDIA GeForce RTX 4090 D", "bf16"),
+        ("NVIDIA GeForce RTX 3090 Ti", "bf16"),
+        ("NVIDIA GeForce GTX 1080", "fp32"),
+        ("AMD EPYC", "fp32"),
+        ("Intel(R) Xeon(R) Platinum 8480+", "bf16"),
+        ("NVIDIA H100 80GB HBM3", "fp8"),  # precision not in the table
+    ],
+)
+def test_peak_flops_unknown_is_none(name: str, precision: str) -> None:
+    assert peak_flops(name, precision) is None
+
+
+def test_peak_table_is_dense_and_consistent() -> None:
+    for pattern, fp32, tf32, bf16, fp16 in hardware._PEAKS:
+        assert fp32 is not None, pattern
+        if bf16 is not None:
+            assert fp16 == bf16, pattern  # same tensor rate, FP32 accumulate
+            assert tf32 is not None and fp32 <= tf32 <= bf16, pattern
+        for value in (fp32, tf32, bf16, fp16):
+            assert value is None or value < 3e15, pattern  # dense: a B200 is 2.25e15 bf16
+
+
+# --------------------------------------------------------------------------- MFU
+
+
+def test_estimate_mfu_arithmetic() -> None:
+    # 1 GFLOP per sample at 100 samples/s on a 1 TFLOP/s device: 10 %.
+    assert estimate_mfu(1e9, 100.0, 1e12) == pytest.approx(10.0)
+    assert estimate_mfu(6e9, 1000.0, peak_flops("NVIDIA A100-SXM4-80GB", "bf16")) == (
+        pytest.approx(100.0 * 6e12 / 312e12)
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (None, 100.0, 1e12),
+        (1e9, None, 1e12),
+        (1e9, 100.0, None),
+        (0.0, 100.0, 1e12),
+        (1e9, -1.0, 1e12),
+        (1e9, 100.0, 0.0),
+        (float("nan"), 100.0, 1e12),
+        (1e9, float("inf"), 1e12),
+    ],
+)
+def test_estimate_mfu_unknown_is_none(args: tuple[float | None, ...]) -> None:
+    assert estimate_mfu(*args) is None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def test_resolve_device_auto() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device().type == expected
+    assert resolve_device("auto").type == expected
+    assert resolve_device(" AUTO ").type == expected
+
+
+@pytest.mark.parametrize("spec", ["cpu", "CPU", "cpu:0", torch.device("cpu")])
+def test_resolve_device_cpu(spec: str | torch.device) -> None:
+    assert resolve_device(spec) == torch.device("cpu")
+
+
+@pytest.mark.parametrize("spec", ["gpu:0", "cuda:x", "", "cuda0", 3, 1.5])
+def test_resolve_device_bad_forms_list_allowed_forms(spec: object) -> None:
+    with pytest.raises(ValueError, match=r"'auto', 'cpu', 'cuda' or 'cuda:N'") as err:
+        resolve_device(spec)  # type: ignore[arg-type]
+    assert repr(spec) in str(err.value)
+
+
+def test_resolve_device_unsupported_type() -> None:
+    with pytest.raises(ValueError, match=r"'mps' is not supported"):
+        resolve_device("mps")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", torch.device("cuda", 1)])
+def test_resolve_device_cuda_without_cuda(spec: str | torch.device) -> None:
+    with pytest.raises(ValueError, match="CUDA is not available") as err:
+        resolve_device(spec)
+    assert repr(spec) in str(err.value)
+
+
+def test_device_info_cpu() -> None:
+    info = device_info("cpu")
+    assert info.kind == "cpu"
+    assert info.name and isinstance(info.name, str)
+    assert info.index is None and info.capability is None
+    assert info.total_mem_mib is not None and info.total_mem_mib > 100
+    assert info.cpu_count >= 1
+    assert info.cuda_version == torch.version.cuda
+
+
+def test_versions_keys_and_no_dali_import() -> None:
+    dali_loaded = "nvidia.dali" in sys.modules
+    v = versions()
+    assert set(v) == {
+        "python",
+        "torch",
+        "torchvision",
+        "cuda",
+        "cudnn",
+        "nvidia-ml-py",
+        "driver",
+        "workbench",
+        "nvidia-dali",
+        "platform",
+    }
+    assert v["python"] == platform.python_version()
+    assert v["torch"] == torch.__version__
+    assert v["nvidia-ml-py"] is not None
+    assert all(x is None or isinstance(x, str) for x in v.values())
+    assert ("nvidia.dali" in sys.modules) == dali_loaded
+
+
+def test_cudnn_version_formatting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    assert hardware._cudnn_version() == "9.10.2"
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 8902)
+    assert hardware._cudnn_version() == "8.9.2"
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: None)
+    assert hardware._cudnn_version() is None
+
+
+# --------------------------------------------------------------------------- measured ceiling
+
+
+def test_measure_matmul_flops_cpu_is_plausible() -> None:
+    before = torch.get_float32_matmul_precision()
+    flops = measure_matmul_flops("cpu", "fp32", seconds=0.2, n=256)
+    assert 1e8 < flops < 1e14  # a CPU core or two: GFLOP/s to a few TFLOP/s
+    measure_matmul_flops("cpu", "tf32", seconds=0.05, n=64)
+    assert torch.get_float32_matmul_precision() == before  # restored
+
+
+def test_measure_matmul_flops_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="precision 'fp8'"):
+        measure_matmul_flops("cpu", "fp8")
+    with pytest.raises(ValueError, match="seconds"):
+        measure_matmul_flops("cpu", "fp32", seconds=0)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_resolve_and_describe_cuda() -> None:
+    dev = resolve_device("cuda")
+    assert dev == torch.device("cuda", torch.cuda.current_device())
+    with pytest.raises(ValueError, match="CUDA device"):
+        resolve_device(f"cuda:{torch.cuda.device_count()}")
+    info = device_info(dev)
+    assert info.kind == "cuda" and info.index == dev.index
+    assert info.name == torch.cuda.get_device_name(dev.index)
+    assert info.capability is not None and info.capability >= (3, 0)
+    assert info.total_mem_mib is not None and info.total_mem_mib > 1024
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_measured_bf16_ceiling_is_below_the_table_peak() -> None:
+    flops = measure_matmul_flops("cuda", "bf16", seconds=1.0, n=4096)
+    assert flops > 1e12
+    peak = peak_flops(torch.cuda.get_device_name(), "bf16")
+    if peak is not None:
+        assert flops < 1.05 * peak  # dense peak: a measurement cannot beat it
+        assert flops > 0.3 * peak  # and a healthy GPU gets well into it
