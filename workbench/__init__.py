@@ -26,18 +26,26 @@ _EXPORTS = {
     "DataError": "workbench.data",
     "build_datasets": "workbench.data",
     "ensure_datasets": "workbench.data",
+    "Bench": "workbench.ui",
+    "save_config": "workbench.config",
+    "BurstRunner": "workbench.runner",
 }
 
 if TYPE_CHECKING:
     from workbench.burst import BurstProgress, run_burst
+    from workbench.config import save_config
     from workbench.data import DataError, build_datasets, ensure_datasets
     from workbench.knobs import KnobError, Knobs, knob_specs
     from workbench.results import BurstResult
+    from workbench.runner import BurstRunner
     from workbench.store import HistoryStore, open_store
+    from workbench.ui import Bench
     from workbench.workloads import Workload, register_workload, workload_names
 
 
 def __getattr__(name: str) -> Any:
+    if name == "plots":  # a module: wb.plots.throughput(df, "batch_size")
+        return importlib.import_module("workbench.plots")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'workbench' has no attribute {name!r}")
@@ -60,5 +68,6 @@ def __dir__() -> list[str]:
 __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "Knobs", "KnobError", "knob_specs", "run_burst", "BurstProgress", "BurstResult",
     "Workload", "register_workload", "workload_names", "HistoryStore", "open_store",
-    "DataError", "build_datasets", "ensure_datasets", "history",
+    "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
+    "BurstRunner", "plots",
 ]  # fmt: skip

@@ -348,7 +348,7 @@ def versions() -> dict[str, str | None]:
 def _versions() -> dict[str, str | None]:
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "torchvision": _dist_version("torchvision"),
         "cuda": torch.version.cuda,
         "cudnn": _cudnn_version(),

@@ -1,0 +1,102 @@
+"""Bursts on a background thread, newest request wins: what keeps a notebook panel live.
+
+A knob move calls ``submit``; it returns at once. The running burst (if any) is told to stop
+at its next step boundary, and the new burst's thread first joins the old one, so two bursts
+never compete for the device (or the CPU) and never share loader workers. ``stop`` cancels
+without starting anything. Callbacks run on the burst's thread.
+
+No widgets here: the runner is engine code, tested without a browser.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.burst import BurstProgress, run_burst
+from workbench.knobs import Knobs
+from workbench.results import BurstResult
+
+
+@dataclass
+class _Job:
+    knobs: Knobs
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    submitted_s: float = field(default_factory=time.perf_counter)
+
+
+class BurstRunner:
+    """Runs one burst at a time on a daemon thread; a newer submit cancels the older burst."""
+
+    def __init__(
+        self,
+        workload: Any,
+        *,
+        on_progress: Callable[[BurstProgress], None] | None = None,
+        on_result: Callable[[BurstResult], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        **burst_kwargs: Any,
+    ):
+        self._workload = workload
+        self._on_progress = on_progress
+        self._on_result = on_result
+        self._on_error = on_error
+        self._burst_kwargs = burst_kwargs
+        self._lock = threading.Lock()
+        self._job: _Job | None = None
+
+    @property
+    def busy(self) -> bool:
+        job = self._job
+        return job is not None and job.thread is not None and job.thread.is_alive()
+
+    def submit(self, knobs: Knobs) -> None:
+        """Start a burst with these knobs; the running one (if any) stops at a step boundary."""
+        with self._lock:
+            previous = self._job
+            if previous is not None:
+                previous.cancel.set()
+            job = _Job(knobs)
+            job.thread = threading.Thread(
+                target=self._run, args=(job, previous), name="workbench-burst", daemon=True
+            )
+            self._job = job
+            job.thread.start()
+
+    def stop(self) -> None:
+        """Cancel the running burst (it ends as ``status="cancelled"``)."""
+        job = self._job
+        if job is not None:
+            job.cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the newest burst to finish; True if it did within ``timeout``."""
+        job = self._job
+        if job is None or job.thread is None:
+            return True
+        job.thread.join(timeout)
+        return not job.thread.is_alive()
+
+    def _run(self, job: _Job, previous: _Job | None) -> None:
+        if previous is not None and previous.thread is not None:
+            previous.thread.join()
+        if job.cancel.is_set():  # superseded while waiting: never started
+            return
+        try:
+            result = run_burst(
+                self._workload,
+                job.knobs,
+                cancel=job.cancel,
+                progress=self._on_progress,
+                **self._burst_kwargs,
+            )
+        except Exception as exc:  # bad input: reported, the kernel keeps going
+            if self._on_error is not None:
+                self._on_error(exc)
+            return
+        if self._on_result is not None:
+            self._on_result(result)

@@ -1,0 +1,278 @@
+"""``Bench``: the notebook panel. Move a knob, a real burst reruns, the charts move.
+
+Bursts run on a background thread (``BurstRunner``) so the kernel and the panel stay live; a
+newer knob move cancels the running burst at its next step boundary. Sliders use
+``continuous_update=False``: a burst starts when the handle is released, not per pixel of a
+drag. Every burst lands in the history store first and the charts are redrawn from the store,
+so what the charts show is exactly what was recorded (and survives a kernel restart).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import ipywidgets as w
+
+from workbench import hardware, plots
+from workbench.burst import BurstProgress
+from workbench.config import save_config
+from workbench.knobs import KnobError, Knobs
+from workbench.results import BurstResult
+from workbench.runner import BurstRunner
+from workbench.store import open_store
+from workbench.ui.controls import KnobControls, disabled_reasons
+from workbench.workloads import default_workload_name, resolve_workload
+
+_PROGRESS_EVERY_S = 0.1  # status-line updates per second are capped: widgets cost messages
+_CHARTS = ("throughput", "memory", "split")
+
+
+class Bench:
+    """A workload, a device, the history store and (once displayed) the panel over them."""
+
+    def __init__(
+        self,
+        workload: Any = None,
+        knobs: Knobs | None = None,
+        *,
+        seconds: float = 2.0,
+        warmup_steps: int = 2,
+        min_steps: int = 3,
+        device: Any = None,
+        data_dir: Any = None,
+        store: Any = None,
+    ):
+        self.device = hardware.resolve_device(device)
+        self.workload = resolve_workload(
+            workload or default_workload_name(self.device.type), data_dir
+        )
+        self.knobs = knobs or Knobs()
+        self.store = open_store(store)
+        self.info = hardware.device_info(self.device)
+        self.seconds = seconds
+        self.last_result: BurstResult | None = None
+        self.last_moved = "batch_size"
+        self.events: list[dict[str, float]] = []  # per burst: submit/result/chart times
+        self._ui: _PanelWidgets | None = None
+        self._runner = BurstRunner(
+            self.workload,
+            on_progress=self._on_progress,
+            on_result=self._on_result,
+            on_error=self._on_error,
+            seconds=seconds,
+            warmup_steps=warmup_steps,
+            min_steps=min_steps,
+            device=self.device,
+            store=self.store,
+        )
+        self._last_progress_s = 0.0
+
+    # -- what a notebook calls -------------------------------------------------------------
+    def panel(self, autorun: bool = True) -> w.Widget:
+        """Build (or rebuild) the panel; with ``autorun`` a first burst starts right away."""
+        alt.JupyterChart.enable_offline()
+        self._ui = _PanelWidgets(self)
+        self._redraw(highlight_id=None)
+        if autorun:
+            self.run()
+        return self._ui.root
+
+    def run(self, knobs: Knobs | None = None) -> None:
+        """Start a burst (cancelling a running one) with ``knobs`` or the panel's knobs."""
+        if knobs is not None:
+            self.knobs = knobs
+        if self._runner.busy:
+            self._message("restarted: the running burst was cancelled")
+        self.events.append({"submit_s": time.perf_counter()})
+        self._runner.submit(self.knobs)
+
+    def stop(self) -> None:
+        self._runner.stop()
+        if self._ui is not None:
+            self._ui.status.value = "stopping at the next step boundary ..."
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the newest burst has finished (for scripts and tests)."""
+        return self._runner.wait(timeout)
+
+    def save_config(self, path: str | Path = "tuned.yaml") -> Path:
+        """Save the knobs of the last finished burst (and what it measured) as YAML."""
+        if self.last_result is None:
+            raise ValueError("no burst has finished yet: run one before saving a config")
+        return save_config(self.last_result, path)
+
+    # -- knob changes ----------------------------------------------------------------------
+    def _on_knob(self, name: str) -> None:
+        ui = self._ui
+        assert ui is not None
+        if ui.syncing:
+            return
+        try:
+            knobs = Knobs.from_dict(ui.controls.values())
+        except KnobError as exc:
+            ui.controls.note(_note_target(exc.knob, ui), str(exc), kind="error")
+            self._message(str(exc), error=True)
+            return
+        ui.controls.clear_errors(ui.disabled)
+        self._message("")
+        self.knobs, self.last_moved = knobs, name
+        self.run()
+
+    # -- callbacks from the burst thread -----------------------------------------------------
+    def _on_progress(self, p: BurstProgress) -> None:
+        ui, now = self._ui, time.perf_counter()
+        throttled = p.phase == "measuring" and now - self._last_progress_s < _PROGRESS_EVERY_S
+        if ui is None or throttled:
+            return
+        self._last_progress_s = now
+        ui.status.value = _progress_text(p)
+        ui.progress.value = min(1.0, p.elapsed_s / p.window_s) if p.phase == "measuring" else 0.0
+
+    def _on_result(self, result: BurstResult) -> None:
+        self.last_result = result
+        if self.events:
+            self.events[-1]["result_s"] = time.perf_counter()
+        ui = self._ui
+        if ui is None:
+            return
+        ui.status.value = _status_text(result)
+        ui.progress.value = 1.0 if result.ok else 0.0
+        ui.result.value = _result_html(result)
+        if result.status in ("oom", "error"):
+            ui.controls.note(self.last_moved, f"{result.status}: {result.error}", kind="error")
+            self._message(f"burst #{result.id} {result.status}: {result.error}", error=True)
+        self._redraw(highlight_id=result.id, knobs=result.knobs)
+        if self.events:
+            self.events[-1]["chart_s"] = time.perf_counter()
+
+    def _on_error(self, exc: BaseException) -> None:
+        if self._ui is not None:
+            self._ui.status.value = "not started"
+            knob = getattr(exc, "knob", None)
+            if knob:
+                self._ui.controls.note(_note_target(knob, self._ui), str(exc), kind="error")
+            self._message(str(exc), error=True)
+
+    # -- drawing -----------------------------------------------------------------------------
+    def _redraw(self, highlight_id: int | None, knobs: Knobs | None = None) -> None:
+        ui = self._ui
+        if ui is None:
+            return
+        df = self.store.frame(workload=self.workload.name, device=str(self.device))
+        rows = plots.comparable(df, knobs or self.knobs, self.last_moved)
+        knob = self.last_moved
+        ui.charts["throughput"].chart = plots.throughput(rows, knob, highlight_id=highlight_id)
+        ui.charts["memory"].chart = plots.memory(
+            rows, knob, capacity_mib=self._capacity_mib(), highlight_id=highlight_id
+        )
+        ui.charts["split"].chart = plots.step_split(rows, knob, highlight_id=highlight_id)
+        ui.history.value = plots.history_html(df, n=8)
+
+    def _capacity_mib(self) -> float | None:
+        return self.info.total_mem_mib if self.device.type == "cuda" else None
+
+    def _message(self, text: str, error: bool = False) -> None:
+        if self._ui is None:
+            return
+        colour = "#b00020" if error else "#333"
+        body = html.escape(text)
+        self._ui.message.value = f'<span style="color:{colour}">{body}</span>' if text else ""
+
+
+class _PanelWidgets:
+    """The widgets of one displayed panel, wired to a Bench."""
+
+    def __init__(self, bench: Bench):
+        self.syncing = False
+        self.disabled = disabled_reasons(bench.device.type)
+        self.controls = KnobControls(bench.knobs, bench.device.type)
+        for name, control in self.controls.controls.items():
+            control.observe(lambda _c, n=name: bench._on_knob(n), names="value")
+        self.status = _with_class(w.Label("ready"), "wb-status")
+        self.progress = _with_class(w.FloatProgress(min=0.0, max=1.0), "wb-progress")
+        self.result = _with_class(w.HTML(), "wb-result")
+        self.message = _with_class(w.HTML(), "wb-message")
+        self.history = _with_class(w.HTML(), "wb-history")
+        self.charts = {n: _with_class(alt.JupyterChart(_placeholder()), f"wb-chart-{n}")
+                       for n in _CHARTS}  # fmt: skip
+        self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),
+                                        self._buttons(bench), self._status_row(),
+                                        self.message, self.result, self._charts_box(),
+                                        self.history]), "wb-panel")  # fmt: skip
+
+    def _header(self, bench: Bench) -> w.Widget:
+        wl, info = bench.workload, bench.info
+        text = (f"<b>workbench</b> — {html.escape(wl.name)} ({html.escape(wl.description)}) "
+                f"on {html.escape(str(bench.device))} ({html.escape(info.name)}), "
+                f"{bench.seconds:g} s bursts")  # fmt: skip
+        return w.HTML(text)
+
+    def _buttons(self, bench: Bench) -> w.Widget:
+        run = _with_class(w.Button(description="Run", icon="play", tooltip="rerun"), "wb-run")
+        stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
+        path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"}), "wb-save-path")
+        save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
+        run.on_click(lambda _b: bench.run())
+        stop.on_click(lambda _b: bench.stop())
+        save.on_click(lambda _b: self._save(bench, path.value))
+        return w.HBox([run, stop, save, path])
+
+    def _save(self, bench: Bench, path: str) -> None:
+        try:
+            saved = bench.save_config(path)
+        except (ValueError, OSError) as exc:
+            bench._message(str(exc), error=True)
+            return
+        bench._message(f"saved {saved}")
+
+    def _status_row(self) -> w.Widget:
+        return w.HBox([self.progress, self.status])
+
+    def _charts_box(self) -> w.Widget:
+        c = self.charts
+        return w.VBox([w.HBox([c["throughput"], c["memory"]]), c["split"]])
+
+
+def _placeholder() -> alt.Chart:
+    return alt.Chart().mark_text().encode(text=alt.value("waiting for the first burst"))
+
+
+def _with_class(widget: Any, css: str) -> Any:
+    widget.add_class(css)
+    return widget
+
+
+def _note_target(knob: str, ui: _PanelWidgets) -> str:
+    return knob if knob in ui.controls.controls else "nccl"
+
+
+def _progress_text(p: BurstProgress) -> str:
+    if p.phase == "setup":
+        return "setting up: dataset, loader, model ..."
+    if p.phase == "warmup":
+        return f"warm-up: {p.steps} step{'s' if p.steps != 1 else ''} ({p.elapsed_s:.1f} s)"
+    if p.phase == "measuring":
+        return f"measuring {p.elapsed_s:.1f} / {p.window_s:g} s, {p.steps} steps"
+    return "finishing ..."
+
+
+def _status_text(r: BurstResult) -> str:
+    if r.ok:
+        return f"done: burst #{r.id}, {r.samples_per_s:,.1f} samples/s"
+    return f"{r.status}: burst #{r.id}" + (f", {r.error}" if r.error else "")
+
+
+def _result_html(r: BurstResult) -> str:
+    shown = {"batch_size": r.knobs.batch_size, "num_workers": r.knobs.num_workers}
+    defaults = Knobs().to_dict()
+    shown |= {k: v for k, v in r.knobs.to_dict().items() if v != defaults[k]}
+    knobs = ", ".join(f"{k}={v}" for k, v in shown.items())
+    if not r.ok:
+        return html.escape(f"burst #{r.id}: {knobs} -> {r.status}")
+    tail = f"{r.samples_per_s:,.1f} samples/s, step {r.step_ms_p50:.1f} ms, "
+    tail += f"data wait {r.data_wait_pct:.0f}%, peak {r.peak_mem_mib or 0:,.0f} MiB"
+    return html.escape(f"burst #{r.id}: {knobs} -> {tail}")
