@@ -179,7 +179,10 @@ class _Axis:
                 "knob_value:Q", title=self.knob, scale=scale, axis=alt.Axis(values=list(self.ticks))
             )
         scale = alt.Scale(zero=False, nice=False, padding=16)
-        return alt.X("knob_value:Q", title=self.knob, scale=scale, axis=alt.Axis(tickMinStep=1))
+        axis = alt.Axis(tickMinStep=1, format="d")  # workers are whole: no "0.5" ticks
+        if self.ticks:
+            axis = alt.Axis(values=list(self.ticks), format="d")
+        return alt.X("knob_value:Q", title=self.knob, scale=scale, axis=axis)
 
 
 def _axis_kind(knob: str, values: pd.Series) -> str:
@@ -195,6 +198,10 @@ def _axis_kind(knob: str, values: pd.Series) -> str:
 def _make_axis(knob: str, values: pd.Series) -> _Axis:
     kind = _axis_kind(knob, values)
     labels = sorted(set(values.map(_label)), key=_order_key(knob))
+    if kind == "linear" and SPECS.get(knob) is not None and SPECS[knob].kind == "int":
+        ints = [int(v) for v in pd.to_numeric(values, errors="coerce").dropna()]
+        span = range(min(ints), max(ints) + 1) if ints else range(0)
+        return _Axis(knob, kind, order=tuple(labels), ticks=tuple(span) if len(span) <= 17 else ())
     if kind != "log2":
         return _Axis(knob, kind, order=tuple(labels))
     numbers = [v for v in pd.to_numeric(values, errors="coerce") if v > 0]
