@@ -6,6 +6,7 @@ without a token. The URL with the token is printed by Jupyter itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,11 @@ def lab_command(port: int | None = None, open_browser: bool = True) -> list[str]
     nb_dir = notebooks_dir()
     cmd = [sys.executable, "-m", "jupyterlab", str(nb_dir / QUICKSTART)]
     cmd += ["--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={nb_dir.parent}"]
+    # No calls home: many GPU boxes are offline, and the news feed would only time out.
+    cmd += ["--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]  # fmt: skip
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers and cloud images often log in as root
     if port is not None:
         cmd.append(f"--ServerApp.port={port}")
     if not open_browser:
