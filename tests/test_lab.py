@@ -39,8 +39,8 @@ def _get(url: str) -> int:
 @pytest.mark.slow
 def test_a_real_server_refuses_requests_without_the_token(tmp_path):
     port = _free_port()
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_DATA_DIR": str(tmp_path / "d")}  # fmt: skip
+    dirs = {"JUPYTER_CONFIG_DIR": "cfg", "JUPYTER_RUNTIME_DIR": "rt", "JUPYTER_DATA_DIR": "d"}
+    env = {**os.environ, **{k: str(tmp_path / v) for k, v in dirs.items()}}
     log = tmp_path / "lab.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
