@@ -391,3 +391,14 @@ def test_data_root_given_for_an_image_folder_says_where_the_images_are(small):
     with pytest.raises(DataError, match="is a workbench data root") as err:
         check_image_folder(small.root)
     assert str(small.images) in str(err.value)
+
+
+def test_ensure_without_parameters_accepts_any_complete_build(tmp_path):
+    """A burst (no parameters) must not rebuild a dataset someone sized on purpose."""
+    from workbench.data import build_datasets, ensure_datasets
+
+    build_datasets(tmp_path, images_per_class=2, classes=2, token_mb=0.01)
+    before = sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg"))
+    paths = ensure_datasets(tmp_path)
+    assert len(list(paths.images.rglob("*.jpg"))) == 4
+    assert sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")) == before

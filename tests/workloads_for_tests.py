@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import typing
 
 import torch
@@ -87,3 +88,65 @@ def layout_workload() -> Workload:
     x = torch.randn(64, 3, 8, 8)
     y = torch.randint(0, 4, (64,))
     return Workload(name="layout", model=_Layout, dataset=lambda: TensorDataset(x, y))
+
+
+class _Sleepy(Dataset):
+    """An in-memory dataset that sleeps per item: a loader slower than any model."""
+
+    def __init__(self, delay_s: float):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(256, 16, generator=g)
+        self.delay_s = delay_s
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        time.sleep(self.delay_s)
+        return self.x[i], int(self.x[i, 0] > 0)
+
+
+def sleepy_workload(delay_s: float = 0.004) -> Workload:
+    """Data-bound by construction: ~delay_s per sample to load, microseconds to train."""
+    return Workload(
+        name="sleepy",
+        model=lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)),
+        dataset=lambda: _Sleepy(delay_s),
+    )
+
+
+def heavy_workload(width: int = 1024, depth: int = 4) -> Workload:
+    """Compute-bound by construction: an in-memory TensorDataset feeding wide linear layers."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, width, generator=g)
+    y = (x[:, 0] > 0).long()
+
+    def model() -> nn.Module:
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        return nn.Sequential(*layers, nn.Linear(width, 2))
+
+    return Workload(name="heavy", model=model, dataset=lambda: TensorDataset(x, y))
+
+
+class _Fat(nn.Module):
+    """Holds ``mib_per_sample`` MiB of touched memory per sample of its batch while it lives,
+    so a burst's peak RSS grows with the batch size as activations would."""
+
+    def __init__(self, mib_per_sample: int):
+        super().__init__()
+        self.mib = mib_per_sample
+        self.fc = nn.Linear(16, 2)
+        self.hold: torch.Tensor | None = None
+
+    def forward(self, x):
+        n = x.shape[0] * self.mib * 2**20 // 4
+        if self.hold is None or self.hold.numel() != n:
+            self.hold = torch.ones(n)  # ones, not empty: pages are touched, so RSS counts them
+        return self.fc(x)
+
+
+def fat_workload(mib_per_sample: int = 8) -> Workload:
+    base = tensor_workload()
+    return Workload(name="fat", model=lambda: _Fat(mib_per_sample), dataset=base.dataset)

@@ -28,17 +28,28 @@ _EXPORTS = {
     "ensure_datasets": "workbench.data",
     "Bench": "workbench.ui",
     "save_config": "workbench.config",
+    "load_config": "workbench.config",
+    "TunedConfig": "workbench.config",
     "BurstRunner": "workbench.runner",
+    "sweep": "workbench.sweeps",
+    "diagnose": "workbench.diagnosis",
+    "Diagnosis": "workbench.diagnosis",
+    "tune": "workbench.tuner",
+    "TuneResult": "workbench.tune_result",
 }
 
 if TYPE_CHECKING:
     from workbench.burst import BurstProgress, run_burst
-    from workbench.config import save_config
+    from workbench.config import TunedConfig, load_config, save_config
     from workbench.data import DataError, build_datasets, ensure_datasets
+    from workbench.diagnosis import Diagnosis, diagnose
     from workbench.knobs import KnobError, Knobs, knob_specs
     from workbench.results import BurstResult
     from workbench.runner import BurstRunner
     from workbench.store import HistoryStore, open_store
+    from workbench.sweeps import sweep
+    from workbench.tune_result import TuneResult
+    from workbench.tuner import tune
     from workbench.ui import Bench
     from workbench.workloads import Workload, register_workload, workload_names
 
@@ -69,5 +80,6 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "Knobs", "KnobError", "knob_specs", "run_burst", "BurstProgress", "BurstResult",
     "Workload", "register_workload", "workload_names", "HistoryStore", "open_store",
     "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
-    "BurstRunner", "plots",
+    "load_config", "TunedConfig",
+    "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
 ]  # fmt: skip

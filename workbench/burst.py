@@ -118,7 +118,7 @@ def run_burst(
     ``record``/``store``: append the result to the history store (default location unless a
     store or path is given).
     """
-    _check_args(seconds, min_steps, warmup_steps)
+    check_burst_args(seconds, min_steps, warmup_steps)
     knobs = Knobs() if knobs is None else knobs
     dev = hardware.resolve_device(device)
     if knobs.world_size > 1:
@@ -151,7 +151,9 @@ def run_burst(
     return result
 
 
-def _check_args(seconds: float, min_steps: int, warmup_steps: int) -> None:
+def check_burst_args(seconds: float, min_steps: int, warmup_steps: int) -> None:
+    """Refuse a bad window before any work (sweeps and tunes check once, before their first
+    burst, so a typo is an error and not a row of failed bursts)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
     if not math.isfinite(seconds) or seconds <= 0:

@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_history(sub.add_parser("history", help="list past bursts from the history store"))
     _add_data(sub.add_parser("data", help="build the sample datasets (no download)"))
     _add_lab(sub.add_parser("lab", help="open JupyterLab on the quickstart notebook"))
+    _add_show(sub.add_parser("show", help="check a saved config; print env, DataLoader, torchrun"))
+    _add_sweep(sub.add_parser("sweep", help="one burst per value of one knob"))
+    _add_diagnose(sub.add_parser("diagnose", help="data-bound or compute-bound? with advice"))
+    _add_tune(sub.add_parser("tune", help="search knobs for the best measured throughput"))
     return parser
 
 
@@ -75,6 +79,49 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 def _add_lab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+
+
+def _add_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a config written by save_config (the panel, workbench tune)")
+    p.add_argument("--script", default="train.py", help="training script in the torchrun lines")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _add_sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--knob", required=True, help="the knob to sweep, e.g. num_workers")
+    p.add_argument("--values", required=True, metavar="V1,V2,...", help="e.g. 0,1,2")
+    p.add_argument("--repeats", type=int, default=1, help="bursts per value, interleaved")
+    p.add_argument("--plot", metavar="FILE", help="save the charts (.html, .png, .svg, .json)")
+    _add_run_args(p, seconds=3.0)
+
+
+def _add_diagnose(p: argparse.ArgumentParser) -> None:
+    _add_run_args(p, seconds=3.0)
+
+
+def _add_tune(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--space",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2,...",
+        help="a knob and its values to search (repeatable; default: a space for this device)",
+    )
+    p.add_argument("--budget", type=int, default=16, help="most bursts to run (default 16)")
+    p.add_argument("--margin", type=float, default=0.1, help="memory share kept free (0-0.9)")
+    p.add_argument("--out", required=True, metavar="FILE.yaml", help="the tuned config")
+    _add_run_args(p, seconds=3.0)
+
+
+def _add_run_args(p: argparse.ArgumentParser, seconds: float) -> None:
+    """What sweep, diagnose and tune share with burst (--set holds knobs / sets the start)."""
+    p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a knob")
+    p.add_argument("--seconds", type=float, default=seconds, help="measured window per burst")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")
+    _add_store_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:
@@ -206,4 +253,162 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return open_lab(port=args.port, open_browser=not args.no_browser)
 
 
-_COMMANDS = {"burst": _cmd_burst, "history": _cmd_history, "data": _cmd_data, "lab": _cmd_lab}
+def _cmd_show(args: argparse.Namespace) -> int:
+    """Validate a saved config and print what to paste; warnings go to stderr, one per line."""
+    import warnings
+
+    from workbench.config import load_config
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(args.file)
+    notes = [str(w.message) for w in caught]
+    for note in notes:
+        print(f"workbench show: warning: {note}", file=sys.stderr)
+    if not args.json:
+        print(cfg.describe(args.script))
+        return EXIT_OK
+    doc = {
+        "file": args.file,
+        "env": cfg.env(),
+        "dataloader": cfg.dataloader_kwargs("cuda"),
+        "torchrun": cfg.launch_lines(args.script),
+        "knobs": cfg.knobs.to_dict(),
+        "provenance": dict(cfg.provenance),
+        "warnings": notes,
+    }
+    print(json.dumps(doc))
+    return EXIT_OK
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from workbench.knobs import Knobs
+    from workbench.sweeps import sweep
+
+    base, values = Knobs().with_text(args.set), _parse_values(args.knob, args.values)
+    plot = _checked_path("plot", args.plot, (".html", ".png", ".svg", ".json"))
+    results: list[Any] = []
+
+    def landed(r: Any) -> None:
+        results.append(r)
+        if not args.json:
+            print(f"  {_burst_line(r, args.knob)}", file=sys.stderr)
+
+    df = sweep(args.workload, args.knob, values, base, seconds=args.seconds,
+               repeats=args.repeats, device=args.device, data_dir=args.data,
+               record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
+    if plot is not None:
+        from workbench import plots
+
+        plots.save(plots.sweep(df, args.knob), plot)
+    if args.json:
+        print(json.dumps({"knob": args.knob, "values": values,
+                          "bursts": [r.to_dict() for r in results]}))  # fmt: skip
+    else:
+        print("\n".join(_burst_line(r, args.knob) for r in results))
+    return EXIT_FAILED if results and all(r.status == "error" for r in results) else EXIT_OK
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from workbench.diagnosis import diagnose
+    from workbench.knobs import Knobs
+
+    def landed(stage: str, r: Any) -> None:
+        if not args.json:
+            print(f"  {stage:<8} {r.status:<9} {_fmt(r.samples_per_s)} samples/s", file=sys.stderr)
+
+    d = diagnose(args.workload, Knobs().with_text(args.set), seconds=args.seconds,
+                 device=args.device, data_dir=args.data, record=not args.no_record,
+                 store=args.store, progress=landed)  # fmt: skip
+    print(json.dumps(d.to_dict()) if args.json else d.summary())
+    parts = (d.full, d.loader, d.compute)
+    return EXIT_FAILED if any(p is not None and p.status == "error" for p in parts) else EXIT_OK
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from workbench.config import save_config
+    from workbench.knobs import Knobs
+    from workbench.tuner import tune
+
+    out = _checked_path("out", args.out, (".yaml", ".yml"))
+    start, space = Knobs().with_text(args.set), _parse_space(args.space)
+
+    def landed(p: Any) -> None:
+        if not args.json:
+            print(f"  [{p.bursts}/{p.budget}] {p.stage:<28} {_burst_line(p.result)}",
+                  file=sys.stderr)  # fmt: skip
+
+    t = tune(args.workload, space, budget=args.budget, memory_margin=args.margin, base=start,
+             seconds=args.seconds, device=args.device, data_dir=args.data,
+             record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
+    written = save_config(t.best_result, out) if t.best_result is not None else None
+    if args.json:
+        print(json.dumps({**t.to_dict(), "out": str(written) if written else None}))
+    else:
+        print(t.summary() + (f"\nwrote {written}" if written else "\nnothing written"))
+    if t.stopped == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if written else EXIT_FAILED
+
+
+def _parse_values(knob: str, text: str) -> list[Any]:
+    """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
+    from workbench.knobs import KnobError, parse_value
+
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or "" in items:
+        raise KnobError(knob, text, "comma-separated values, e.g. 16,32,64 (none may be empty)")
+    return [parse_value(knob, t) for t in items]
+
+
+def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:
+    """``--space KNOB=V1,V2`` options as a space; None when none were given (the default)."""
+    from workbench.knobs import KnobError
+
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        name, sep, text = (part.strip() for part in item.partition("="))
+        if not sep or not name:
+            raise KnobError(name or "space", item, "KNOB=V1,V2,..., e.g. batch_size=32,64")
+        if name in space:
+            raise KnobError(name, item, "one --space per knob (this one is given twice)")
+        space[name] = _parse_values(name, text)
+    return space or None
+
+
+def _checked_path(option: str, path: str | None, suffixes: tuple[str, ...]) -> Any:
+    """A file to write at the end, checked now: a long run must not fail at its last line."""
+    from pathlib import Path
+
+    from workbench.knobs import KnobError
+
+    if path is None:
+        return None
+    target = Path(path).expanduser()
+    if target.suffix.lower() not in suffixes or not target.parent.is_dir() or target.is_dir():
+        raise KnobError(option, path, f"a {' or '.join(suffixes)} file in an existing directory")
+    return target
+
+
+def _burst_line(r: Any, knob: str | None = None) -> str:
+    value = ""
+    if knob is not None:
+        knobs = r.knobs.to_dict()
+        shown = knobs["nccl"].get(knob) if knob.startswith("NCCL_") else knobs.get(knob)
+        value = f"{knob}={shown!s:<6} "
+    if r.status != "ok":
+        return f"{value}{r.status}: {r.error}"
+    return (f"{value}{_fmt(r.samples_per_s)} samples/s, step {_fmt(r.step_ms_p50)} ms, data wait "
+            f"{_fmt(r.data_wait_pct)}%, peak {_fmt(r.peak_mem_mib)} MiB")  # fmt: skip
+
+
+_COMMANDS = {
+    "burst": _cmd_burst,
+    "history": _cmd_history,
+    "data": _cmd_data,
+    "lab": _cmd_lab,
+    "show": _cmd_show,
+    "sweep": _cmd_sweep,
+    "diagnose": _cmd_diagnose,
+    "tune": _cmd_tune,
+}

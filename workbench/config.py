@@ -1,53 +1,330 @@
-"""Saved configs: the tuned knobs, written so a production script can load them.
+"""Saved configs: the tuned knobs, and the production side that trains with them.
 
-This version writes a faithful, readable YAML dump of the knobs and of what the burst that
-chose them measured; it loads the knobs back. (The production helpers — DataLoader kwargs,
-autocast, env, torchrun line — are their own issue.) Light imports only: yaml and the knobs.
+``save_config(knobs_or_result, path)`` writes a YAML file a person can read and diff: the
+knobs, the environment of the training processes (NCCL_* and allocator variables), the
+DataLoader keyword arguments, torchrun launch lines, and where it all came from (device,
+versions, what the burst measured, when). ``load_config(path)`` returns a :class:`TunedConfig`
+whose methods a plain training script calls: ``dataloader``, ``autocast``, ``grad_scaler``,
+``apply_backend_flags``, ``env``, ``ddp_kwargs``, ``torchrun_command``.
+
+The knobs are the source of truth. The env's NCCL_* part, the DataLoader kwargs and the launch
+lines are copies written from them for people to read and paste; loading checks each copy
+against the knobs, so an edit to a copy is an error that says which knob to change, never a
+silent disagreement between what the file shows and what the script does.
+
+Imports stay light: yaml and the knobs at import time, torch inside the methods that need it,
+never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the notebook stack).
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from workbench import envvars, nccl, provenance
+from workbench.configfile import (
+    ConfigError,
+    Section,
+    check_keys,
+    load_text,
+    read_yaml,
+    render,
+    write_text,
+)
+from workbench.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
+from workbench.tuned import TunedConfig
 
-from workbench.knobs import Knobs
+__all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "load_config",
+           "load_knobs", "save_config"]  # fmt: skip
 
-SCHEMA_VERSION = 1
-_MEASURED = ("status", "samples_per_s", "tokens_per_s", "step_ms_p50", "step_ms_iqr",
-             "data_wait_pct", "peak_mem_mib", "peak_reserved_mib", "mfu_pct", "noisy")  # fmt: skip
+SCHEMA_VERSION = 2
+"""2: knobs, env, dataloader, launch, provenance. 1 (knobs, measured, provenance, saved_at)
+is still read."""
+_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "provenance")
 
 
-def save_config(knobs_or_result: Any, path: str | Path) -> Path:
-    """Write ``knobs`` (a Knobs, or a BurstResult and what it measured) to ``path`` as YAML."""
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    if isinstance(knobs_or_result, Knobs):
-        doc["knobs"] = knobs_or_result.to_dict()
-    else:
-        result = knobs_or_result.to_dict()
-        doc["knobs"] = result["knobs"]
-        doc["measured"] = {k: result.get(k) for k in _MEASURED}
-        doc["provenance"] = {
-            "workload": result.get("workload"),
-            "device": result.get("device"),
-            "device_name": result.get("device_name"),
-            "burst_id": result.get("id"),
-            "burst_at": result.get("created_at"),
-            "versions": result.get("versions"),
-        }
-    doc["saved_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+class ConfigWarning(UserWarning):
+    """Loading works, but something deserves a look (another GPU, an unknown variable)."""
+
+
+# --------------------------------------------------------------------------- save
+
+
+def save_config(
+    knobs_or_result: Any, path: str | Path, *, env: Mapping[str, str] | None = None
+) -> Path:
+    """Write Knobs, a BurstResult (with what it measured), a TuneResult (its best burst) or a
+    TunedConfig (a loaded one: re-saving gives the same bytes) to ``path`` as YAML.
+
+    ``env`` adds variables beside the NCCL knobs, e.g. ``{"PYTORCH_CUDA_ALLOC_CONF":
+    "expandable_segments:True"}``. The text is checked by the loader before it is written, so
+    every saved file loads; the write is atomic. Returns the path written.
+    """
     target = Path(path).expanduser()
-    plain = json.loads(json.dumps(doc, default=str))  # str subclasses (TorchVersion) -> str
-    target.write_text(yaml.safe_dump(plain, sort_keys=False))
+    cfg = _as_config(knobs_or_result, env, target)
+    text = config_text(cfg)
+    _, notes = _parse(load_text(text, target), target)
+    _warn(target, notes)
+    write_text(target, text)
     return target
 
 
+def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
+    from workbench.results import BurstResult
+
+    extra = dict(env or {})
+    for name in extra:
+        if isinstance(name, str) and name.startswith("NCCL_"):
+            problem = "NCCL variables are knobs: set them in Knobs(nccl=...) so bursts agree"
+            raise ConfigError(target, f"env.{name}", problem)
+    if isinstance(obj, TunedConfig):
+        return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance)
+    if isinstance(obj, Knobs):
+        return TunedConfig(obj, extra, provenance.from_knobs())
+    if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
+        obj = obj.best_result
+    if isinstance(obj, BurstResult):
+        if obj.status != "ok":
+            problem = f"the burst ended with status {obj.status!r} ({obj.error})"
+            raise ConfigError(target, None, f"{problem}: save one that ended ok, or its knobs")
+        return TunedConfig(obj.knobs, extra, provenance.from_result(obj))
+    if hasattr(obj, "best_result"):
+        raise ConfigError(
+            target, None, "the tune found no config that ran and fits: nothing to save"
+        )
+    kinds = "Knobs, a BurstResult, a TuneResult or a TunedConfig"
+    raise TypeError(f"save_config takes {kinds}, not {type(obj).__name__}")
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_config(path: str | Path, *, check_machine: bool = True) -> TunedConfig:
+    """Read and validate a saved config; bad content raises ConfigError (file, key, problem).
+
+    Warns (ConfigWarning) instead of failing when this machine differs from the one that
+    measured the config (GPU model, torch major version), or for a variable workbench does not
+    know: the knobs are still the best starting point there.
+    """
+    cfg, notes = _parse(read_yaml(path), path)
+    if check_machine:
+        promise = "the tuned numbers are a starting point here, not a promise"
+        notes += [f"{d}: {promise}" for d in cfg.machine_differences()]
+    _warn(path, notes)
+    return cfg
+
+
 def load_knobs(path: str | Path) -> Knobs:
-    """The knobs of a saved config (validated: a bad value raises KnobError)."""
-    doc = yaml.safe_load(Path(path).read_text())
-    if not isinstance(doc, dict) or "knobs" not in doc:
-        raise ValueError(f"{path}: not a workbench config (no 'knobs' mapping)")
-    return Knobs.from_dict(doc["knobs"])
+    """Only the knobs of a saved config (validated as by load_config, without warnings)."""
+    return _parse(read_yaml(path), path)[0].knobs
+
+
+def _warn(path: str | Path, notes: list[str]) -> None:
+    for note in notes:
+        warnings.warn(f"{path}: {note}", ConfigWarning, stacklevel=3)
+
+
+def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
+    """Validate a loaded document, key by key; returns the config and warnings."""
+    if not isinstance(doc, Mapping):
+        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
+        raise ConfigError(
+            path, None, f"expected a mapping with schema_version and knobs, got {got}"
+        )
+    if _schema_version(doc, path) == 1:
+        doc = _from_v1(doc, path)
+    check_keys(path, "", doc, _TOP_KEYS)
+    knobs_data = _mapping(doc, "knobs", path, required=True)
+    env_data = _mapping(doc, "env", path)
+    knobs, nccl_where = _knobs(knobs_data, env_data, path)
+    extra_env, notes = _extra_env(env_data, path)
+    notes = _nccl_notes(knobs, nccl_where, path) + notes
+    cfg = TunedConfig(
+        knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path)
+    )
+    _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
+    _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
+    return cfg, notes
+
+
+def _schema_version(doc: Mapping[str, Any], path: str | Path) -> int:
+    if "schema_version" not in doc:
+        raise ConfigError(
+            path, "schema_version", f"missing (required; this workbench writes {SCHEMA_VERSION})"
+        )
+    v = doc["schema_version"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(
+            path, "schema_version", f"{v!r} is not allowed: an integer from 1 to {SCHEMA_VERSION}"
+        )
+    if v > SCHEMA_VERSION:
+        problem = f"{v} is newer than this workbench understands (1 to {SCHEMA_VERSION})"
+        raise ConfigError(path, "schema_version", f"{problem}: upgrade workbench to load it")
+    return v
+
+
+def _from_v1(doc: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """Schema 1 (knobs, measured, provenance, saved_at) in schema 2's shape."""
+    check_keys(path, "", doc, ("schema_version", "knobs", "measured", "provenance", "saved_at"))
+    old = _mapping(doc, "provenance", path)
+    measured = _mapping(doc, "measured", path)
+    new: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    if "knobs" in doc:
+        new["knobs"] = doc["knobs"]
+    new["provenance"] = {
+        "source": "burst" if measured else "knobs",
+        "workload": old.get("workload"),
+        "burst_id": old.get("burst_id"),
+        "date": old.get("burst_at") or doc.get("saved_at"),
+        "device": {"type": old.get("device"), "name": old.get("device_name")},
+        "versions": old.get("versions") or {},
+        "measured": {k: measured.get(k) for k in provenance.MEASURED_KEYS} if measured else None,
+    }
+    return new
+
+
+def _mapping(
+    doc: Mapping[str, Any], key: str, path: str | Path, required: bool = False
+) -> dict[str, Any]:
+    if key not in doc:
+        if required:
+            raise ConfigError(path, key, "missing (required)")
+        return {}
+    value = doc[key]
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, key, f"expected a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _knobs(data: dict[str, Any], env: dict[str, Any], path: str | Path) -> tuple[Knobs, str]:
+    """Build the Knobs; NCCL values come from knobs.nccl, or from env when that is absent."""
+    check_keys(path, "knobs", data, KNOB_NAMES)
+    env_nccl = {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("NCCL_")}
+    where = "knobs.nccl" if "nccl" in data else "env"
+    data["nccl"] = env_nccl if where == "env" else (data["nccl"] or {})
+    try:
+        knobs = Knobs(**data)
+    except KnobError as exc:
+        name = exc.knob
+        key = f"{where}.{name}" if name.startswith("NCCL_") else f"knobs.{name}"
+        raise ConfigError(path, key, f"{exc.value!r} is not allowed: {exc.allowed}") from None
+    if where == "knobs.nccl":
+        _check_env_nccl(env_nccl, knobs, path)
+    return knobs, where
+
+
+def _check_env_nccl(env_nccl: dict[str, Any], knobs: Knobs, path: str | Path) -> None:
+    """env's NCCL_* must repeat knobs.nccl exactly: two sources could otherwise disagree."""
+    for name, value in env_nccl.items():
+        if name not in knobs.nccl:
+            problem = "not in knobs.nccl: NCCL variables are knobs; add it there too"
+            raise ConfigError(path, f"env.{name}", f"{problem} (or leave knobs.nccl out)")
+        if str(value).strip() != knobs.nccl[name] or isinstance(value, bool):
+            knob = f"knobs.nccl.{name}={knobs.nccl[name]!r}"
+            problem = f"{value!r} disagrees with {knob}; env is written from the knobs"
+            raise ConfigError(path, f"env.{name}", f"{problem}: change the knob")
+    missing = sorted(set(knobs.nccl) - set(env_nccl))
+    if env_nccl and missing:
+        raise ConfigError(path, "env", f"lacks {', '.join(missing)}, set in knobs.nccl")
+
+
+def _nccl_notes(knobs: Knobs, where: str, path: str | Path) -> list[str]:
+    try:
+        notes = nccl.check_env(knobs.nccl)
+    except nccl.NcclError as exc:
+        raise ConfigError(
+            path, f"{where}.{exc.knob}", f"{exc.value!r} is not allowed: {exc.allowed}"
+        ) from None
+    return [f"{where}: {n}" for n in notes]
+
+
+def _extra_env(env: dict[str, Any], path: str | Path) -> tuple[dict[str, str], list[str]]:
+    """The variables beside NCCL_* (checked by workbench.envvars), and warnings about them."""
+    out: dict[str, str] = {}
+    notes: list[str] = []
+    for name, value in env.items():
+        if not envvars.is_variable_name(name):
+            problem = "not an environment variable name (letters, digits and _)"
+            raise ConfigError(path, f"env.{name}", problem)
+        if name.startswith("NCCL_"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            problem = f"{value!r} is not allowed: text (quote it in YAML)"
+            raise ConfigError(path, f"env.{name}", problem)
+        out[name] = str(value).strip()
+        try:
+            notes += [f"env.{n}" for n in envvars.check_variable(name, out[name])]
+        except envvars.EnvVarError as exc:
+            problem = f"{exc.value!r} is not allowed: {exc.allowed}"
+            raise ConfigError(path, f"env.{name}", problem) from None
+    return out, notes
+
+
+def _check_copy(
+    path: str | Path, section: str, found: Any, expected: dict[str, Any], source: str
+) -> None:
+    """A section written from the knobs must still agree with them (absent: rebuilt on save)."""
+    if found is None:
+        return
+    if not isinstance(found, Mapping):
+        raise ConfigError(path, section, f"expected a mapping, got {type(found).__name__}")
+    check_keys(path, section, found, expected)
+    for key, want in expected.items():
+        got = found.get(key)
+        if key not in found or got != want or type(got) is not type(want):
+            what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
+            origin = f"this section is written from {source.format(key=key)}"
+            advice = "change the knob, not its copy (or delete the section: saving rebuilds it)"
+            problem = f"{what}: {origin}, which gives {want!r}; {advice}"
+            raise ConfigError(path, f"{section}.{key}", problem)
+
+
+# --------------------------------------------------------------------------- the text
+
+
+def _loader_section(cfg: TunedConfig) -> dict[str, Any]:
+    return cfg.dataloader_kwargs("cuda")  # as tuned: pin_memory is dropped only where no CUDA
+
+
+_HEADER = """\
+workbench tuned config. In a training script:
+  cfg = workbench.load_config("tuned.yaml")
+  loader = cfg.dataloader(dataset); scaler = cfg.grad_scaler(); with cfg.autocast(): ...
+`workbench show FILE` checks this file and prints the lines to paste.
+The knobs are the source of truth: env's NCCL_* part, dataloader and launch are copies written
+from them, and loading checks that they agree. Change a knob, not its copy."""
+
+_NOTES = {
+    "knobs": "The tuned knobs (workbench.Knobs; wb.knob_specs() describes each).",
+    "env": "Environment of the training processes: export it before launching. NCCL reads "
+    "NCCL_* when a communicator is created and PyTorch reads PYTORCH_CUDA_ALLOC_CONF when it "
+    "initializes CUDA, so setting them later has no effect.",
+    "dataloader": "torch.utils.data.DataLoader arguments, passed by cfg.dataloader(dataset); "
+    "shuffle and sampler are the script's. batch_size is per process; pin_memory needs CUDA.",
+    "launch": "torchrun lines (your script in place of train.py). One node: world_size "
+    "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
+    "JOB_ID set.",
+    "provenance": "Where these knobs came from. Loading warns when this machine differs (GPU "
+    "model, torch major version): the numbers are then a starting point, not a promise.",
+}
+
+
+def config_text(cfg: TunedConfig) -> str:
+    """The file's text: a pure function of the config (same config, same bytes)."""
+    return render(_HEADER, _sections(cfg))
+
+
+def _sections(cfg: TunedConfig) -> list[Section]:
+    docs = {s.name: s.doc for s in knob_specs()}
+    return [
+        Section("schema_version", SCHEMA_VERSION),
+        Section("knobs", cfg.knobs.to_dict(), _NOTES["knobs"], docs),
+        Section("env", cfg.env(), _NOTES["env"]),
+        Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
+        Section("launch", cfg.launch_lines(), _NOTES["launch"]),
+        Section("provenance", dict(cfg.provenance), _NOTES["provenance"]),
+    ]

@@ -135,22 +135,33 @@ def build_datasets(
 def ensure_datasets(
     root: str | os.PathLike[str] | None = None,
     *,
-    images_per_class: int = 80,
-    classes: int = 10,
-    token_mb: float = 4.0,
-    seed: int = 0,
+    images_per_class: int | None = None,
+    classes: int | None = None,
+    token_mb: float | None = None,
+    seed: int | None = None,
     progress: Progress | None = None,
 ) -> DatasetPaths:
-    """The datasets under `root`, built first unless a complete build with the same
-    parameters is already there (its manifest is written last, so an interrupted build
-    is redone). Arguments as for `build_datasets`."""
-    params = _params(images_per_class, classes, token_mb, seed)
+    """The datasets under `root`, built first unless a complete build is already there (its
+    manifest is written last, so an interrupted build is redone).
+
+    With no build parameters, any complete build is accepted: a burst must never silently
+    rebuild a dataset a person made smaller or larger on purpose (`workbench data
+    --images-per-class 10`). Given parameters, a build with other parameters is replaced.
+    Missing ones default as for `build_datasets`."""
+    given = (images_per_class, classes, token_mb, seed)
+    params = _params(
+        80 if images_per_class is None else images_per_class,
+        10 if classes is None else classes,
+        4.0 if token_mb is None else token_mb,
+        0 if seed is None else seed,
+    )
+    wanted = None if all(v is None for v in given) else params
     paths = DatasetPaths.under(data_root(root))
-    if _is_complete(paths, params):
+    if _is_complete(paths, wanted):
         return paths
     paths.root.mkdir(parents=True, exist_ok=True)
     with _lock(paths.root):
-        if not _is_complete(paths, params):  # another process may have built it meanwhile
+        if not _is_complete(paths, wanted):  # another process may have built it meanwhile
             _build(paths, params, progress or _silent)
     return paths
 
@@ -178,11 +189,11 @@ def _params(images_per_class: int, classes: int, token_mb: float, seed: int) -> 
     }
 
 
-def _is_complete(paths: DatasetPaths, params: dict[str, Any]) -> bool:
+def _is_complete(paths: DatasetPaths, params: dict[str, Any] | None) -> bool:
     manifest = read_manifest(paths.root)
     if not manifest or manifest.get("format") != FORMAT_VERSION:
         return False
-    if manifest.get("params") != params:
+    if params is not None and manifest.get("params") != params:
         return False
     try:
         count, _ = check_image_folder(paths.images)

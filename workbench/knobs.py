@@ -260,6 +260,22 @@ def parse_value(name: str, text: str) -> Any:
     return text
 
 
+def check_value(name: str, value: Any) -> Any:
+    """One knob value checked on its own (type and range, not combinations); canonical form.
+
+    For lists of values (a sweep, a tuner's search space) that are checked before any burst
+    runs: a combination such as prefetch without workers depends on the other knobs.
+    """
+    if _NCCL_NAME.match(name):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise KnobError(name, value, "a string value (numbers are converted)")
+        return str(value).strip()
+    spec = SPECS.get(name)
+    if spec is None:
+        raise KnobError(name, value, f"unknown knob; known: {_known()}")
+    return _coerce(spec, value)
+
+
 def _coerce(spec: KnobSpec, value: Any) -> Any:
     """Check one value against its spec; return it in canonical form."""
     if spec.kind == "mapping":

@@ -38,6 +38,7 @@ __all__ = [
     "memory",
     "save",
     "step_split",
+    "sweep",
     "throughput",
 ]
 
@@ -506,6 +507,20 @@ def _capacity_layers(capacity_mib: float) -> list[alt.Chart]:
         x=alt.value(0), text="label:N"
     )
     return [rule, text.properties(name="capacity_label")]
+
+
+def sweep(
+    df: pd.DataFrame, knob: str | None = None, *, capacity_mib: float | None = None
+) -> alt.HConcatChart:
+    """Throughput and peak memory against the swept knob, side by side.
+
+    For the frame ``wb.sweep`` returns: ``knob`` defaults to the one it swept
+    (``df.attrs["knob"]``).
+    """
+    knob = knob or df.attrs.get("knob")
+    if not knob:
+        raise ValueError("which knob? pass knob=... (this frame does not say what was swept)")
+    return alt.hconcat(throughput(df, knob), memory(df, knob, capacity_mib=capacity_mib))
 
 
 def step_split(df: pd.DataFrame, knob: str, *, highlight_id: int | None = None) -> alt.LayerChart:

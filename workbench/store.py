@@ -25,7 +25,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["SCHEMA_VERSION", "HistoryStore", "StoreError", "default_store_path", "open_store"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "HistoryStore",
+    "StoreError",
+    "default_store_path",
+    "open_store",
+    "records_frame",
+]
 
 SCHEMA_VERSION = 1
 """The schema this library writes. Bump it together with a new entry in ``_MIGRATIONS``."""
@@ -178,14 +185,7 @@ class HistoryStore:
         column per knob (``knob_<name>`` where a knob shares a result field's name) and one per
         NCCL variable (``NCCL_ALGO`` ...), then the other result fields (``knobs`` kept whole).
         """
-        import pandas as pd
-
-        rows = [_flatten(record) for record in self.records(**filters)]
-        if not rows:
-            return pd.DataFrame(columns=list(_FRONT))
-        frame = pd.DataFrame(rows)
-        frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, format="ISO8601")
-        return frame
+        return records_frame(self.records(**filters))
 
     # -- connections and schema --------------------------------------------------------------
 
@@ -285,6 +285,21 @@ def open_store(store: HistoryStore | str | os.PathLike[str] | None = None) -> Hi
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def records_frame(records: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
+    """Burst dicts (stored records or ``BurstResult.to_dict()``) as a frame shaped like ``frame()``.
+
+    Sweeps and tunes return their bursts this way, so the same plots read them.
+    """
+    import pandas as pd
+
+    rows = [_flatten(record) for record in records]
+    if not rows:
+        return pd.DataFrame(columns=list(_FRONT))
+    frame = pd.DataFrame(rows)
+    frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, format="ISO8601")
+    return frame
 
 
 @contextmanager

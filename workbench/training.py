@@ -111,13 +111,23 @@ def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
     if device.type != "cuda":
         yield
         return
-    fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
     saved = _read_flags()
     try:
-        _write_flags(fp32_mode, knobs.cudnn_benchmark)
+        apply_backend_flags(knobs)
         yield
     finally:
         _restore_flags(saved)
+
+
+def apply_backend_flags(knobs: Knobs) -> dict[str, Any]:
+    """Set TF32 and cudnn.benchmark as the knobs say, and leave them set (production side).
+
+    The same settings a burst uses, so a tuned config reproduces the measured numerics; a
+    no-op in effect on a CPU. Returns what was set.
+    """
+    fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
+    _write_flags(fp32_mode, knobs.cudnn_benchmark)
+    return {"fp32_precision": fp32_mode, "cudnn_benchmark": knobs.cudnn_benchmark}
 
 
 def _read_flags() -> dict[str, Any]:

@@ -1,0 +1,208 @@
+"""Train with a tuned config: a plain PyTorch script, the production side of workbench.
+
+    python examples/train.py --config tuned.yaml                     # a dataset made here
+    python examples/train.py --config tuned.yaml --data data/images  # an ImageFolder
+    torchrun --standalone --nproc_per_node=2 examples/train.py --config tuned.yaml
+
+What the tuning session chose comes from the config: DataLoader arguments, precision (autocast
+and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), channels_last,
+torch.compile, gradient accumulation, the DDP bucket size, and the NCCL/allocator environment.
+Everything else is ordinary PyTorch: replace the model and the dataset with yours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from workbench.config import load_config
+
+
+def main() -> None:
+    args = _parse_args()
+    cfg = load_config(args.config)
+    # NCCL reads its variables when the process group starts, PyTorch's CUDA allocator when
+    # CUDA is initialized: set them before either. Variables already exported in the shell win.
+    for name, value in cfg.env().items():
+        os.environ.setdefault(name, value)
+    rank, world, device = _start_distributed(args.device)
+    cfg.apply_backend_flags()  # TF32 on or off, cudnn.benchmark: as measured
+    knobs = cfg.knobs
+    if rank == 0 and world != knobs.world_size:
+        print(f"note: tuned for world_size={knobs.world_size}, running {world} process(es)")
+
+    dataset, classes = _dataset(args)
+    sampler = None
+    if world > 1:
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)
+    loader = cfg.dataloader(dataset, shuffle=sampler is None, sampler=sampler, drop_last=True)
+
+    model = SmallNet(classes).to(device)
+    if knobs.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        model = nn.parallel.DistributedDataParallel(model, device_ids=ids, **cfg.ddp_kwargs())
+    if knobs.compile != "off":
+        model = torch.compile(model, mode=None if knobs.compile == "default" else knobs.compile)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = cfg.grad_scaler(device.type)  # None unless fp16
+
+    batches = _batches(loader, sampler)
+    step = _step_function(cfg, model, optimizer, scaler, device, world)
+    for _ in range(args.warmup):  # compile, cuDNN autotuning, worker start-up: not timed
+        step(batches)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step(batches)
+    _sync(device)  # kernels run asynchronously: wait for them before reading the clock
+    elapsed = time.perf_counter() - start
+    samples = args.steps * knobs.grad_accum * knobs.batch_size * world
+    if rank == 0:
+        print(
+            f"train: {samples / elapsed:.1f} samples/s ({world} process(es) on {device.type}, "
+            f"batch {knobs.batch_size} x accum {knobs.grad_accum}, {knobs.precision}, "
+            f"{knobs.num_workers} workers), loss {loss.item():.3f}"
+        )
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def _step_function(cfg, model, optimizer, scaler, device, world):
+    """One optimizer step: grad_accum micro-batches, each under the tuned autocast."""
+    accum = cfg.knobs.grad_accum
+    pinned = cfg.dataloader_kwargs(device.type).get("pin_memory", False)
+
+    def step(batches) -> torch.Tensor:
+        for i in range(accum):
+            x, y = next(batches)
+            # non_blocking only overlaps the copy with compute when the batch is pinned
+            x, y = x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
+            if cfg.knobs.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            last = i == accum - 1
+            # DDP all-reduces gradients on every backward; skip it until the last micro-batch
+            sync = contextlib.nullcontext() if world == 1 or last else model.no_sync()
+            with sync:
+                with cfg.autocast(device.type):
+                    loss = F.cross_entropy(model(x), y) / accum
+                (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach() * accum
+
+    return step
+
+
+def _batches(loader, sampler):
+    """Batches forever, epoch after epoch (the sampler reshuffles per epoch under DDP)."""
+    epoch = 0
+    while True:
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+class SmallNet(nn.Module):
+    """Four conv-BN-ReLU blocks and a linear head: small enough for a CPU."""
+
+    def __init__(self, classes: int, width: int = 16):
+        super().__init__()
+        chans = [3, width, width * 2, width * 4, width * 8]
+        layers: list[nn.Module] = []
+        for i in range(4):
+            layers += [
+                nn.Conv2d(chans[i], chans[i + 1], 3, stride=1 if i == 0 else 2, padding=1),
+                nn.BatchNorm2d(chans[i + 1]),
+                nn.ReLU(inplace=True),
+            ]
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(chans[-1], classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+class MadeUpImages(Dataset):
+    """Random images with a class-dependent tint, made per sample (no files, no download)."""
+
+    def __init__(self, n: int, size: int, classes: int = 10):
+        self.n, self.size, self.classes = n, size, classes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        g = torch.Generator().manual_seed(i)
+        label = i % self.classes
+        x = torch.rand(3, self.size, self.size, generator=g) + label / self.classes
+        return (x - x.mean()) / x.std(), label
+
+
+def _dataset(args: argparse.Namespace) -> tuple[Dataset, int]:
+    if args.data is None:
+        return MadeUpImages(args.samples, args.size), 10
+    from torchvision import datasets
+    from torchvision import transforms as T
+
+    transform = T.Compose(
+        [
+            T.RandomResizedCrop(args.size, antialias=True),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+    folder = datasets.ImageFolder(args.data, transform=transform)
+    return folder, len(folder.classes)
+
+
+def _start_distributed(choice: str) -> tuple[int, int, torch.device]:
+    """Rank, world size and device; a process group only when torchrun started several."""
+    cuda = torch.cuda.is_available() and choice != "cpu"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world == 1:
+        return 0, 1, device
+    torch.distributed.init_process_group("nccl" if cuda else "gloo")
+    return torch.distributed.get_rank(), world, device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="tuned.yaml", help="a config saved by workbench")
+    p.add_argument("--data", help="an ImageFolder (default: images made up on the fly)")
+    p.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
+    p.add_argument("--size", type=int, default=64, help="image size in pixels")
+    p.add_argument("--samples", type=int, default=1024, help="made-up dataset size")
+    p.add_argument("--device", choices=["auto", "cpu"], default="auto")
+    args = p.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
+    return args
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""The tuner's search logic, on scripted bursts: deterministic, milliseconds per test.
+
+``run_burst`` is replaced by a fake whose throughput, memory and failures are functions of
+the knobs (and of how often these knobs ran, to script noise); the real-burst tests are in
+test_tuner.py.
+"""
+
+import dataclasses
+import threading
+from collections.abc import Callable
+
+import pytest
+import torch
+from workloads_for_tests import tensor_workload
+
+from workbench import Knobs, hardware, tune
+from workbench.knobs import KnobError
+from workbench.loader_bench import prefetched_batches, settled_warmup
+from workbench.results import BurstResult
+from workbench.search import midpoint
+from workbench.tuner import default_space
+
+Speed = Callable[[Knobs, int], "float | str"]
+
+
+class FakeBursts:
+    """Stands in for run_burst: ``speed(knobs, nth_run)`` gives samples/s or a failed status."""
+
+    def __init__(self, speed: Speed, mem: Callable[[Knobs], float] = lambda k: 100.0,
+                 wait: Callable[[Knobs], float] = lambda k: 5.0):  # fmt: skip
+        self.speed, self.mem, self.wait = speed, mem, wait
+        self.calls: list[Knobs] = []
+        self.warmups: list[int] = []
+
+    def __call__(self, workload, knobs: Knobs, **kwargs) -> BurstResult:
+        nth = self.calls.count(knobs)
+        self.calls.append(knobs)
+        self.warmups.append(kwargs["warmup_steps"])
+        out = self.speed(knobs, nth)
+        if isinstance(out, str):
+            return BurstResult(status=out, error=f"fake {out}", workload="tiny", knobs=knobs)
+        return BurstResult(workload="tiny", device="cpu", knobs=knobs, samples_per_s=out,
+                           peak_mem_mib=self.mem(knobs), data_wait_pct=self.wait(knobs),
+                           step_ms_p50=1000.0 / out)  # fmt: skip
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """Install a FakeBursts; the device has 1000 MiB, so the default margin's limit is 900."""
+    real = hardware.device_info
+    small = lambda d=None: dataclasses.replace(real(d), total_mem_mib=1000.0)  # noqa: E731
+    monkeypatch.setattr(hardware, "device_info", small)
+
+    def install(speed: Speed, **kw) -> FakeBursts:
+        f = FakeBursts(speed, **kw)
+        monkeypatch.setattr("workbench.tuner.run_burst", f)
+        return f
+
+    return install
+
+
+def _tune(space, **kw):
+    return tune(tensor_workload(), space, record=False, seconds=0.1, **kw)
+
+
+def test_batch_size_grows_to_the_oom_then_bisects_to_a_measured_size(fake):
+    f = fake(lambda k, n: "oom" if k.batch_size > 100 else float(k.batch_size))
+    t = _tune({"batch_size": [16, 32, 64, 128, 256]}, budget=12)
+    assert t.best.batch_size == 96  # between the listed 64 and 128: bisected, and measured
+    sizes = [k.batch_size for k in f.calls]
+    assert 96 in sizes and 256 not in sizes  # stopped growing at the first OOM
+    assert sizes.index(128) < sizes.index(96) < sizes.index(112)
+    assert t.best_result.knobs.batch_size == 96 and t.best_result.ok
+    assert next(c for c in t.candidates if c.knobs == t.best).runs == 3  # re-measured
+
+
+@pytest.mark.parametrize(("margin", "limit", "best"), [(0.1, 900, 80), (0.5, 500, 40)])
+def test_the_memory_margin_is_a_hard_limit(fake, margin, limit, best):
+    fake(lambda k, n: float(k.batch_size), mem=lambda k: 100.0 + 10 * k.batch_size)
+    t = _tune({"batch_size": [16, 32, 64, 128]}, budget=14, memory_margin=margin)
+    assert t.limit_mib == pytest.approx(limit)
+    assert t.best.batch_size == best and t.best_result.peak_mem_mib <= limit
+    over = [c for c in t.candidates if c.status == "over limit"]
+    assert over and all(not c.fits and c.knobs.batch_size > best for c in over)
+
+
+def test_close_contenders_are_remeasured_so_a_lucky_burst_cannot_win(fake):
+    lucky = {0: 50.0, 1: 130.0, 2: 110.0}  # workers=1 is really 100: its first burst was luck
+
+    def speed(k, n):
+        return 100.0 if k.num_workers == 1 and n > 0 else lucky[k.num_workers]
+
+    f = fake(speed)
+    t = _tune({"num_workers": [0, 1, 2]}, budget=12)
+    assert t.best.num_workers == 2
+    assert f.calls.count(Knobs(num_workers=1)) == 3 and f.calls.count(Knobs(num_workers=2)) == 3
+    best = t.candidates[0]
+    assert best.samples_per_s == 110.0 and best.spread_pct == 0.0
+    assert t.candidates[1].spread_pct == pytest.approx(30.0)  # (130 - 100) / 100
+
+
+def test_the_budget_counts_every_burst(fake):
+    f = fake(lambda k, n: 100.0 + k.batch_size + k.num_workers)
+    t = _tune({"batch_size": [8, 16, 32, 64, 128], "num_workers": [0, 1, 2, 3]}, budget=5)
+    assert len(t.bursts) == len(f.calls) == 5 and t.stopped == "budget"
+
+
+def test_a_data_bound_start_tries_data_knobs_first(fake):
+    f = fake(lambda k, n: 100.0, wait=lambda k: 80.0 if k.num_workers == 0 else 5.0)
+    _tune({"batch_size": [32, 64], "num_workers": [0, 1]}, budget=6)
+    assert f.calls[1] == Knobs(num_workers=1)
+
+
+def test_a_compute_bound_start_tries_compute_knobs_first(fake):
+    f = fake(lambda k, n: 100.0, wait=lambda k: 2.0)
+    _tune({"num_workers": [0, 1], "batch_size": [32, 64]}, budget=6)
+    assert f.calls[1] == Knobs(batch_size=64)
+
+
+def test_a_climb_stops_past_the_peak(fake):
+    speeds = {0: 50.0, 1: 80.0, 2: 100.0, 3: 70.0, 4: 60.0, 6: 50.0, 8: 40.0}
+    f = fake(lambda k, n: speeds[k.num_workers])
+    t = _tune({"num_workers": list(speeds)}, budget=16)
+    assert t.best.num_workers == 2
+    assert {k.num_workers for k in f.calls} == {0, 1, 2, 3}
+
+
+def test_failed_bursts_are_recorded_and_skipped(fake):
+    def speed(k, n):
+        if k.num_workers == 1:
+            return "error"
+        if k.precision == "bf16":
+            raise RuntimeError("refused before it ran")
+        return 100.0 + k.batch_size
+
+    fake(speed)
+    space = {"num_workers": [0, 1], "precision": ["fp32", "bf16"], "batch_size": [32, 64]}
+    t = _tune(space, budget=10)
+    assert t.best == Knobs(batch_size=64)
+    failed = [r for r in t.bursts if r.status == "error"]
+    assert {r.knobs.num_workers for r in failed} == {0, 1}
+    assert "RuntimeError: refused before it ran" in {r.error for r in failed}
+    assert all(not c.fits for c in t.candidates if c.status == "error")
+
+
+def test_cancel_returns_the_best_so_far(fake):
+    stop = threading.Event()
+    f = fake(lambda k, n: float(k.batch_size))
+    t = _tune({"batch_size": [32, 64, 128, 256]}, budget=20, cancel=stop,
+              progress=lambda p: p.bursts == 2 and stop.set())  # fmt: skip
+    assert len(f.calls) == 2 and t.stopped == "cancelled"
+    assert t.best.batch_size == 64 and t.speedup == pytest.approx(2.0)
+
+
+def test_ctrl_c_returns_the_best_so_far(fake):
+    def speed(k, n):
+        if k.batch_size == 128:
+            raise KeyboardInterrupt
+        return float(k.batch_size)
+
+    fake(speed)
+    t = _tune({"batch_size": [32, 64, 128]}, budget=20)
+    assert t.stopped == "interrupted" and t.best.batch_size == 64
+
+
+def test_progress_reports_each_burst_and_the_best_so_far(fake):
+    fake(lambda k, n: float(k.batch_size))
+    seen = []
+    t = _tune({"batch_size": [32, 64]}, budget=4, progress=seen.append)
+    assert [p.bursts for p in seen] == list(range(1, len(t.bursts) + 1))
+    assert seen[0].stage == "start" and seen[0].best == Knobs() and seen[0].knob is None
+    assert seen[1].stage == "batch_size=64" and seen[1].knob == "batch_size"
+    assert seen[-1].best.batch_size == 64 and seen[-1].budget == 4
+
+
+def test_knobs_without_effect_here_are_not_measured(fake):
+    f = fake(lambda k, n: 100.0)
+    t = _tune({"pin_memory": [False, True]}, budget=5)
+    assert all(not k.pin_memory for k in f.calls)
+    assert any("pin_memory=True: no effect on cpu" in n for n in t.notes)
+
+
+def test_prefetch_values_without_workers_are_skipped_not_fatal(fake):
+    f = fake(lambda k, n: 100.0 + k.num_workers)
+    t = _tune({"prefetch_factor": [2, 4], "num_workers": [0, 1]}, budget=8)
+    assert all(k.prefetch_factor is None or k.num_workers > 0 for k in f.calls)
+    assert t.best.num_workers == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"space": {}}, "space=\\{\\} is not allowed: at least one knob"),
+        ({"space": {"warp": [1]}}, "warp=1 is not allowed: unknown knob"),
+        ({"space": {"batch_size": []}}, "at least one value"),
+        ({"space": {"batch_size": [16, 0]}}, "batch_size=0 is not allowed: an integer from 1"),
+        ({"space": {"world_size": [1, 2]}}, "world_size=\\[1, 2\\] is not allowed"),
+        ({"budget": 0}, "budget=0 is not allowed: an integer >= 1"),
+        ({"budget": True}, "budget=True is not allowed"),
+        ({"memory_margin": -0.1}, "memory_margin=-0.1 is not allowed: a number from 0 to 0.9"),
+        ({"memory_margin": 0.95}, "memory_margin=0.95 is not allowed"),
+        ({"seconds": 0}, "seconds=0 is not allowed"),
+    ],
+)
+def test_bad_input_is_refused_before_any_burst(fake, kwargs, words):
+    f = fake(lambda k, n: 100.0)
+    args = {"space": {"batch_size": [16, 32]}, "budget": 4, **kwargs}
+    space = args.pop("space")
+    with pytest.raises(KnobError, match=words):
+        tune(tensor_workload(), space, record=False, **args)
+    assert f.calls == []
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "mid"), [(64, 128, 96), (96, 112, 104), (64, 72, 68), (5, 7, 6)]
+)
+def test_midpoints_land_on_multiples_of_8_when_the_gap_allows(good, bad, mid):
+    assert midpoint(good, bad) == mid
+
+
+def test_warm_up_consumes_what_the_workers_prefetch(fake):
+    f = fake(lambda k, n: 100.0 + k.num_workers)
+    _tune({"num_workers": [0, 2, 3]}, base=Knobs(prefetch_factor=None), budget=3, warmup_steps=2)
+    assert dict(zip([k.num_workers for k in f.calls], f.warmups, strict=True)) == {0: 2, 2: 4, 3: 6}
+
+
+@pytest.mark.parametrize(
+    ("knobs", "batches", "steps"),
+    [(Knobs(), 0, 3), (Knobs(num_workers=3, prefetch_factor=4), 12, 12),
+     (Knobs(num_workers=2, grad_accum=4), 4, 3), (Knobs(num_workers=4, grad_accum=3), 8, 3),
+     (Knobs(num_workers=4, prefetch_factor=8, loader="synthetic"), 0, 3)],
+)  # fmt: skip
+def test_settled_warmup_covers_the_prefetch_queue(knobs, batches, steps):
+    assert prefetched_batches(knobs) == batches
+    assert settled_warmup(knobs, 3) == steps
+
+
+def test_the_default_space_on_a_cpu_searches_batch_and_loader_knobs(monkeypatch):
+    real = hardware.device_info
+    cores = lambda d=None: dataclasses.replace(real(d), cpu_count=2)  # noqa: E731
+    monkeypatch.setattr(hardware, "device_info", cores)
+    space = default_space(torch.device("cpu"), tensor_workload(), Knobs(batch_size=32))
+    assert space == {"batch_size": [16, 32, 64, 128, 256], "num_workers": [0, 1, 2],
+                     "prefetch_factor": [2, 4]}  # fmt: skip

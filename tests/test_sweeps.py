@@ -1,0 +1,72 @@
+import threading
+
+import pytest
+from workloads_for_tests import tensor_workload
+
+from workbench import Knobs, plots, sweep
+from workbench.knobs import KnobError
+from workbench.results import BurstResult
+from workbench.store import open_store
+from workbench.sweeps import with_knob
+
+FAST = {"seconds": 0.2, "warmup_steps": 1, "min_steps": 3}
+
+
+def test_one_row_per_value_with_the_knob_varying(store_path):
+    seen: list[BurstResult] = []
+    df = sweep(tensor_workload(), "batch_size", [8, 16, 32], base=Knobs(num_workers=0),
+               store=store_path, progress=seen.append, **FAST)  # fmt: skip
+    assert len(df) == 3 and list(df["batch_size"]) == [8, 16, 32]
+    assert set(df["status"]) == {"ok"} and (df["samples_per_s"] > 0).all()
+    for name in ("step_ms_p50", "peak_mem_mib", "data_wait_pct", "noisy", "knobs", "no_effect"):
+        assert name in df.columns  # every BurstResult field, as in wb.history()
+    assert df.attrs["knob"] == "batch_size"
+    assert [r.id for r in seen] == list(df["id"])  # progress got each burst as it landed
+    assert [row["id"] for row in open_store(store_path).records()] == list(df["id"])
+
+
+def test_other_knobs_are_held_and_repeats_interleave():
+    base = Knobs(batch_size=8, grad_accum=2)
+    df = sweep(tensor_workload(), "num_workers", [0, 1], base=base, repeats=2, record=False,
+               **FAST)  # fmt: skip
+    assert list(df["num_workers"]) == [0, 1, 0, 1]
+    assert set(df["batch_size"]) == {8} and set(df["grad_accum"]) == {2}
+
+
+@pytest.mark.parametrize(
+    ("knob", "values", "words"),
+    [
+        ("batch_size", [], "at least one value"),
+        ("warp", [1, 2], "unknown knob"),
+        ("batch_size", [16, 0], "batch_size=0 is not allowed: an integer from 1"),
+        ("precision", ["fp32", "fp8"], "precision='fp8' is not allowed: one of fp32"),
+        ("batch_size", "16", "a list of values"),
+    ],
+)
+def test_bad_values_are_refused_before_any_burst(knob, values, words, store_path):
+    with pytest.raises(KnobError, match=words):
+        sweep(tensor_workload(), knob, values, store=store_path, **FAST)
+    assert len(open_store(store_path)) == 0
+
+
+def test_zero_workers_unsets_what_needs_workers():
+    base = Knobs(num_workers=2, prefetch_factor=4, persistent_workers=True)
+    k = with_knob(base, "num_workers", 0)
+    assert k.num_workers == 0 and k.prefetch_factor is None and not k.persistent_workers
+    with pytest.raises(KnobError, match="needs num_workers"):
+        with_knob(Knobs(), "prefetch_factor", 4)  # asked for explicitly: an error, not a repair
+
+
+def test_cancel_returns_the_bursts_so_far():
+    stop = threading.Event()
+    df = sweep(tensor_workload(), "batch_size", [8, 16, 32], cancel=stop, record=False,
+               progress=lambda r: stop.set(), **FAST)  # fmt: skip
+    assert list(df["batch_size"]) == [8]
+
+
+def test_sweep_chart_draws_throughput_and_memory_against_the_knob():
+    df = sweep(tensor_workload(), "batch_size", [8, 16], record=False, **FAST)
+    spec = plots.sweep(df).to_dict()
+    titles = [c["title"]["text"] for c in spec["hconcat"]]
+    assert titles[0].startswith("Throughput") and titles[1].startswith("Peak memory")
+    assert all("batch_size" in t for t in titles)

@@ -1,0 +1,85 @@
+"""``tune`` on real bursts: real OOMs, real memory, a real crashing worker, the real store."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from workloads_for_tests import crashing_workload, fat_workload, hungry_workload
+
+from workbench import Knobs, hardware, run_burst, tune
+from workbench.store import open_store
+
+FAST = {"seconds": 0.2, "warmup_steps": 1, "min_steps": 3}
+
+
+def test_batch_search_answers_a_measured_size_below_a_real_oom(store_path):
+    t = tune(hungry_workload(limit=64), {"batch_size": [16, 32, 64, 128, 256]}, budget=10,
+             store=store_path, **FAST)  # fmt: skip
+    assert t.best is not None and t.best.batch_size <= 64
+    measured = {r.knobs.batch_size for r in t.bursts if r.ok}
+    assert t.best.batch_size in measured and t.best_result.ok
+    assert t.best_result.knobs == t.best
+    ooms = {r.knobs.batch_size for r in t.bursts if r.status == "oom"}
+    assert ooms and min(ooms) > 64 and 256 not in ooms | measured  # stopped at the edge
+    assert [r["id"] for r in open_store(store_path).records()] == [r.id for r in t.bursts]
+    json.dumps(t.to_dict())  # JSON-ready, as `workbench tune --json` prints it
+
+
+def test_the_memory_margin_holds_on_real_peak_memory(monkeypatch):
+    wl = fat_workload(mib_per_sample=8)  # peak RSS grows 8 MiB per sample of the batch
+    base = run_burst(wl, Knobs(batch_size=8), record=False, **FAST).peak_mem_mib
+    limit = base + 300  # batch 32 (+192 MiB over batch 8) fits; batch 64 (+448) does not
+    real = hardware.device_info
+    small = lambda d=None: dataclasses.replace(real(d), total_mem_mib=limit / 0.9)  # noqa: E731
+    monkeypatch.setattr(hardware, "device_info", small)
+    t = tune(wl, {"batch_size": [8, 16, 32, 64, 128]}, budget=10, memory_margin=0.1,
+             base=Knobs(batch_size=8), record=False, **FAST)  # fmt: skip
+    assert abs(t.limit_mib - limit) < 1e-6
+    assert 16 <= t.best.batch_size < 64
+    assert max(r.peak_mem_mib for r in t.bursts if r.knobs == t.best) <= limit
+    over = [c for c in t.candidates if c.status == "over limit"]
+    assert over and min(c.knobs.batch_size for c in over) > t.best.batch_size
+
+
+def test_a_crashing_worker_is_recorded_and_the_tune_goes_on(store_path):
+    t = tune(crashing_workload(), {"num_workers": [0, 1]}, base=Knobs(batch_size=8),
+             budget=6, store=store_path, **FAST)  # fmt: skip
+    assert t.best == Knobs(batch_size=8)
+    errors = [r for r in t.bursts if r.status == "error"]
+    assert [r.knobs.num_workers for r in errors] == [1]
+    assert any(row["status"] == "error" for row in open_store(store_path).records())
+    assert "1 failed" in t.summary()
+
+
+def test_sweep_diagnose_and_tune_need_no_ui_packages(tmp_path):
+    """DESIGN.md: everything but plots and the UI runs on a bare GPU box."""
+    from test_standalone import BLOCKED
+
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in {BLOCKED!r}):
+                    raise ModuleNotFoundError(name)
+
+        sys.meta_path.insert(0, Block())
+        import workbench as wb
+        from workloads_for_tests import tensor_workload
+        fast = dict(seconds=0.1, warmup_steps=1, min_steps=2, record=False)
+        df = wb.sweep(tensor_workload(), "batch_size", [8, 16], **fast)
+        d = wb.diagnose(tensor_workload(), wb.Knobs(batch_size=8), **fast)
+        t = wb.tune(tensor_workload(), {{"batch_size": [8, 16]}}, budget=3, **fast)
+        print(json.dumps([len(df), d.verdict, t.best is not None, t.frame().shape[0]]))
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows, verdict, found, bursts = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rows == 2 and verdict in ("data-bound", "compute-bound", "balanced") and found
+    assert 1 <= bursts <= 3

@@ -1,0 +1,136 @@
+"""What to try next, given a verdict: the knobs most likely to help, on this device.
+
+Rules, not measurements: a diagnosis (workbench/diagnosis.py) says which side is slower, and
+each rule here names a knob that speeds up that side, the value to try and why. Two promises:
+
+- a knob that cannot act on this device (pinned memory on a CPU, ...) is never suggested:
+  ``no_effect`` decides, the same function that reports such knobs in a burst;
+- a data-bound (or balanced) pipeline never gets "raise the batch size": the model already
+  waits for data, and a bigger batch only makes each wait longer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workbench import hardware
+from workbench.knobs import KnobError, Knobs
+from workbench.training import no_effect
+from workbench.workloads import Workload
+
+SATURATED = 0.85
+"""On a CPU, a compute-only burst using this share of all cores leaves none idle for workers."""
+OVERLAP_SHARE = 0.2
+"""With ``num_workers=0`` loading and compute run one after the other; when loading takes at
+least this share of the time, workers (which overlap the two) are worth suggesting even to a
+compute-bound pipeline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """One knob to try next, with the value and why it should help."""
+
+    knob: str
+    value: Any
+    why: str
+
+    def text(self) -> str:
+        value = str(self.value).lower() if isinstance(self.value, bool) else self.value
+        return f"{self.knob}={value}: {self.why}"
+
+
+def advise(
+    verdict: str,
+    knobs: Knobs,
+    dev: torch.device,
+    wl: Workload,
+    loader_sps: float,
+    compute_sps: float,
+    compute_cpu_pct: float | None = None,
+) -> list[Suggestion]:
+    """Knobs most likely to help next, for this verdict on this device (best first).
+
+    ``compute_cpu_pct``: CPU use of the compute-only burst (100 = one core), to tell whether
+    loader workers would find idle cores or take them from the model.
+    """
+    data = data_advice(knobs, dev, wl, compute_cpu_pct)
+    compute = compute_advice(knobs, dev, wl)
+    if verdict == "data-bound":
+        chosen = data
+    elif verdict == "compute-bound":
+        chosen = compute
+        load_share = compute_sps / (loader_sps + compute_sps) if loader_sps + compute_sps else 0
+        if knobs.num_workers == 0 and load_share >= OVERLAP_SHARE:
+            chosen = [*compute, *data[:1]]  # loading still costs serial time: overlap it
+    elif verdict == "balanced":
+        chosen = data[:2] + [s for s in compute if s.knob != "batch_size"][:2]
+    else:
+        chosen = []
+    return [s for s in chosen if _acts(s, knobs, dev, wl)]
+
+
+def _acts(s: Suggestion, knobs: Knobs, dev: torch.device, wl: Workload) -> bool:
+    """Would this knob act here? Suggesting pinned memory on a CPU would be a fake promise."""
+    try:
+        return s.knob not in no_effect(knobs.replace(**{s.knob: s.value}), dev, wl)
+    except KnobError:
+        return False
+
+
+def data_advice(
+    knobs: Knobs, dev: torch.device, wl: Workload, compute_cpu_pct: float | None = None
+) -> list[Suggestion]:
+    """Rules that speed up the data side, most effective first."""
+    cores = hardware.device_info(dev).cpu_count or os.cpu_count() or 1
+    nw, cuda = knobs.num_workers, dev.type == "cuda"
+    target, depth = min(cores, max(2, nw * 2)), (knobs.prefetch_factor or 2) * 2
+    workers = f"decode in {target} processes, overlapped with compute (now {nw}; {cores} cores)"
+    if not cuda and compute_cpu_pct is not None and compute_cpu_pct >= SATURATED * 100 * cores:
+        busy = compute_cpu_pct / cores
+        workers += (
+            f", but the model alone keeps the cores {busy:.0f}% busy: workers take cores from "
+            "it, so expect less than the loader's ceiling; cheaper decoding (smaller stored "
+            "images, pre-decoded data) helps more"
+        )
+    rules = [
+        (nw < cores, "num_workers", target, workers),
+        (cuda and knobs.loader == "torch" and wl.image_dir is not None, "loader", "dali",
+         "decode JPEGs on the GPU (nvJPEG; needs the dali extra), freeing the CPU cores"),
+        (cuda and not knobs.pin_memory, "pin_memory", True,
+         "page-locked batches copy to the GPU faster, without blocking the training loop"),
+        (nw > 0, "prefetch_factor", depth,
+         "a deeper queue per worker rides out slow batches (uneven batches, not a slow mean)"),
+        (nw > 0 and not knobs.persistent_workers, "persistent_workers", True,
+         "keep workers across epochs instead of re-forking them at every epoch boundary"),
+    ]  # fmt: skip
+    return [Suggestion(knob, value, why) for cond, knob, value, why in rules if cond]
+
+
+def compute_advice(knobs: Knobs, dev: torch.device, wl: Workload) -> list[Suggestion]:
+    """Rules that make each training step cheaper, most effective first."""
+    cuda, images = dev.type == "cuda", wl.image_dir is not None
+    mem = hardware.device_info(dev).total_mem_mib or 0.0
+    bf16_why = (
+        "autocast matmuls and convolutions run on tensor cores at 2x+ the fp32 rate"
+        if cuda
+        else "autocast: faster only on CPUs with AMX or AVX-512 BF16; measure it"
+    )
+    rules = [
+        (knobs.precision in ("fp32", "tf32"), "precision", "bf16", bf16_why),
+        (True, "batch_size", knobs.batch_size * 2,
+         f"more work per step amortizes per-step overhead (watch peak memory: {mem:,.0f} MiB)"),
+        (knobs.compile == "off", "compile", "default",
+         "fuses elementwise ops; compile time is paid once, outside the measured window"),
+        (images and not knobs.channels_last, "channels_last", True,
+         "NHWC convolutions are faster on tensor cores and in oneDNN"),
+        (cuda and images and not knobs.cudnn_benchmark, "cudnn_benchmark", True,
+         "cuDNN times its convolution algorithms once and keeps the fastest"),
+    ]  # fmt: skip
+    return [Suggestion(knob, value, why) for cond, knob, value, why in rules if cond]
+
+
+__all__ = ["OVERLAP_SHARE", "SATURATED", "Suggestion", "advise", "compute_advice", "data_advice"]

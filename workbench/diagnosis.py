@@ -1,0 +1,268 @@
+"""``diagnose``: which link of the chain holds training back, the data pipeline or the model.
+
+Three measurements with the same knobs (DESIGN.md, "Measurement method"):
+
+- **full**: a normal burst, loader and model together;
+- **loader alone**: the loader iterated with no model (``run_loader_burst``): what the data
+  pipeline can deliver;
+- **compute alone**: a burst with ``loader="synthetic"``: one real batch resident on the
+  device, replayed, so nothing is loaded: what the model and optimizer can consume.
+
+The slower of the two ceilings is the bottleneck. Within ``BALANCE_BAND`` of each other they
+are "balanced": speeding up either side alone then buys little. The comparison of ceilings,
+not the full burst's ``data_wait_pct``, decides: with ``num_workers=0`` the loading happens in
+the training loop, so the wait is large even when the model is the slower side.
+
+What to try next follows the verdict and the device (workbench/advice.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench import hardware
+from workbench.advice import Suggestion, advise
+from workbench.burst import BurstProgress, run_burst
+from workbench.knobs import KnobError, Knobs
+from workbench.loader_bench import LoaderResult, run_loader_burst, settled_warmup
+from workbench.results import BurstResult
+from workbench.store import open_store
+from workbench.sweeps import WorkloadArg
+from workbench.workloads import Workload, default_workload_name, resolve_workload
+
+VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
+BALANCE_BAND = 0.15
+"""Ceilings closer than 15% count as balanced: two bursts of the same config on a quiet
+machine differ by a few percent, so a smaller band would call noise a bottleneck."""
+
+
+@dataclass(kw_only=True)
+class Diagnosis:
+    """The verdict, the three measurements behind it and what to try next."""
+
+    verdict: str
+    reason: str
+    workload: str
+    device: str
+    knobs: Knobs
+    full: BurstResult
+    loader: LoaderResult | None
+    compute: BurstResult | None
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+    @property
+    def full_sps(self) -> float | None:
+        return self.full.samples_per_s if self.full.ok else None
+
+    @property
+    def loader_sps(self) -> float | None:
+        return self.loader.samples_per_s if self.loader and self.loader.ok else None
+
+    @property
+    def compute_sps(self) -> float | None:
+        return self.compute.samples_per_s if self.compute and self.compute.ok else None
+
+    def summary(self) -> str:
+        """The verdict in plain words, the numbers, and the knobs most likely to help next."""
+        lines = [f"{self.verdict}: {self.reason}"]
+        wait = self.full.data_wait_pct if self.full.ok else None
+        rows = [
+            ("full pipeline", self.full_sps, f"data wait {_num(wait)}% of the window"),
+            ("loader alone", self.loader_sps, "no model"),
+            ("compute alone", self.compute_sps, f"one batch resident on {self.device}"),
+        ]
+        lines += [f"  {name:<14} {_num(sps):>10} samples/s  ({note})" for name, sps, note in rows]
+        if self.suggestions:
+            lines.append("Next, most likely to help:")
+            lines += [f"  - {s.text()}" for s in self.suggestions]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "workload": self.workload,
+            "device": self.device,
+            "knobs": self.knobs.to_dict(),
+            "full_samples_per_s": self.full_sps,
+            "loader_samples_per_s": self.loader_sps,
+            "compute_samples_per_s": self.compute_sps,
+            "suggestions": [
+                {"knob": s.knob, "value": s.value, "why": s.why} for s in self.suggestions
+            ],
+            "full": self.full.to_dict(),
+            "loader": self.loader.to_dict() if self.loader else None,
+            "compute": self.compute.to_dict() if self.compute else None,
+        }
+
+
+def diagnose(
+    workload: WorkloadArg = None,
+    knobs: Knobs | None = None,
+    *,
+    seconds: float = 3.0,
+    warmup_steps: int = 3,
+    min_steps: int = 5,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[str, BurstResult | LoaderResult], None] | None = None,
+    burst_progress: Callable[[BurstProgress], None] | None = None,
+) -> Diagnosis:
+    """Measure full, loader-only and compute-only with the same knobs; return the verdict.
+
+    ``progress(stage, result)`` is called as each measurement lands (stage: "full", "loader",
+    "compute"). The two training bursts go to the history store (the compute-only one with
+    ``loader="synthetic"``, so charts keep it apart); the loader-only run trains nothing and is
+    not recorded. Setting ``cancel`` stops at the next step boundary: the verdict is then
+    "unknown".
+    """
+    knobs = Knobs() if knobs is None else knobs
+    if knobs.loader == "synthetic":
+        raise KnobError(
+            "loader",
+            "synthetic",
+            "torch or dali: synthetic is the compute-only ceiling itself, with no data "
+            "pipeline to diagnose",
+        )
+    dev = hardware.resolve_device(device)
+    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    stop = cancel or threading.Event()
+    common: dict[str, Any] = {
+        "seconds": seconds,
+        "warmup_steps": warmup_steps,
+        "min_steps": min_steps,
+        "device": dev,
+        "record": record,
+        "store": open_store(store) if record else None,
+        "cancel": stop,
+        "progress": burst_progress,
+    }
+    full = run_burst(wl, knobs, **{**common, "warmup_steps": settled_warmup(knobs, warmup_steps)})
+    _tell(progress, "full", full)
+    loader = compute = None
+    if not stop.is_set():
+        loader = run_loader_burst(
+            wl,
+            knobs,
+            seconds=seconds,
+            min_batches=min_steps,
+            warmup_batches=warmup_steps,
+            device=dev,
+            cancel=stop,
+        )
+        _tell(progress, "loader", loader)
+    if not stop.is_set():
+        compute = run_burst(wl, knobs.replace(loader="synthetic"), **common)
+        _tell(progress, "compute", compute)
+    return judge(wl, knobs, dev, full, loader, compute)
+
+
+def _tell(progress: Callable[..., None] | None, stage: str, result: object) -> None:
+    if progress is not None:
+        progress(stage, result)
+
+
+def classify(loader_sps: float | None, compute_sps: float | None) -> str:
+    """The verdict from the two ceilings alone (pure: the rule, testable on numbers)."""
+    if not loader_sps or not compute_sps:
+        return "unknown"
+    if loader_sps < compute_sps * (1 - BALANCE_BAND):
+        return "data-bound"
+    if compute_sps < loader_sps * (1 - BALANCE_BAND):
+        return "compute-bound"
+    return "balanced"
+
+
+def judge(
+    wl: Workload,
+    knobs: Knobs,
+    dev: torch.device,
+    full: BurstResult,
+    loader: LoaderResult | None,
+    compute: BurstResult | None,
+) -> Diagnosis:
+    """Build the Diagnosis from the three measurements (no bursts run here)."""
+    d = Diagnosis(
+        verdict="unknown",
+        reason="",
+        workload=wl.name,
+        device=str(dev),
+        knobs=knobs,
+        full=full,
+        loader=loader,
+        compute=compute,
+    )
+    failed = _failure(full, loader, compute)
+    if failed:
+        d.reason = failed
+        if "oom" in (full.status, getattr(compute, "status", None)):
+            half = max(1, knobs.batch_size // 2)
+            d.suggestions = [Suggestion("batch_size", half, "out of memory: halve the batch")]
+        return d
+    d.verdict = classify(d.loader_sps, d.compute_sps)
+    d.reason = _reason(d.verdict, d.loader_sps or 0.0, d.compute_sps or 0.0)
+    cpu = compute.cpu_util_pct if compute is not None else None
+    d.suggestions = advise(
+        d.verdict, knobs, dev, wl, d.loader_sps or 0.0, d.compute_sps or 0.0, cpu
+    )
+    return d
+
+
+def _failure(full: BurstResult, loader: LoaderResult | None, compute: BurstResult | None) -> str:
+    parts = [
+        ("the full pipeline", full),
+        ("the loader alone", loader),
+        ("the compute-only burst", compute),
+    ]
+    for name, r in parts:
+        if r is None:
+            return f"stopped before {name} was measured"
+        if not r.ok:
+            return f"{name} did not finish ({r.status}: {r.error})"
+    return ""
+
+
+def _reason(verdict: str, loader_sps: float, compute_sps: float) -> str:
+    if verdict == "data-bound":
+        return (
+            f"the loader delivers {_num(loader_sps)} samples/s but the model could train "
+            f"{_num(compute_sps)} ({compute_sps / loader_sps:.1f}x): the model waits for "
+            "data, so a bigger batch, another precision or compile would not help."
+        )
+    if verdict == "compute-bound":
+        return (
+            f"the model trains {_num(compute_sps)} samples/s while the loader could deliver "
+            f"{_num(loader_sps)} ({loader_sps / compute_sps:.1f}x): faster loading would not "
+            "help; make each step cheaper."
+        )
+    return (
+        f"the loader ({_num(loader_sps)} samples/s) and the model ({_num(compute_sps)}) are "
+        f"within {BALANCE_BAND:.0%} of each other: speeding up one side alone gains little; "
+        "improve both (the tuner searches them jointly)."
+    )
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+__all__ = [
+    "BALANCE_BAND",
+    "VERDICTS",
+    "Diagnosis",
+    "Suggestion",
+    "classify",
+    "diagnose",
+    "judge",
+]

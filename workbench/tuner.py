@@ -1,0 +1,286 @@
+"""``tune``: the highest *measured* throughput whose peak memory stays under a margin.
+
+The strategy (the moves themselves are in workbench/search.py):
+
+1. **Start.** Measure the starting knobs: the reference for the speed-up.
+2. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, under a cap that
+   keeps ``RESERVE_SHARE`` of the budget for step 3.
+3. **Re-measure the close contenders.** A single short burst on a shared machine can be 5-10%
+   off, and the maximum of many noisy bursts is biased upwards: the config that won its one
+   burst by luck would otherwise be the answer. Every config within ``CLOSE`` of the best
+   (the top ``MAX_CONTENDERS``) is measured again, interleaved so drift hits them alike, until
+   each has ``SETTLE_RUNS`` runs; the winner is the highest *median*. Then, budget allowing,
+   the start is measured once more so the speed-up compares medians too.
+
+Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
+store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
+recorded result and the search moves on. ``cancel`` (or Ctrl-C) stops at the next step
+boundary and the best so far is returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench import hardware
+from workbench.burst import BurstProgress, check_burst_args, describe_error, run_burst
+from workbench.knobs import KnobError, Knobs
+from workbench.loader_bench import settled_warmup
+from workbench.results import BurstResult
+from workbench.search import Search, coordinate
+from workbench.store import open_store
+from workbench.sweeps import WorkloadArg, check_values
+from workbench.tune_result import Candidate, TuneProgress, TuneResult, candidates
+from workbench.workloads import Workload, default_workload_name, resolve_workload
+
+CLOSE = 0.05
+"""Configs within 5% of the best are re-measured: closer than a single burst can tell apart."""
+SETTLE_RUNS = 3
+MAX_CONTENDERS = 3
+RESERVE_SHARE = 0.2
+"""Share of the budget kept from the coordinate rounds for re-measuring contenders."""
+MAX_MARGIN = 0.9
+
+
+def tune(
+    workload: WorkloadArg = None,
+    space: Mapping[str, Any] | None = None,
+    *,
+    budget: int = 16,
+    memory_margin: float = 0.1,
+    base: Knobs | None = None,
+    seconds: float = 3.0,
+    warmup_steps: int = 3,
+    min_steps: int = 5,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[TuneProgress], None] | None = None,
+    burst_progress: Callable[[BurstProgress], None] | None = None,
+) -> TuneResult:
+    """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
+
+    Fits: every burst of the config peaked under ``(1 - memory_margin)`` of the device's
+    memory (GPU memory on CUDA, system RAM on a CPU). ``budget`` caps the bursts. Sizes
+    between the listed batch sizes may be measured when the memory edge falls between them.
+    Warm-up is long enough to consume what loader workers prefetch (``settled_warmup``):
+    otherwise a short window is served from a full queue and deep prefetching wins for the
+    wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
+    ``burst_progress`` gets each burst's own progress. Without ``space``,
+    ``default_space`` for this device. Bad input raises (a ValueError naming it) before any
+    burst runs.
+    """
+    began = time.perf_counter()
+    check_budget(budget)
+    check_margin(memory_margin)
+    check_burst_args(seconds, min_steps, warmup_steps)
+    start = Knobs() if base is None else base
+    checked = None if space is None else check_space(space)  # before a dataset is built
+    dev = hardware.resolve_device(device)
+    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    total = hardware.device_info(dev).total_mem_mib
+    stop = cancel or threading.Event()
+    window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
+    run = _runner(wl, dev, stop, open_store(store) if record else None,
+                  {**window, "progress": burst_progress})  # fmt: skip
+    search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
+                    limit_mib=total * (1 - memory_margin) if total else None, device=dev,
+                    workload=wl, cancel=stop)  # fmt: skip
+    search.on_burst = _reporter(search, progress)
+    search.cap = budget - reserve(budget)
+    try:
+        search.measure(start, "start")
+        coordinate(search, start)
+        search.cap, search.knob = budget, None
+        settle(search, start)
+    except KeyboardInterrupt:
+        search.stopped = "interrupted"
+    return _result(search, start, wl, dev, memory_margin, total, time.perf_counter() - began)
+
+
+def reserve(budget: int) -> int:
+    """Bursts kept for re-measuring: none on a budget too small to search and re-measure."""
+    return round(budget * RESERVE_SHARE) if budget >= 5 else 0
+
+
+def settle(search: Search, start: Knobs) -> None:
+    """Re-measure close contenders, one interleaved pass at a time, until each top config has
+    SETTLE_RUNS runs; a pass can change the ranking, so contenders are recomputed each pass."""
+    while not search.halted:
+        ranked = search.ranked()
+        if not ranked:
+            return
+        top = ranked[0].score or 0.0
+        todo = [
+            m.knobs
+            for m in ranked[:MAX_CONTENDERS]
+            if (m.score or 0.0) >= top * (1 - CLOSE) and len(m.runs) < SETTLE_RUNS
+        ]
+        if not todo:
+            break
+        for knobs in todo:
+            if search.measure(knobs, "re-measure", again=True) is None:
+                return
+    ranked = search.ranked()
+    runs = search.runs.get(start, [])
+    if ranked and ranked[0].knobs != start and len(runs) == 1 and runs[0].ok:
+        search.measure(start, "start, again", again=True)
+
+
+# -- checking the input -----------------------------------------------------------------------
+
+
+def check_budget(budget: Any) -> None:
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise KnobError("budget", budget, "an integer >= 1 (the most bursts the tune may run)")
+
+
+def check_margin(margin: Any) -> None:
+    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool)
+    if not ok or not math.isfinite(margin) or not 0 <= margin <= MAX_MARGIN:
+        raise KnobError(
+            "memory_margin",
+            margin,
+            f"a number from 0 to {MAX_MARGIN} (the share of device memory kept free, e.g. 0.1)",
+        )
+
+
+def check_space(space: Any) -> dict[str, list[Any]]:
+    """Each knob known, each value valid on its own, no empty lists; duplicates dropped."""
+    if not isinstance(space, Mapping) or not space:
+        raise KnobError(
+            "space", space, "at least one knob with its values, e.g. {'batch_size': [32, 64, 128]}"
+        )
+    checked: dict[str, list[Any]] = {}
+    for name, values in space.items():
+        checked[name] = list(dict.fromkeys(check_values(name, values)))
+        if name == "world_size" and checked[name] != [1]:
+            raise KnobError(
+                "world_size",
+                checked[name],
+                "1 in this version (distributed bursts are not available yet)",
+            )
+    return checked
+
+
+def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, list[Any]]:
+    """What is worth searching here: batch size around the start, workers up to the cores,
+    prefetch depth; on CUDA also pinned memory, precision and (image models) channels_last."""
+    b = base.batch_size
+    sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
+    cores = hardware.device_info(dev).cpu_count or 1
+    workers = sorted({w for w in (0, 1, 2, 4, 8, 16) if w <= cores} | {min(cores, 16)})
+    space: dict[str, list[Any]] = {
+        "batch_size": sizes,
+        "num_workers": workers,
+        "prefetch_factor": [2, 4],
+    }
+    if dev.type == "cuda":
+        fast = ["bf16"] if torch.cuda.get_device_capability(dev)[0] >= 8 else ["fp16"]
+        space |= {"pin_memory": [False, True], "precision": ["fp32", "tf32", *fast]}
+        if wl.image_dir is not None:
+            space["channels_last"] = [False, True]
+    return space
+
+
+# -- running and reporting --------------------------------------------------------------------
+
+
+def _runner(
+    wl: Workload, dev: torch.device, stop: threading.Event, target: Any, window: dict[str, Any]
+) -> Callable[[Knobs], BurstResult]:
+    """One burst per call, never raising: a burst refused before it ran becomes a recorded
+    ``error`` result too (KeyboardInterrupt still stops the tune)."""
+
+    def run(knobs: Knobs) -> BurstResult:
+        try:
+            warmup = settled_warmup(knobs, window["warmup_steps"])
+            return run_burst(wl, knobs, device=dev, record=target is not None, store=target,
+                             cancel=stop, **{**window, "warmup_steps": warmup})  # fmt: skip
+        except Exception as exc:  # refused before it ran: still a recorded result, never fatal
+            r = BurstResult(
+                status="error",
+                error=describe_error(exc),
+                workload=wl.name,
+                device=str(dev),
+                knobs=knobs,
+            )
+            if target is not None:
+                with contextlib.suppress(Exception):
+                    r.id = target.append(r.to_dict())
+            return r
+
+    return run
+
+
+def _reporter(
+    search: Search, progress: Callable[[TuneProgress], None] | None
+) -> Callable[[BurstResult, str], None] | None:
+    if progress is None:
+        return None
+
+    def report(result: BurstResult, stage: str) -> None:
+        ranked = search.ranked()
+        best = ranked[0] if ranked else None
+        progress(
+            TuneProgress(
+                result=result,
+                stage=stage,
+                knob=search.knob,
+                bursts=len(search.bursts),
+                budget=search.budget,
+                best=best.knobs if best else None,
+                best_samples_per_s=best.score if best else None,
+            )
+        )
+
+    return report
+
+
+def _result(
+    search: Search,
+    start: Knobs,
+    wl: Workload,
+    dev: torch.device,
+    margin: float,
+    total: float | None,
+    wall_s: float,
+) -> TuneResult:
+    found = candidates(search)
+    best = next((c for c in found if c.fits), None)
+    begin = next((c for c in found if c.knobs == start), None)
+    speedup = None
+    if best and begin and best.samples_per_s and begin.samples_per_s:
+        speedup = best.samples_per_s / begin.samples_per_s
+    stopped = search.stopped or ("budget" if len(search.bursts) >= search.budget else "converged")
+    return TuneResult(
+        best=best.knobs if best else None,
+        best_result=best.representative if best else None,
+        start=start,
+        start_result=begin.representative if begin else None,
+        speedup=speedup,
+        candidates=found,
+        bursts=list(search.bursts),
+        budget=search.budget,
+        memory_margin=margin,
+        limit_mib=search.limit_mib,
+        device_mem_mib=total,
+        stopped=stopped,
+        wall_s=wall_s,
+        notes=list(search.notes),
+        workload=wl.name,
+        device=str(dev),
+    )
+
+
+__all__ = ["Candidate", "TuneProgress", "TuneResult", "default_space", "tune"]
