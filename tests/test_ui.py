@@ -134,3 +134,25 @@ def test_bad_nccl_text_is_refused_with_a_message(store_path, text):
         from workbench import Knobs as K
 
         K(nccl=nccl_from_text(text))
+
+
+def test_diagnose_button_gives_a_verdict_in_plain_words(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    bench.diagnose()
+    _settle(bench, timeout=120)
+    text = bench._ui.message.value.lower()
+    assert any(word in text for word in ("data-bound", "compute-bound", "balanced"))
+    assert bench.last_result is not None  # its bursts were drawn as they landed
+
+
+def test_autotune_moves_the_best_config_into_the_controls(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    bench.autotune(space={"batch_size": [4, 8, 16]}, budget=5)
+    _settle(bench, timeout=180)
+    controls = bench._ui.controls.controls
+    assert controls["batch_size"].value == bench.knobs.batch_size
+    assert bench.knobs.batch_size in (4, 8, 16)
+    assert "samples/s" in bench._ui.message.value or "best" in bench._ui.message.value.lower()
+    assert not bench._runner.busy  # moving the controls did not start a burst

@@ -10,6 +10,7 @@ so what the charts show is exactly what was recorded (and survives a kernel rest
 from __future__ import annotations
 
 import html
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class Bench:
             store=self.store,
         )
         self._last_progress_s = 0.0
+        self._task: tuple[threading.Event, threading.Thread] | None = None
 
     # -- what a notebook calls -------------------------------------------------------------
     def panel(self, autorun: bool = True) -> w.Widget:
@@ -92,12 +94,89 @@ class Bench:
 
     def stop(self) -> None:
         self._runner.stop()
+        if self._task is not None:
+            self._task[0].set()
         if self._ui is not None:
             self._ui.status.value = "stopping at the next step boundary ..."
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the newest burst has finished (for scripts and tests)."""
+        """Block until the newest burst (or diagnose / tune) has finished (scripts, tests)."""
+        if self._task is not None:
+            self._task[1].join(timeout)
+            if self._task[1].is_alive():
+                return False
         return self._runner.wait(timeout)
+
+    def diagnose(self) -> None:
+        """Full vs loader-only vs compute-only with the panel's knobs, on a background thread;
+        the verdict lands in the message line."""
+        from workbench.diagnosis import diagnose
+
+        def work(cancel: threading.Event) -> str:
+            d = diagnose(self.workload, self.knobs, seconds=self.seconds, device=self.device,
+                         store=self.store, cancel=cancel, burst_progress=self._on_progress,
+                         progress=lambda _stage, r: self._on_task_burst(r))  # fmt: skip
+            return d.summary()
+
+        self._start_task("diagnosing: full, loader-only, compute-only ...", work)
+
+    def autotune(self, space: dict[str, list[Any]] | None = None, budget: int = 12) -> None:
+        """Search ``space`` from the panel's knobs; bursts appear live in the charts and the
+        best config is moved into the controls when the tuner finishes."""
+        from workbench.tuner import tune
+
+        space = space or default_tune_space(self.device.type)
+
+        def work(cancel: threading.Event) -> str:
+            t = tune(self.workload, space, budget=budget, base=self.knobs, seconds=self.seconds,
+                     device=self.device, store=self.store, cancel=cancel,
+                     burst_progress=self._on_progress,
+                     progress=lambda p: self._on_task_burst(p.result, p.knob))  # fmt: skip
+            if t.best is not None:
+                self._show_knobs(t.best)
+            return t.summary()
+
+        self._start_task(f"auto-tuning over {', '.join(space)} (budget {budget}) ...", work)
+
+    def _start_task(self, label: str, work: Any) -> None:
+        """One long task (diagnose / tune) at a time; it replaces any running burst."""
+        self._runner.stop()
+        self._runner.wait(60)
+        if self._task is not None and self._task[1].is_alive():
+            self._task[0].set()
+            self._task[1].join(60)
+        cancel = threading.Event()
+
+        def run() -> None:
+            try:
+                self._message(work(cancel))
+            except Exception as exc:  # bad input: a message, the kernel keeps going
+                self._message(str(exc), error=True)
+
+        self._message(label)
+        thread = threading.Thread(target=run, name="workbench-task", daemon=True)
+        self._task = (cancel, thread)
+        thread.start()
+
+    def _on_task_burst(self, result: Any, knob: str | None = None) -> None:
+        if not isinstance(result, BurstResult):  # the loader-only measurement: no chart row
+            return
+        if knob:
+            self.last_moved = knob
+        self.last_result = result
+        if self._ui is not None:
+            self._ui.status.value = _status_text(result)
+            self._ui.result.value = _result_html(result)
+        self._redraw(highlight_id=result.id, knobs=result.knobs)
+
+    def _show_knobs(self, knobs: Knobs) -> None:
+        self.knobs = knobs
+        if self._ui is not None:
+            self._ui.syncing = True
+            try:
+                self._ui.controls.show(knobs)
+            finally:
+                self._ui.syncing = False
 
     def save_config(self, path: str | Path = "tuned.yaml") -> Path:
         """Save the knobs of the last finished burst (and what it measured) as YAML."""
@@ -224,10 +303,14 @@ class _PanelWidgets:
         stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
         path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"}), "wb-save-path")
         save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
+        diag = _with_class(w.Button(description="Diagnose", icon="stethoscope"), "wb-diagnose")
+        tune = _with_class(w.Button(description="Auto-tune", icon="magic"), "wb-tune")
+        diag.on_click(lambda _b: bench.diagnose())
+        tune.on_click(lambda _b: bench.autotune())
         run.on_click(lambda _b: bench.run())
         stop.on_click(lambda _b: bench.stop())
         save.on_click(lambda _b: self._save(bench, path.value))
-        return w.HBox([run, stop, save, path])
+        return w.VBox([w.HBox([run, stop, diag, tune]), w.HBox([save, path])])
 
     def _save(self, bench: Bench, path: str) -> None:
         try:
@@ -243,6 +326,18 @@ class _PanelWidgets:
     def _charts_box(self) -> w.Widget:
         c = self.charts
         return w.VBox([w.HBox([c["throughput"], c["memory"]]), c["split"]])
+
+
+def default_tune_space(device_type: str) -> dict[str, list[Any]]:
+    """What Auto-tune searches when no space is given: the data pipeline and batch size,
+    plus precision on a GPU (on a CPU bf16 autocast is known to be slower)."""
+    import os
+
+    workers = sorted({0, 1, 2, min(4, os.cpu_count() or 1), os.cpu_count() or 1})
+    space: dict[str, list[Any]] = {"batch_size": [16, 32, 64, 128], "num_workers": workers}
+    if device_type == "cuda":
+        space |= {"precision": ["fp32", "bf16"], "pin_memory": [False, True]}
+    return space
 
 
 def _placeholder() -> alt.Chart:
