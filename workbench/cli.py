@@ -116,7 +116,8 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
 def _add_run_args(p: argparse.ArgumentParser, seconds: float) -> None:
     """What sweep, diagnose and tune share with burst (--set holds knobs / sets the start)."""
     p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
-    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a knob")
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                   help="a knob (repeatable): held by a sweep, the start of a tune")  # fmt: skip
     p.add_argument("--seconds", type=float, default=seconds, help="measured window per burst")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")

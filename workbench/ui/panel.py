@@ -123,9 +123,9 @@ class Bench:
     def autotune(self, space: dict[str, list[Any]] | None = None, budget: int = 12) -> None:
         """Search ``space`` from the panel's knobs; bursts appear live in the charts and the
         best config is moved into the controls when the tuner finishes."""
-        from workbench.tuner import tune
+        from workbench.tuner import default_space, tune
 
-        space = space or default_tune_space(self.device.type)
+        space = space or default_space(self.device, self.workload, self.knobs)
 
         def work(cancel: threading.Event) -> str:
             t = tune(self.workload, space, budget=budget, base=self.knobs, seconds=self.seconds,
@@ -326,18 +326,6 @@ class _PanelWidgets:
     def _charts_box(self) -> w.Widget:
         c = self.charts
         return w.VBox([w.HBox([c["throughput"], c["memory"]]), c["split"]])
-
-
-def default_tune_space(device_type: str) -> dict[str, list[Any]]:
-    """What Auto-tune searches when no space is given: the data pipeline and batch size,
-    plus precision on a GPU (on a CPU bf16 autocast is known to be slower)."""
-    import os
-
-    workers = sorted({0, 1, 2, min(4, os.cpu_count() or 1), os.cpu_count() or 1})
-    space: dict[str, list[Any]] = {"batch_size": [16, 32, 64, 128], "num_workers": workers}
-    if device_type == "cuda":
-        space |= {"precision": ["fp32", "bf16"], "pin_memory": [False, True]}
-    return space
 
 
 def _placeholder() -> alt.Chart:
