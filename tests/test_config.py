@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -13,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from blocked_imports import run_with_ui_blocked
 
 from workbench import provenance
 from workbench.config import (
@@ -457,37 +455,19 @@ def test_describe_gives_lines_to_paste(tmp_path, same_machine):
 
 # --------------------------------------------------------------------------- light imports
 
-BLOCKED = ["ipywidgets", "altair", "anywidget", "vl_convert", "jupyterlab", "nvidia.dali"]
-
 
 def test_load_config_imports_no_ui_and_no_dali(tmp_path):
     path = save_config(_result(), tmp_path / "t.yaml")
-    script = textwrap.dedent(
+    doc = run_with_ui_blocked(
         f"""
-        import importlib.abc, json, sys, warnings
-
-        BLOCKED = {BLOCKED!r}
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
-                    raise ModuleNotFoundError(f"blocked for this test: {{name}}")
-                return None
-
-        sys.meta_path.insert(0, Block())
+        import warnings
         from workbench.config import load_config
-        torch_at_import = "torch" in sys.modules
+        out["torch_at_import"] = "torch" in sys.modules
         warnings.simplefilter("ignore")
         cfg = load_config({str(path)!r})
         cfg.describe()
         cfg.autocast("cpu"); cfg.grad_scaler("cpu"); cfg.dataloader([1, 2, 3], num_workers=0)
-        leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".")
-                                                    for b in BLOCKED))
-        print(json.dumps({{"torch_at_import": torch_at_import, "leaked": leaked,
-                          "batch_size": cfg.knobs.batch_size}}))
+        out["batch_size"] = cfg.knobs.batch_size
         """
     )
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout.strip().splitlines()[-1])
     assert doc == {"torch_at_import": False, "leaked": [], "batch_size": 256}
