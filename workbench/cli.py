@@ -41,23 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_burst(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--workload", help="cnn, resnet50 or gpt (default: cnn on a CPU, resnet50 on a GPU)"
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KNOB=VALUE",
-        help="set a knob (repeatable), e.g. --set batch_size=64 --set NCCL_ALGO=Ring",
-    )
-    p.add_argument("--seconds", type=float, default=3.0, help="measured window (default 3)")
+    _add_run_args(p, seconds=3.0, set_help="set a knob (repeatable), e.g. --set batch_size=64")
     p.add_argument("--min-steps", type=int, default=5, help="minimum steps in the window")
     p.add_argument("--warmup-steps", type=int, default=3, help="steps before the window")
-    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
-    p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")
-    _add_store_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON BurstResult")
 
 
 def _add_history(p: argparse.ArgumentParser) -> None:
@@ -113,11 +99,14 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     _add_run_args(p, seconds=3.0)
 
 
-def _add_run_args(p: argparse.ArgumentParser, seconds: float) -> None:
-    """What sweep, diagnose and tune share with burst (--set holds knobs / sets the start)."""
+def _add_run_args(
+    p: argparse.ArgumentParser,
+    seconds: float,
+    set_help: str = "a knob (repeatable): held by a sweep, the start of a tune",
+) -> None:
+    """The options every command that runs bursts shares: burst, sweep, diagnose, tune."""
     p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
-    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
-                   help="a knob (repeatable): held by a sweep, the start of a tune")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help=set_help)
     p.add_argument("--seconds", type=float, default=seconds, help="measured window per burst")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")
