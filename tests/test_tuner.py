@@ -2,11 +2,9 @@
 
 import dataclasses
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
+from blocked_imports import run_with_ui_blocked
 from workloads_for_tests import crashing_workload, fat_workload, hungry_workload
 
 from workbench import Knobs, hardware, run_burst, tune
@@ -54,32 +52,21 @@ def test_a_crashing_worker_is_recorded_and_the_tune_goes_on(store_path):
     assert "1 failed" in t.summary()
 
 
-def test_sweep_diagnose_and_tune_need_no_ui_packages(tmp_path):
+def test_sweep_diagnose_and_tune_need_no_ui_packages():
     """DESIGN.md: everything but plots and the UI runs on a bare GPU box."""
-    from test_standalone import BLOCKED
-
-    script = textwrap.dedent(
+    out = run_with_ui_blocked(
         f"""
-        import importlib.abc, json, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if any(name == b or name.startswith(b + ".") for b in {BLOCKED!r}):
-                    raise ModuleNotFoundError(name)
-
-        sys.meta_path.insert(0, Block())
         import workbench as wb
         from workloads_for_tests import tensor_workload
         fast = dict(seconds=0.1, warmup_steps=1, min_steps=2, record=False)
         df = wb.sweep(tensor_workload(), "batch_size", [8, 16], **fast)
         d = wb.diagnose(tensor_workload(), wb.Knobs(batch_size=8), **fast)
         t = wb.tune(tensor_workload(), {{"batch_size": [8, 16]}}, budget=3, **fast)
-        print(json.dumps([len(df), d.verdict, t.best is not None, t.frame().shape[0]]))
+        out["facts"] = [len(df), d.verdict, t.best is not None, t.frame().shape[0]]
         """
     )
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    rows, verdict, found, bursts = json.loads(p.stdout.strip().splitlines()[-1])
+    rows, verdict, found, bursts = out["facts"]
     assert rows == 2 and verdict in ("data-bound", "compute-bound", "balanced") and found
     assert 1 <= bursts <= 3
+    assert out["leaked"] == []
