@@ -11,9 +11,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: lab test lint format data bench gpu-check clean
 
-$(STAMP): pyproject.toml
+# The dali extra installs NVIDIA DALI where it has wheels (Linux x86_64; its markers skip it
+# elsewhere), so the DALI tests run on its CPU pipeline, GPU or not.
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q -e '.[dev,dali]' 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import torch, torchvision, workbench" || (echo "install failed" >&2; exit 1)
 	@touch $(STAMP)
 

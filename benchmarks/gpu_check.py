@@ -1,8 +1,9 @@
 """The GPU check: one script, under 5 minutes on a CUDA machine, one table.
 
 Runs bursts across precision modes, pin_memory, channels_last, compile and a workers sweep on
-resnet50 and gpt, plus the synthetic (compute-only) ceiling and a deliberate OOM, and checks
-that NVML telemetry and MFU are filled in. Needs only the engine's dependencies (torch,
+resnet50 and gpt, plus the synthetic (compute-only) ceiling, a deliberate OOM, a one-rank
+torchrun job on the NCCL path and the all-reduce benchmark, and checks that NVML telemetry and
+MFU are filled in. Needs only the engine's dependencies (torch,
 nvidia-ml-py, pyyaml, psutil, pandas): no UI packages, no DALI, no network.
 
 Usage: python benchmarks/gpu_check.py [--seconds S] [--quick] [--json FILE]
@@ -22,6 +23,7 @@ import torch
 
 from workbench import Knobs, run_burst
 from workbench.data import ensure_datasets
+from workbench.distributed import comm_bench
 from workbench.telemetry import nvml_status
 
 ROWS: list[tuple[str, str, Knobs]] = [
@@ -44,9 +46,12 @@ ROWS: list[tuple[str, str, Knobs]] = [
                                     compile="default")),
     ("gpt", "OOM on purpose", Knobs(batch_size=65536, precision="bf16")),
     ("gpt", "after the OOM", Knobs(batch_size=32, num_workers=2, precision="bf16")),
+    ("resnet50", "torchrun 1 rank, NCCL_ALGO", Knobs(batch_size=128, num_workers=8,
+     precision="bf16", nccl={"NCCL_ALGO": "Ring"})),
 ]  # fmt: skip
 
-QUICK = {"fp32", "bf16", "bf16 synthetic ceiling", "workers=0", "OOM on purpose", "after the OOM"}
+QUICK = {"fp32", "bf16", "bf16 synthetic ceiling", "workers=0", "OOM on purpose", "after the OOM",
+         "torchrun 1 rank, NCCL_ALGO"}  # fmt: skip
 
 
 def check(label: str, r) -> list[str]:
@@ -64,6 +69,8 @@ def check(label: str, r) -> list[str]:
         problems.append("CUDA memory missing")
     if r.knobs.compile != "off" and not r.compile_s:
         problems.append("compile_s missing")
+    if r.knobs.nccl and (r.backend != "nccl" or len(r.ranks) != r.knobs.world_size):
+        problems.append(f"expected a torchrun NCCL job, got backend {r.backend}")
     return problems
 
 
@@ -96,6 +103,11 @@ def main() -> int:
         failures += bool(problems)
         results.append(r.to_dict())
         print(_row(workload, label, r, problems), flush=True)
+    comm = comm_bench(torch.cuda.device_count(), timeout_s=120)
+    print("\n" + comm.table())
+    if not comm.ok or not all(row["correct"] for row in comm.rows):
+        failures += 1
+        print("comm benchmark: FAILED")
     print(f"\n{len(results) - failures}/{len(results)} rows passed in "
           f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
     if args.json:

@@ -45,6 +45,10 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
         (["--data", "/does/not/exist"], "/does/not/exist does not exist"),
         (["--seconds", "0"], "seconds=0.0 is not allowed"),
         (["--seconds", "abc"], "invalid float value: 'abc'"),
+        (["--set", "NCCL_ALGO=Rign"], "NCCL_ALGO='Rign' is not allowed: a comma-separated list"),
+        (["--set", "NCCL_IB_TIMEOUT=40"], "NCCL_IB_TIMEOUT='40' is not allowed: an integer 1-31"),
+        (["--set", "world_size=512"], "world_size=512 is not allowed: 1.."),
+        (["--set", "world_size=0"], "world_size=0 is not allowed"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, words, capsys):
@@ -98,3 +102,28 @@ def test_oom_is_a_result_with_exit_0(tmp_path, capsys, monkeypatch):
                  "--no-record", "--json"])  # fmt: skip
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["status"] == "oom" and "allocate" in doc["error"]
+
+
+def test_comm_prints_one_json_document_and_bad_input_exits_2(capsys):
+    p = _run("comm", "--world-size", "2", "--sizes", "8K,64K", "--set", "NCCL_PROTO=LL",
+             "--device", "cpu", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "ok" and doc["world_size"] == 2 and doc["backend"] == "gloo"
+    assert [r["size_bytes"] for r in doc["rows"]] == [8192, 65536]
+    assert all(r["correct"] for r in doc["rows"]) and "nccl" in doc["no_effect"]
+    for args, words in [
+        (["--set", "batch_size=8"], "comm takes NCCL_* variables"),
+        (["--sizes", "8Q"], "sizes='8Q' is not allowed"),
+        (["--set", "NCCL_PROTO=LL2"], "NCCL_PROTO='LL2' is not allowed"),
+    ]:
+        assert main(["comm", *args]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_two_rank_burst_from_the_cli_shows_each_rank(tiny_data, tmp_path):
+    p = _run("burst", "--workload", "cnn", "--data", str(tiny_data), "--seconds", "0.5",
+             "--set", "batch_size=4", "--set", "world_size=2", "--no-record")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "rank 0" in p.stdout and "rank 1" in p.stdout and "samples/s" in p.stdout

@@ -241,7 +241,7 @@ BAD = [
      "knobs.num_workers, which gives 8; change the knob"),
     ("edited launch", lambda t: t.replace("--nproc_per_node=8 train", "--nproc_per_node=4 train"),
      "launch.single_node", "written from knobs.world_size"),
-    ("edited env", lambda t: t.replace("env:\n  NCCL_ALGO: Ring", "env:\n  NCCL_ALGO: Tree"),
+    ("edited env", lambda t: t.replace("\n  NCCL_ALGO: Ring", "\n  NCCL_ALGO: Tree"),
      "env.NCCL_ALGO", "'Tree' disagrees with knobs.nccl.NCCL_ALGO='Ring'"),
     ("allocator", lambda t: t.replace("env:\n", f"env:\n  {ALLOC}: expandable_segments\n"),
      "env.PYTORCH_CUDA_ALLOC_CONF", "key:value pairs separated by commas"),
@@ -471,3 +471,14 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
         """
     )
     assert doc == {"torch_at_import": False, "leaked": [], "batch_size": 256}
+
+
+def test_numerics_and_debug_only_nccl_variables_are_flagged_in_the_file(tmp_path):
+    knobs = Knobs(world_size=2, nccl={"NCCL_PROTO": "Simple", "NCCL_SOCKET_IFNAME": "eth0"})
+    text = save_config(knobs, tmp_path / "t.yaml").read_text()
+    env_part = text[text.index("\nenv:") :]
+    before, _ = env_part.split("\n  NCCL_PROTO: Simple", 1)
+    comment = " ".join(ln.strip("# ") for ln in before.split("\n") if ln.startswith("  #"))
+    assert "results can differ" in comment and "debugging only" in comment
+    assert "# " not in env_part.split("NCCL_SOCKET_IFNAME")[0].split("NCCL_PROTO")[1]
+    assert "note: NCCL_PROTO" in load_config(tmp_path / "t.yaml").describe()

@@ -56,6 +56,6 @@ def test_bad_input_goes_to_on_error(store_path):
     errors = []
     runner = BurstRunner(tensor_workload(), on_error=errors.append, seconds=0.2,
                          store=store_path)  # fmt: skip
-    runner.submit(Knobs(world_size=2))
+    runner.submit(Knobs(world_size=64))  # more ranks than CPU cores
     assert runner.wait(30)
     assert errors and "world_size" in str(errors[0])

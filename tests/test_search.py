@@ -194,7 +194,7 @@ def test_prefetch_values_without_workers_are_skipped_not_fatal(fake):
         ({"space": {"warp": [1]}}, "warp=1 is not allowed: unknown knob"),
         ({"space": {"batch_size": []}}, "at least one value"),
         ({"space": {"batch_size": [16, 0]}}, "batch_size=0 is not allowed: an integer from 1"),
-        ({"space": {"world_size": [1, 2]}}, "world_size=\\[1, 2\\] is not allowed"),
+        ({"space": {"world_size": [1, 2]}}, "world_size=\\[1, 2\\] is not allowed: one value"),
         ({"budget": 0}, "budget=0 is not allowed: an integer >= 1"),
         ({"budget": True}, "budget=True is not allowed"),
         ({"memory_margin": -0.1}, "memory_margin=-0.1 is not allowed: a number from 0 to 0.9"),

@@ -24,3 +24,15 @@ def test_import_workbench_is_light():
     code = "import sys, workbench; print('torch' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "False"
+
+
+def test_distributed_job_runs_with_ui_packages_and_dali_blocked():
+    """torchrun's ranks import the engine only: a 2-rank all-reduce on a bare box."""
+    doc = run_with_ui_blocked(
+        """
+        import workbench as wb
+        res = wb.comm_bench(2, sizes=[8192], device="cpu")
+        out.update(status=res.status, error=res.error, rows=len(res.rows))
+        """
+    )
+    assert doc == {"status": "ok", "error": None, "rows": 1, "leaked": []}

@@ -1,5 +1,6 @@
 """The panel without a browser: widgets work in-process, so behaviour is tested directly."""
 
+import os
 import time
 
 import pytest
@@ -40,7 +41,10 @@ def test_panel_has_a_control_for_every_knob_with_tooltips(store_path):
     assert controls["num_workers"].min == 0
     assert controls["pin_memory"].disabled  # no CUDA here
     assert "CUDA" in bench._ui.controls.notes["pin_memory"].value
-    assert controls["world_size"].disabled
+    assert not controls["world_size"].disabled  # ranks on CPU cores, over gloo
+    assert (controls["world_size"].min, controls["world_size"].max) == (1, os.cpu_count())
+    assert controls["nccl"].disabled and "gloo" in bench._ui.controls.notes["nccl"].value
+    assert not controls["static_graph"].disabled
 
 
 def test_first_burst_then_a_knob_move_adds_a_point(store_path):
@@ -156,3 +160,30 @@ def test_autotune_moves_the_best_config_into_the_controls(store_path):
     assert bench.knobs.batch_size in (4, 8, 16)
     assert "samples/s" in bench._ui.message.value or "best" in bench._ui.message.value.lower()
     assert not bench._runner.busy  # moving the controls did not start a burst
+
+
+def test_comm_button_draws_busbw_for_the_panels_world_size(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    bench._ui.controls.controls["world_size"].value = 2
+    _settle(bench)  # the knob move ran a burst: a hand-made workload cannot go to torchrun
+    assert "fresh processes" in bench._ui.message.value
+    bench.comm(sizes=[8192, 65536])
+    _settle(bench, timeout=180)
+    assert "peak busbw" in bench._ui.message.value, bench._ui.message.value
+    rows = _points(bench._ui.charts["comm"])
+    assert [r["size_bytes"] for r in rows] == [8192, 65536]
+    assert {r["label"] for r in rows} == {"2 rank(s), defaults"}
+
+
+def test_a_two_rank_burst_from_the_panel_lands_in_the_charts(store_path, tiny_data):
+    bench = Bench("cnn", Knobs(batch_size=4), seconds=0.3, warmup_steps=1, min_steps=2,
+                  store=store_path, data_dir=tiny_data)  # fmt: skip
+    bench.panel(autorun=False)
+    bench._ui.controls.controls["world_size"].value = 2
+    _settle(bench, timeout=180)
+    r = bench.last_result
+    assert r is not None and r.status == "ok", bench._ui.message.value
+    assert r.backend == "gloo" and len(r.ranks) == 2
+    points = _points(bench._ui.charts["throughput"])
+    assert {p["knob_value"] for p in points if p.get("id") == r.id} == {2}

@@ -150,3 +150,31 @@ class _Fat(nn.Module):
 def fat_workload(mib_per_sample: int = 8) -> Workload:
     base = tensor_workload()
     return Workload(name="fat", model=lambda: _Fat(mib_per_sample), dataset=base.dataset)
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank1_crashes() -> Workload:
+    """Rank 1 of a torchrun job fails while building its model (for failure handling)."""
+    base = tensor_workload()
+
+    def model():
+        if _rank() == 1:
+            raise RuntimeError("rank 1 was told to fail")
+        return base.model()
+
+    return Workload(name="rank1-crashes", model=model, dataset=base.dataset)
+
+
+def rank1_hangs() -> Workload:
+    """Rank 1 of a torchrun job never finishes building its model (for timeouts)."""
+    base = tensor_workload()
+
+    def model():
+        while _rank() == 1:
+            time.sleep(1.0)
+        return base.model()
+
+    return Workload(name="rank1-hangs", model=model, dataset=base.dataset)

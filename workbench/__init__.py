@@ -36,14 +36,21 @@ _EXPORTS = {
     "Diagnosis": "workbench.diagnosis",
     "tune": "workbench.tuner",
     "TuneResult": "workbench.tune_result",
+    "profile_burst": "workbench.profiling",
+    "ProfileResult": "workbench.profiling",
+    "comm_bench": "workbench.distributed",
+    "CommResult": "workbench.comm",
 }
 
 if TYPE_CHECKING:
     from workbench.burst import BurstProgress, run_burst
+    from workbench.comm import CommResult
     from workbench.config import TunedConfig, load_config, save_config
     from workbench.data import DataError, build_datasets, ensure_datasets
     from workbench.diagnosis import Diagnosis, diagnose
+    from workbench.distributed import comm_bench
     from workbench.knobs import KnobError, Knobs, knob_specs
+    from workbench.profiling import ProfileResult, profile_burst
     from workbench.results import BurstResult
     from workbench.runner import BurstRunner
     from workbench.store import HistoryStore, open_store
@@ -82,4 +89,5 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
     "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
+    "profile_burst", "ProfileResult", "comm_bench", "CommResult",
 ]  # fmt: skip

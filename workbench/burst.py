@@ -27,15 +27,17 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from workbench import hardware
+from workbench.coordinator import Coordinator, Solo
 from workbench.knobs import KnobError, Knobs
 from workbench.loaders import BatchStream, build_loader
+from workbench.nccl import flags as nccl_flags
 from workbench.results import BurstResult, spread
 from workbench.signals import graceful_sigint
 from workbench.telemetry import Sampler, TelemetrySummary
@@ -70,13 +72,16 @@ class BurstProgress:
 
 
 @dataclass
-class _Plan:
+class BurstPlan:
+    """How to run one burst's loop: the window, who stops it, who hears about progress."""
+
     seconds: float
     min_steps: int
     warmup_steps: int
     stop: threading.Event
     progress: Callable[[BurstProgress], None] | None
     clock: Clock
+    coord: Coordinator = field(default_factory=Solo)
 
 
 @dataclass
@@ -109,6 +114,7 @@ def run_burst(
     cancel: threading.Event | None = None,
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
+    timeout_s: float | None = None,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
 
@@ -117,26 +123,40 @@ def run_burst(
     thread) to stop at the next step boundary; the result then has ``status="cancelled"``.
     ``record``/``store``: append the result to the history store (default location unless a
     store or path is given).
+
+    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
+    torchrun, in fresh processes (``workbench.distributed``); ``timeout_s`` bounds that job.
     """
     check_burst_args(seconds, min_steps, warmup_steps)
     knobs = Knobs() if knobs is None else knobs
     dev = hardware.resolve_device(device)
-    if knobs.world_size > 1:
-        raise KnobError(
-            "world_size",
-            knobs.world_size,
-            "1 in this version (distributed bursts are not available yet)",
-        )
+    from workbench import distributed
+
+    if distributed.needs_processes(knobs, dev):
+        return distributed.run_distributed_burst(
+            workload, knobs, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps,
+            device=dev, data_dir=data_dir, record=record, store=store, cancel=cancel,
+            progress=progress, timeout_s=timeout_s,
+        )  # fmt: skip
     wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
-    plan = _Plan(seconds, min_steps, warmup_steps, cancel or threading.Event(), progress, clock)
-    result = _new_result(wl, knobs, dev, seconds)
+    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel or threading.Event(), progress, clock)
+    with graceful_sigint(plan.stop) as sigint:
+        result = measure_here(wl, knobs, dev, plan)
+    record_result(result, record, store)
+    if sigint.fired:
+        raise KeyboardInterrupt
+    return result
+
+
+def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
+    """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded."""
+    result = _new_result(wl, knobs, dev, plan.seconds)
     _free_memory(dev, reset_peak=True, collect=False)
     sampler = Sampler(dev).start()
-    measured, interrupted = None, False
+    measured = None
     try:
-        with graceful_sigint(plan.stop) as sigint, backend_flags(knobs, dev):
+        with backend_flags(knobs, dev):
             measured = _guarded(wl, knobs, dev, plan, result)
-            interrupted = sigint.fired
     finally:
         if measured is not None:
             sampler.mark_window(*measured.wall_window)
@@ -145,9 +165,6 @@ def run_burst(
     if measured is not None:
         _fill_measurement(result, measured, wl, knobs)
     _fill_memory_and_telemetry(result, dev, telemetry)
-    _record(result, record, store)
-    if interrupted:
-        raise KeyboardInterrupt
     return result
 
 
@@ -174,13 +191,14 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
         knobs=knobs,
         seconds=float(seconds),
         no_effect=no_effect(knobs, dev, wl),
+        nccl_flags=nccl_flags(knobs.nccl),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=hardware.versions(),
     )
 
 
 def _guarded(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: _Plan, result: BurstResult
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, result: BurstResult
 ) -> _Measured | None:
     """Run the burst; turn OOM and errors into the result's status instead of raising."""
     try:
@@ -218,12 +236,12 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 
-def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: _Plan) -> _Measured:
+def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> _Measured:
     t0 = plan.clock()
     _report(plan, "setup", 0.0, 0)
-    stream = build_loader(wl, knobs, dev)
+    stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
     try:
-        state = build_train_state(wl, knobs, dev)
+        state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
         setup_s = plan.clock() - t0
         warmup_s, compile_s, sample = _warm_up(state, stream, knobs, dev, plan)
         flops = count_train_flops(wl, *sample) if sample is not None else None
@@ -236,7 +254,7 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: _Plan) -> _Mea
 
 
 def _warm_up(
-    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: _Plan
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
 ) -> tuple[float, float | None, tuple[torch.Tensor, torch.Tensor] | None]:
     """Steps outside the window; returns (warmup_s, compile_s, a sample batch for FLOPs)."""
     start = plan.clock()
@@ -282,11 +300,15 @@ def _train_one_step(
 
 
 def _window(
-    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: _Plan
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
 ) -> _Measured:
+    """The measured window. Ranks of a DDP job start it together, agree on its last step
+    (rank 0's clock decides, over a host-side channel: no device sync per step) and end it
+    together, so the window's wall time covers the slowest rank."""
     timer = StepTimer(dev, plan.clock)
     steps = samples = 0
     synchronize(dev)
+    plan.coord.barrier()
     start, wall_start = plan.clock(), time.perf_counter()
     while not plan.stop.is_set():
         timer.step_start()
@@ -296,9 +318,10 @@ def _window(
         samples += x.shape[0] * state.grad_accum
         elapsed = plan.clock() - start
         _report(plan, "measuring", elapsed, steps)
-        if elapsed >= plan.seconds and steps >= plan.min_steps:
+        if plan.coord.agree_stop(elapsed >= plan.seconds and steps >= plan.min_steps):
             break
     timing = timer.finish()  # records the closing mark and synchronizes
+    plan.coord.barrier()
     measured_s = plan.clock() - start
     loss = state.last_loss
     _report(plan, "done", measured_s, steps)
@@ -318,7 +341,7 @@ def _window(
     )
 
 
-def _report(plan: _Plan, phase: str, elapsed_s: float, steps: int) -> None:
+def _report(plan: BurstPlan, phase: str, elapsed_s: float, steps: int) -> None:
     if plan.progress is not None:
         plan.progress(BurstProgress(phase, elapsed_s, plan.seconds, steps))
 
@@ -390,7 +413,8 @@ def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -
         gc.collect()
 
 
-def _record(result: BurstResult, record: bool, store: object) -> None:
+def record_result(result: BurstResult, record: bool, store: object) -> None:
+    """Append to the history store unless ``record`` is False (default store if None)."""
     if not record:
         return
     from workbench.store import open_store

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub.add_parser("sweep", help="one burst per value of one knob"))
     _add_diagnose(sub.add_parser("diagnose", help="data-bound or compute-bound? with advice"))
     _add_tune(sub.add_parser("tune", help="search knobs for the best measured throughput"))
+    _add_comm(sub.add_parser("comm", help="all-reduce benchmark: time, algbw, busbw by size"))
+    _add_profile(sub.add_parser("profile", help="a burst under torch.profiler; writes a trace"))
     return parser
 
 
@@ -44,6 +46,27 @@ def _add_burst(p: argparse.ArgumentParser) -> None:
     _add_run_args(p, seconds=3.0, set_help="set a knob (repeatable), e.g. --set batch_size=64")
     p.add_argument("--min-steps", type=int, default=5, help="minimum steps in the window")
     p.add_argument("--warmup-steps", type=int, default=3, help="steps before the window")
+    p.add_argument("--timeout", type=float, help="stop a distributed job after S seconds")
+
+
+def _add_comm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--world-size", type=int, help="ranks (default: every GPU; 2 on a CPU)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NCCL_X=VALUE",
+        help="an NCCL variable for the ranks (repeatable), e.g. NCCL_ALGO=Ring",
+    )
+    p.add_argument(
+        "--sizes",
+        metavar="S1,S2,...",
+        help="message sizes, e.g. 8K,1M,256M (default: 8K-256M on GPU, 8K-8M on CPU)",
+    )
+    p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--timeout", type=float, default=300.0, help="stop the job after S seconds")
+    p.add_argument("--plot", metavar="FILE", help="save the busbw chart (.html, .png, .svg)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")  # fmt: skip
 
 
 def _add_history(p: argparse.ArgumentParser) -> None:
@@ -159,6 +182,7 @@ def _cmd_burst(args: argparse.Namespace) -> int:
         record=not args.no_record,
         store=args.store,
         progress=None if args.json else _progress_to_stderr,
+        timeout_s=args.timeout,
     )
     if args.json:
         print(result.to_json())
@@ -188,6 +212,13 @@ def _format_result(d: dict[str, Any]) -> str:
     lines.append(f"{'knobs':<18} {changed}")
     for knob, why in (d.get("no_effect") or {}).items():
         lines.append(f"{'no effect':<18} {knob}: {why}")
+    for name, why in (d.get("nccl_flags") or {}).items():
+        lines.append(f"{'note':<18} {name}: {why}")
+    for row in d.get("ranks") or []:
+        lines.append(
+            f"{'rank ' + str(row['rank']):<18} step {_fmt(row['step_ms_p50'])} ms, data wait "
+            f"{_fmt(row['data_wait_pct'])}%, peak mem {_fmt(row['peak_mem_mib'])} MiB"
+        )
     return "\n".join(lines)
 
 
@@ -248,6 +279,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     import warnings
 
     from workbench.config import load_config
+    from workbench.nccl import flags as nccl_flags
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -265,6 +297,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "torchrun": cfg.launch_lines(args.script),
         "knobs": cfg.knobs.to_dict(),
         "provenance": dict(cfg.provenance),
+        "nccl_flags": nccl_flags(cfg.knobs.nccl),
         "warnings": notes,
     }
     print(json.dumps(doc))
@@ -341,6 +374,34 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_OK if written else EXIT_FAILED
 
 
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a knob")
+    p.add_argument("--seconds", type=float, default=1.0, help="measured (profiled) window")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    p.add_argument("--data", help="data folder (an ImageFolder, or a root with images/, tokens/)")
+    p.add_argument("--trace", help="trace file (.json) or folder (default: $WORKBENCH_HOME/traces)")
+    p.add_argument("--top", type=int, default=15, help="operators in the table (default 15)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from workbench.knobs import Knobs
+    from workbench.profiling import profile_burst
+
+    p = profile_burst(
+        args.workload,
+        Knobs().with_text(args.set),
+        seconds=args.seconds,
+        device=args.device,
+        data_dir=args.data,
+        trace=args.trace,
+        top=args.top,
+    )
+    print(json.dumps(p.to_dict()) if args.json else p.summary())
+    return EXIT_FAILED if p.status == "error" else EXIT_OK
+
+
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
     from workbench.knobs import KnobError, parse_value
@@ -392,6 +453,26 @@ def _burst_line(r: Any, knob: str | None = None) -> str:
             f"{_fmt(r.data_wait_pct)}%, peak {_fmt(r.peak_mem_mib)} MiB")  # fmt: skip
 
 
+def _cmd_comm(args: argparse.Namespace) -> int:
+    from workbench.comm import parse_sizes
+    from workbench.distributed import comm_bench
+    from workbench.knobs import Knobs
+
+    not_nccl = [item for item in args.set if not item.strip().startswith("NCCL_")]
+    if not_nccl:
+        raise ValueError(f"--set {not_nccl[0]!r} is not allowed: comm takes NCCL_* variables")
+    knobs = Knobs().with_text(args.set)
+    sizes = parse_sizes(args.sizes) if args.sizes else None
+    res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
+                     timeout_s=args.timeout)  # fmt: skip
+    if args.plot and res.ok:
+        from workbench import plots
+
+        plots.save(plots.comm(res.frame()), args.plot)
+    print(json.dumps(res.to_dict()) if args.json else res.table())
+    return EXIT_OK if res.ok else EXIT_FAILED
+
+
 _COMMANDS = {
     "burst": _cmd_burst,
     "history": _cmd_history,
@@ -401,4 +482,6 @@ _COMMANDS = {
     "sweep": _cmd_sweep,
     "diagnose": _cmd_diagnose,
     "tune": _cmd_tune,
+    "comm": _cmd_comm,
+    "profile": _cmd_profile,
 }

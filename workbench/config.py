@@ -323,7 +323,7 @@ def _sections(cfg: TunedConfig) -> list[Section]:
     return [
         Section("schema_version", SCHEMA_VERSION),
         Section("knobs", cfg.knobs.to_dict(), _NOTES["knobs"], docs),
-        Section("env", cfg.env(), _NOTES["env"]),
+        Section("env", cfg.env(), _NOTES["env"], nccl.flags(cfg.knobs.nccl)),
         Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
         Section("launch", cfg.launch_lines(), _NOTES["launch"]),
         Section("provenance", dict(cfg.provenance), _NOTES["provenance"]),

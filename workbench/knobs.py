@@ -157,6 +157,23 @@ class Knobs:
         "choice",
         choices=LOADERS,
     )
+    dali_decode: str = _knob(
+        "auto",
+        "Where DALI decodes JPEGs (loader=dali): mixed (nvJPEG on the GPU), cpu (libjpeg-turbo in "
+        "DALI's threads), or auto (mixed when the burst runs on CUDA, cpu otherwise).",
+        "data",
+        "choice",
+        choices=("auto", "cpu", "mixed"),
+    )
+    dali_hw_decoder_load: float = _knob(
+        0.65,
+        "Share of JPEGs DALI's mixed decode sends to the GPU's hardware JPEG decoder (A100, "
+        "H100, ...); the rest decode on CUDA cores and CPU threads.",
+        "data",
+        "float",
+        low=0.0,
+        high=1.0,
+    )
     world_size: int = _knob(
         1,
         "Processes (GPUs) in a data-parallel job launched by torchrun.",
@@ -172,6 +189,20 @@ class Knobs:
         "float",
         low=0.1,
         high=4096,
+    )
+    gradient_as_bucket_view: bool = _knob(
+        False,
+        "DDP: gradients are views into the all-reduce buckets (saves one gradient-sized copy "
+        "of memory and a copy per step).",
+        "dist",
+        "bool",
+    )
+    static_graph: bool = _knob(
+        False,
+        "DDP: the model uses the same parameters every step, so DDP can skip re-discovering "
+        "unused ones and overlap communication better.",
+        "dist",
+        "bool",
     )
     nccl: Mapping[str, str] = _knob(
         {},
@@ -314,6 +345,10 @@ def _coerce_nccl(value: Any) -> Mapping[str, str]:
         if isinstance(text, bool) or not isinstance(text, (str, int, float)):
             raise KnobError(name, text, "a string value (numbers are converted)")
         clean[name] = str(text).strip()
+    from workbench.nccl import check_variable  # here: nccl.py imports KnobError from us
+
+    for name, text in clean.items():
+        check_variable(name, text)  # a known variable with a bad value raises, naming both
     return MappingProxyType(clean)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from workbench.knobs import KnobError
 
-__all__ = ["VARIABLES", "NcclError", "Rule", "check_env", "check_variable"]
+__all__ = ["VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
 
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -37,12 +37,16 @@ class NcclError(KnobError):
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What one NCCL variable accepts."""
+    """What one NCCL variable accepts, and what setting it means beyond speed."""
 
     allowed: str
     """Human words for the allowed values, used in error messages."""
     check: Callable[[str], bool] | None = None
     """True when a value is allowed; None: any text (a path, an interface name, ...)."""
+    numerics: bool = False
+    """Changes the order in which values are summed, so results can differ in the last bits."""
+    debug_only: bool = False
+    """Listed in NCCL's "Debugging" section: not for production, remove once the issue is fixed."""
 
 
 def _name_list(names: tuple[str, ...]) -> Callable[[str], bool]:
@@ -89,26 +93,69 @@ def _list_words(names: tuple[str, ...]) -> str:
     )
 
 
-_ZERO_ONE = Rule("0 or 1 (1 disables)", _choice(("0", "1")))
+def _level(names: tuple[str, ...]) -> Callable[[str], bool]:
+    """A path-type name (``NVL``, ``PIX``, ...) or the older integer form 0..5."""
+    by_name = _choice(names)
+    return lambda value: by_name(value) or value.strip() in {"0", "1", "2", "3", "4", "5"}
+
+
+def _int_between(low: int, high: int) -> Callable[[str], bool]:
+    at_least = _int_at_least(low)
+    return lambda value: at_least(value) and int(value.strip()) <= high
+
+
+P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+_ZERO_ONE = _choice(("0", "1"))
+_ORDER = "changes which algorithm, protocol or channels sum the gradients: results can differ"
+_DEBUG = "NCCL documents it for debugging only: remove it from production once the issue is fixed"
 
 VARIABLES: dict[str, Rule] = {
-    "NCCL_ALGO": Rule(_list_words(ALGORITHMS), _name_list(ALGORITHMS)),
-    "NCCL_PROTO": Rule(_list_words(PROTOCOLS), _name_list(PROTOCOLS)),
+    "NCCL_ALGO": Rule(_list_words(ALGORITHMS), _name_list(ALGORITHMS), True, True),
+    "NCCL_PROTO": Rule(_list_words(PROTOCOLS), _name_list(PROTOCOLS), True, True),
+    "NCCL_MIN_NCHANNELS": Rule("a positive integer", _int_at_least(1), True, True),
+    "NCCL_MAX_NCHANNELS": Rule("a positive integer", _int_at_least(1), True, True),
+    "NCCL_BUFFSIZE": Rule(
+        "a positive integer (bytes; powers of 2 recommended)", _int_at_least(1), debug_only=True
+    ),
+    "NCCL_P2P_LEVEL": Rule(
+        "one of " + ", ".join(P2P_LEVELS) + " (or the older integers 0-5)",
+        _level(P2P_LEVELS),
+        debug_only=True,
+    ),
+    "NCCL_NET_GDR_LEVEL": Rule(
+        "one of " + ", ".join(GDR_LEVELS) + " (or the older integers 0-5)", _level(GDR_LEVELS)
+    ),
+    "NCCL_IB_TIMEOUT": Rule("an integer 1-31 (timeout = 4.096 us x 2^value)", _int_between(1, 31)),
     "NCCL_DEBUG": Rule("one of " + ", ".join(DEBUG_LEVELS), _choice(DEBUG_LEVELS)),
-    "NCCL_MIN_NCHANNELS": Rule("a positive integer", _int_at_least(1)),
-    "NCCL_MAX_NCHANNELS": Rule("a positive integer", _int_at_least(1)),
-    "NCCL_BUFFSIZE": Rule("a positive integer (bytes; powers of 2 recommended)", _int_at_least(1)),
-    "NCCL_P2P_DISABLE": _ZERO_ONE,
-    "NCCL_SHM_DISABLE": _ZERO_ONE,
-    "NCCL_IB_DISABLE": _ZERO_ONE,
+    "NCCL_P2P_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    "NCCL_SHM_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    "NCCL_IB_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
     # Known, but their values depend on the system or the NCCL release: any text.
     "NCCL_SOCKET_IFNAME": Rule("interface name prefixes, e.g. eth or ^docker"),
     "NCCL_IB_HCA": Rule("InfiniBand HCA names, e.g. mlx5_0:1"),
     "NCCL_DEBUG_SUBSYS": Rule("subsystem names, e.g. INIT,COLL"),
     "NCCL_DEBUG_FILE": Rule("a file name pattern"),
-    "NCCL_P2P_LEVEL": Rule("a path type such as NVL, PIX, PXB, PHB, SYS"),
     "NCCL_TOPO_FILE": Rule("a file path"),
 }
+
+
+def flags(env: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables in ``env`` a person should know more about than their speed.
+
+    Saved with results and configs: a variable that changes how gradients are summed makes a
+    run numerically different from the default one, and a debug-only variable left in a
+    production launch script is a known source of slowdowns and hangs.
+    """
+    out: dict[str, str] = {}
+    for name in sorted(env):
+        rule = VARIABLES.get(name)
+        if rule is None:
+            continue
+        notes = [text for on, text in ((rule.numerics, _ORDER), (rule.debug_only, _DEBUG)) if on]
+        if notes:
+            out[name] = "; ".join(notes)
+    return out
 
 
 def check_variable(name: str, value: str) -> str | None:

@@ -36,6 +36,7 @@ __all__ = [
     "history_html",
     "history_table",
     "memory",
+    "profile",
     "save",
     "step_split",
     "sweep",
@@ -724,3 +725,122 @@ def save(chart: alt.TopLevelMixin, path: str | Path, *, scale_factor: float = 2.
     else:
         chart.save(path, format=fmt)
     return path
+
+
+# -- a profiled burst -------------------------------------------------------------------------
+
+_PROFILE_PARTS = (  # (part, colour): the host's parts, then the device's
+    ("loading data", "#b279a2"),
+    ("waiting for the device", "#eeca3b"),
+    ("running operators", _BLUE),
+    ("other", "#bab0ac"),
+    ("device busy", "#54a24b"),
+    ("device idle", "#e0e0e0"),
+)
+
+
+def profile(operators: pd.DataFrame, shares: pd.DataFrame, *, top: int = 10) -> alt.VConcatChart:
+    """A profiled window: where its time went (host and device), and the top operators.
+
+    ``shares`` is ``TimeShares.frame()`` (timeline, part, pct, ms), ``operators`` is
+    ``top_operators()``; ``operators.attrs["sort_by"]`` names the bar length (``device_ms`` on
+    CUDA, ``self_ms`` on a CPU). Empty frames give placeholders.
+    """
+    return alt.vconcat(_profile_shares(shares), _profile_operators(operators, top))
+
+
+def _profile_shares(shares: pd.DataFrame) -> alt.Chart | alt.LayerChart:
+    title = "Where the profiled window's time went (% of wall time)"
+    known = shares.dropna(subset=["pct"]) if "pct" in shares.columns else shares
+    if known.empty:
+        return _placeholder(title, "no profile")
+    order = {part: i for i, (part, _) in enumerate(_PROFILE_PARTS)}
+    known = known.assign(part_order=known["part"].map(order))
+    shown = [(p, c) for p, c in _PROFILE_PARTS if (known["part"] == p).any()]
+    colour = alt.Color(
+        "part:N",
+        scale=alt.Scale(domain=[p for p, _ in shown], range=[c for _, c in shown]),
+        legend=alt.Legend(orient="bottom", title=None, columns=3),
+    )
+    return (
+        _chart(known, "shares")
+        .mark_bar(size=28)
+        .encode(
+            y=alt.Y("timeline:N", title=None, sort=["host", "device"]),
+            x=alt.X(
+                "pct:Q", title="% of the window", stack="zero", scale=alt.Scale(domain=[0, 100])
+            ),
+            color=colour,
+            order=alt.Order("part_order:Q"),
+            tooltip=[
+                alt.Tooltip("timeline:N"),
+                alt.Tooltip("part:N"),
+                alt.Tooltip("pct:Q", title="%", format=".1f"),
+                alt.Tooltip("ms:Q", title="ms", format=",.1f"),
+                alt.Tooltip("what:N"),
+            ],
+        )
+        .properties(title=alt.TitleParams(title, anchor="start"), width=WIDTH * 1.6, height=90)
+    )
+
+
+def _profile_operators(operators: pd.DataFrame, top: int) -> alt.Chart | alt.LayerChart:
+    sort_by = str(operators.attrs.get("sort_by", "self_ms"))
+    where = "device time (kernels)" if sort_by == "device_ms" else "self time"
+    title = f"Top operators by {where}, ms in the window"
+    if operators.empty or sort_by not in operators.columns:
+        return _placeholder(title, "no operators")
+    rows = operators.head(top).assign(bar_ms=lambda f: f[sort_by])
+    return (
+        _chart(rows, "operators")
+        .mark_bar(color=_BLUE)
+        .encode(
+            y=alt.Y("operator:N", title=None, sort="-x"),
+            x=alt.X("bar_ms:Q", title=f"{sort_by.replace('_ms', '')} ms"),
+            tooltip=[
+                alt.Tooltip("operator:N"),
+                alt.Tooltip("calls:Q"),
+                alt.Tooltip("self_ms:Q", title="host self ms", format=",.1f"),
+                alt.Tooltip("self_pct:Q", title="host self % of window", format=".1f"),
+                alt.Tooltip("device_ms:Q", title="device ms", format=",.1f"),
+            ],
+        )
+        .properties(title=alt.TitleParams(title, anchor="start"), width=WIDTH * 1.6)
+    )
+
+
+def comm(df: pd.DataFrame) -> alt.Chart | alt.LayerChart:
+    """All-reduce bus bandwidth against message size (``CommResult.frame()``; log2 x axis).
+
+    One line per run when ``df`` holds several (a ``label`` column, else the world size): put
+    two frames together to compare NCCL settings. With one rank busbw is 0 by definition, so
+    algbw is drawn instead and the title says so.
+    """
+    title = "All-reduce bus bandwidth (GB/s) vs message size"
+    if df.empty:
+        return _placeholder(title, "no comm benchmark yet")
+    data = df.assign(size_kib=df["size_bytes"] / 1024)
+    if "label" not in data.columns:
+        pairs = zip(data["world_size"], data["backend"], strict=True)
+        data = data.assign(label=[f"{w} rank(s), {b}" for w, b in pairs])
+    metric, what = "busbw_gbps", "busbw"
+    if (data["world_size"] <= 1).all():
+        metric, what = "algbw_gbps", "algbw (one rank: no bus traffic)"
+        title = "All-reduce algorithm bandwidth (GB/s) vs message size"
+    return (
+        _chart(data, "comm")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("size_kib:Q", title="message size (KiB)", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y(f"{metric}:Q", title=f"{what} GB/s"),
+            color=alt.Color("label:N", title=None),
+            tooltip=[
+                alt.Tooltip("label:N", title="run"),
+                alt.Tooltip("size_bytes:Q", title="bytes", format=","),
+                alt.Tooltip("time_us:Q", title="time us", format=",.1f"),
+                alt.Tooltip("algbw_gbps:Q", title="algbw GB/s", format=".3f"),
+                alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=".3f"),
+            ],
+        )
+        .properties(title=alt.TitleParams(title, anchor="start"), width=WIDTH, height=HEIGHT)
+    )

@@ -94,6 +94,16 @@ class BurstResult:
     loader_epochs: int | None = None
     final_loss: float | None = None
     versions: dict[str, Any] = field(default_factory=dict)
+    # -- distributed bursts (world_size > 1, or NCCL variables on a GPU) --
+    backend: str | None = None
+    """"nccl" or "gloo" for a torchrun job; None for a burst in this process."""
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """Per rank: steps, samples, step_ms_p50/iqr, data_wait_pct, peak_mem_mib, the NCCL_*
+    variables it saw. A rank much slower than the others is a straggler."""
+    launch_s: float | None = None
+    """Wall time of the whole torchrun job, start-up included."""
+    nccl_flags: dict[str, str] = field(default_factory=dict)
+    """NCCL variables that change numerics or that NCCL documents as debug-only."""
 
     @property
     def ok(self) -> bool:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from workbench.knobs import Knobs
+from workbench.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.workloads import Workload
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -37,13 +38,22 @@ class TrainState:
     last_loss: torch.Tensor | None = None
 
 
-def build_train_state(workload: Workload, knobs: Knobs, device: torch.device) -> TrainState:
+def build_train_state(
+    workload: Workload,
+    knobs: Knobs,
+    device: torch.device,
+    wrap: Callable[[nn.Module], nn.Module] | None = None,
+) -> TrainState:
+    """Model, optimizer and step helpers. ``wrap`` (DDP in a distributed burst) goes around
+    the model after the layout change and before ``torch.compile``, as PyTorch documents."""
     model = workload.model().to(device)
     use_nhwc = knobs.channels_last and _has_conv(model)
     if use_nhwc:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     optimizer = workload.optimizer(model.parameters())
+    if wrap is not None:
+        model = wrap(model)
     if knobs.compile != "off":
         mode = None if knobs.compile == "default" else knobs.compile
         model = torch.compile(model, mode=mode)
@@ -175,11 +185,28 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
         for name in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers"):
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "the synthetic loader replays one device-resident batch"
-    if knobs.world_size == 1:
-        if knobs.bucket_cap_mb != Knobs().bucket_cap_mb:
-            reasons["bucket_cap_mb"] = "DDP gradient buckets exist only with world_size > 1"
-        if knobs.nccl:
-            reasons["nccl"] = "NCCL variables act only in a multi-process job (world_size > 1)"
+    reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
+    reasons.update(_dist_reasons(knobs, device))
+    return reasons
+
+
+_DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+
+
+def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
+    """DDP and NCCL knobs act only in a torchrun job; NCCL ones only on the NCCL backend.
+
+    A one-rank job on a GPU (NCCL variables set) still wraps the model in DDP, so the DDP
+    knobs act there; in this process (world_size 1, no NCCL variables) nothing wraps it.
+    """
+    reasons: dict[str, str] = {}
+    in_job = knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
+    if not in_job:
+        for name in _DDP_KNOBS:
+            if getattr(knobs, name) != getattr(Knobs(), name):
+                reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
+    if knobs.nccl and device.type != "cuda":
+        reasons["nccl"] = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
     return reasons
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from workbench import provenance
 from workbench.knobs import KnobError, Knobs
+from workbench.nccl import flags as nccl_flags
 
 __all__ = ["LOADER_KEYS", "TunedConfig"]
 
@@ -172,7 +173,11 @@ class TunedConfig:
     def describe(self, script: str = "train.py") -> str:
         """What ``workbench show`` prints: env exports, DataLoader kwargs, torchrun lines."""
         loader = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs("cuda").items())
-        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env().items()]
+        flags = nccl_flags(self.knobs.nccl)
+        exports = []
+        for name, value in self.env().items():
+            exports += [f"# note: {name}: {flags[name]}"] if name in flags else []
+            exports.append(f"export {name}={shlex.quote(value)}")
         launch = self.launch_lines(script)
         return "\n".join(
             [

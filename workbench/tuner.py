@@ -164,11 +164,12 @@ def check_space(space: Any) -> dict[str, list[Any]]:
     checked: dict[str, list[Any]] = {}
     for name, values in space.items():
         checked[name] = list(dict.fromkeys(check_values(name, values)))
-        if name == "world_size" and checked[name] != [1]:
+        if name == "world_size" and len(checked[name]) > 1:
             raise KnobError(
                 "world_size",
                 checked[name],
-                "1 in this version (distributed bursts are not available yet)",
+                "one value: the tuner tunes the knobs of a job of fixed size (more ranks always "
+                "add samples/s); set world_size in base=, or compare sizes with wb.sweep",
             )
     return checked
 

@@ -30,7 +30,14 @@ class LoaderUnavailable(RuntimeError):
     """The chosen loader backend cannot run here (not installed, needs a GPU, ...)."""
 
 
-def build_loader(workload: Workload, knobs: Knobs, device: torch.device) -> BatchStream:
+def build_loader(
+    workload: Workload,
+    knobs: Knobs,
+    device: torch.device,
+    shard: tuple[int, int] | None = None,
+) -> BatchStream:
+    """The stream ``knobs.loader`` names. ``shard=(rank, world_size)``: this rank's slice of
+    the dataset in a DDP job (every rank reads different samples, as DistributedSampler does)."""
     if knobs.loader == "synthetic":
         from workbench.loaders.synthetic import SyntheticStream
 
@@ -38,10 +45,12 @@ def build_loader(workload: Workload, knobs: Knobs, device: torch.device) -> Batc
     if knobs.loader == "dali":
         from workbench.loaders.dali import build_dali_stream
 
-        return build_dali_stream(workload, knobs, device)
+        if shard is None:
+            return build_dali_stream(workload, knobs, device)
+        return build_dali_stream(workload, knobs, device, shard=shard)
     from workbench.loaders.torch_loader import TorchStream
 
-    return TorchStream(workload.dataset(), knobs, device)
+    return TorchStream(workload.dataset(), knobs, device, shard=shard)
 
 
 __all__ = ["BatchStream", "LoaderUnavailable", "build_loader"]

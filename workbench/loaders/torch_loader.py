@@ -14,7 +14,7 @@ import multiprocessing as mp
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from workbench.knobs import Knobs
 
@@ -47,9 +47,24 @@ class TorchStream:
     backend = "torch"
     on_device = False
 
-    def __init__(self, dataset: Dataset, knobs: Knobs, device: torch.device, seed: int = 0):
+    def __init__(
+        self,
+        dataset: Dataset,
+        knobs: Knobs,
+        device: torch.device,
+        seed: int = 0,
+        shard: tuple[int, int] | None = None,
+    ):
         generator = torch.Generator().manual_seed(seed)
         kwargs = dataloader_kwargs(knobs, device)
+        self._sampler: DistributedSampler | None = None
+        if shard is not None:
+            rank, world_size = shard
+            self._sampler = DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+            )
+            kwargs.pop("shuffle")  # the sampler shuffles, with the same seed on every rank
+            kwargs["sampler"] = self._sampler
         self._loader = DataLoader(dataset, generator=generator, **kwargs)
         self._iter: Any = None
         self._batch_size = knobs.batch_size
@@ -63,13 +78,18 @@ class TorchStream:
         except StopIteration:
             pass
         self.epochs += 1
+        if self._sampler is not None:
+            self._sampler.set_epoch(self.epochs)  # a new order each epoch, the same on all ranks
         self._iter = iter(self._loader)
         try:
             return next(self._iter)
         except StopIteration:
             n = len(self._loader.dataset)  # type: ignore[arg-type]
+            where = "the dataset has"
+            if self._sampler is not None:
+                n, where = len(self._sampler), "each rank's share of the dataset has"
             raise ValueError(
-                f"batch_size={self._batch_size} is not allowed: the dataset has only {n} "
+                f"batch_size={self._batch_size} is not allowed: {where} only {n} "
                 f"samples, fewer than one batch"
             ) from None
 

@@ -1,10 +1,11 @@
 """One ipywidgets control per knob, built from the Knobs field specs.
 
 Sliders move on scales that make sense for the knob (batch size and accumulation in powers of
-two, workers from 0 to the core count), choices are dropdowns, switches are checkboxes, NCCL
-variables a text area. Every control carries the knob's one-line doc as its tooltip. Controls
-that cannot act on this device or in this version are shown disabled, with the reason beside
-them, rather than hidden: a person should see that the knob exists and why it is grey.
+two, workers from 0 to the core count, world_size up to one rank per GPU or CPU core), choices
+are dropdowns, switches are checkboxes, NCCL variables a text area. Every control carries the
+knob's one-line doc as its tooltip. Controls that cannot act on this device are shown
+disabled, with the reason beside them, rather than hidden: a person should see that the knob
+exists and why it is grey.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import ipywidgets as w
 
 from workbench.knobs import KnobError, Knobs, KnobSpec, knob_specs
+from workbench.loaders.dali import dali_available
 
 POWERS_OF_TWO = tuple(2**i for i in range(13))  # 1 .. 4096
 ACCUM_STEPS = (1, 2, 4, 8, 16, 32, 64)
@@ -25,18 +27,28 @@ _LAYOUT = {"width": "360px"}
 
 def disabled_reasons(device_type: str) -> dict[str, str]:
     """Knobs whose control is greyed out here, with the reason shown beside it."""
-    reasons = {
-        "world_size": "distributed bursts (torchrun) are not in this version yet",
-        "bucket_cap_mb": "acts only in a distributed job (world_size > 1)",
-        "nccl": "NCCL variables act only in a distributed job (world_size > 1)",
-    }
+    reasons = {}
     if device_type != "cuda":
+        reasons["nccl"] = "NCCL acts only on GPUs: ranks on this CPU talk over gloo"
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
         reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
+        reasons["dali_hw_decoder_load"] = "the hardware JPEG decoder is on the GPU: needs CUDA"
+    no_dali = dali_available()  # loader=dali stays selectable: its burst error says the same
+    if no_dali:
+        reasons["dali_decode"] = reasons["dali_hw_decoder_load"] = no_dali
     return reasons
 
 
-def make_control(spec: KnobSpec, value: Any) -> w.ValueWidget:
+def max_ranks(device_type: str) -> int:
+    """Ranks one machine can run: one per GPU, or one per CPU core."""
+    if device_type == "cuda":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return os.cpu_count() or 1
+
+
+def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.ValueWidget:
     """The widget for one knob, showing ``value``, with the knob's doc as tooltip."""
     common = {"description": spec.name, "tooltip": spec.doc, "style": _STYLE, "layout": _LAYOUT}
     if spec.name in ("batch_size", "grad_accum", "prefetch_factor"):
@@ -44,6 +56,9 @@ def make_control(spec: KnobSpec, value: Any) -> w.ValueWidget:
         value = value or 0  # prefetch_factor None -> the "unset" stop
         labeled = [("unset" if v == 0 else str(v), v) for v in sorted({*scale, value})]
         control = w.SelectionSlider(options=labeled, value=value, continuous_update=False, **common)
+    elif spec.name == "world_size":
+        top = max(max_ranks(device_type), value)
+        control = w.IntSlider(value=value, min=1, max=top, continuous_update=False, **common)
     elif spec.name == "num_workers":
         top = max(os.cpu_count() or 1, value)
         control = w.IntSlider(value=value, min=0, max=top, continuous_update=False, **common)
@@ -91,7 +106,9 @@ class KnobControls:
 
     def __init__(self, knobs: Knobs, device_type: str):
         self.specs = {s.name: s for s in knob_specs()}
-        self.controls = {n: make_control(s, getattr(knobs, n)) for n, s in self.specs.items()}
+        self.controls = {
+            n: make_control(s, getattr(knobs, n), device_type) for n, s in self.specs.items()
+        }
         self.notes = {name: w.HTML(layout={"width": "auto"}) for name in self.specs}
         for name, reason in disabled_reasons(device_type).items():
             self.controls[name].disabled = True

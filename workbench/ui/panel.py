@@ -29,7 +29,7 @@ from workbench.ui.controls import KnobControls, disabled_reasons
 from workbench.workloads import default_workload_name, resolve_workload
 
 _PROGRESS_EVERY_S = 0.1  # status-line updates per second are capped: widgets cost messages
-_CHARTS = ("throughput", "memory", "split")
+_CHARTS = ("throughput", "memory", "split", "comm")
 
 
 class Bench:
@@ -72,6 +72,7 @@ class Bench:
         )
         self._last_progress_s = 0.0
         self._task: tuple[threading.Event, threading.Thread] | None = None
+        self.comm_results: list[Any] = []  # CommResults of this panel, drawn together
 
     # -- what a notebook calls -------------------------------------------------------------
     def panel(self, autorun: bool = True) -> w.Widget:
@@ -137,6 +138,32 @@ class Bench:
             return t.summary()
 
         self._start_task(f"auto-tuning over {', '.join(space)} (budget {budget}) ...", work)
+
+    def comm(self, sizes: list[int] | None = None) -> None:
+        """All-reduce benchmark with the panel's world_size and NCCL knobs, in the background;
+        every run of this panel is drawn in the busbw chart, so NCCL settings compare."""
+        from workbench.distributed import comm_bench
+
+        knobs = self.knobs
+
+        def work(cancel: threading.Event) -> str:
+            res = comm_bench(knobs.world_size, sizes=sizes, knobs=knobs, device=self.device,
+                             cancel=cancel)  # fmt: skip
+            if not res.ok:
+                raise RuntimeError(f"comm benchmark {res.status}: {res.error}")
+            self.comm_results.append(res)
+            self._draw_comm()
+            return _comm_summary(res)
+
+        self._start_task(f"all-reduce benchmark on {knobs.world_size} rank(s) ...", work)
+
+    def _draw_comm(self) -> None:
+        if self._ui is None or not self.comm_results:
+            return
+        import pandas as pd
+
+        frames = [r.frame().assign(label=_comm_label(r)) for r in self.comm_results]
+        self._ui.charts["comm"].chart = plots.comm(pd.concat(frames, ignore_index=True))
 
     def _start_task(self, label: str, work: Any) -> None:
         """One long task (diagnose / tune) at a time; it replaces any running burst."""
@@ -305,12 +332,17 @@ class _PanelWidgets:
         save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
         diag = _with_class(w.Button(description="Diagnose", icon="stethoscope"), "wb-diagnose")
         tune = _with_class(w.Button(description="Auto-tune", icon="magic"), "wb-tune")
+        comm_tip = "all-reduce bus bandwidth by message size, on world_size ranks"
+        comm = _with_class(
+            w.Button(description="Comm bench", icon="exchange", tooltip=comm_tip), "wb-comm"
+        )
+        comm.on_click(lambda _b: bench.comm())
         diag.on_click(lambda _b: bench.diagnose())
         tune.on_click(lambda _b: bench.autotune())
         run.on_click(lambda _b: bench.run())
         stop.on_click(lambda _b: bench.stop())
         save.on_click(lambda _b: self._save(bench, path.value))
-        return w.VBox([w.HBox([run, stop, diag, tune]), w.HBox([save, path])])
+        return w.VBox([w.HBox([run, stop, diag, tune, comm]), w.HBox([save, path])])
 
     def _save(self, bench: Bench, path: str) -> None:
         try:
@@ -325,7 +357,7 @@ class _PanelWidgets:
 
     def _charts_box(self) -> w.Widget:
         c = self.charts
-        return w.VBox([w.HBox([c["throughput"], c["memory"]]), c["split"]])
+        return w.VBox([w.HBox([c["throughput"], c["memory"]]), w.HBox([c["split"], c["comm"]])])
 
 
 def _placeholder() -> alt.Chart:
@@ -349,6 +381,19 @@ def _progress_text(p: BurstProgress) -> str:
     if p.phase == "measuring":
         return f"measuring {p.elapsed_s:.1f} / {p.window_s:g} s, {p.steps} steps"
     return "finishing ..."
+
+
+def _comm_label(res: Any) -> str:
+    settings = ", ".join(f"{k}={v}" for k, v in res.nccl.items()) or "defaults"
+    return f"{res.world_size} rank(s), {settings}"
+
+
+def _comm_summary(res: Any) -> str:
+    if res.world_size == 1:
+        return "comm: one rank, so nothing crosses a link (busbw 0); set world_size to 2+"
+    best = max(res.rows, key=lambda r: r["busbw_gbps"])
+    return (f"comm: peak busbw {best['busbw_gbps']:.2f} GB/s at {best['size_bytes']:,} bytes "
+            f"over {res.world_size} ranks ({res.backend})")  # fmt: skip
 
 
 def _status_text(r: BurstResult) -> str:
