@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from workbench import hardware
 from workbench.burst import BurstPlan, BurstProgress, describe_error, is_oom_error, measure_here
 from workbench.knobs import Knobs
-from workbench.launch import EventLog, JobSpec
+from workbench.launch import EventLog, JobSpec, backend_for
 from workbench.workloads import resolve_workload
 
 _PROGRESS_EVERY_S = 0.25
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec.read(args[0])
     rank = int(os.environ["RANK"])
     events = EventLog(Path(spec.out_dir) / f"rank{rank}.jsonl", rank)
-    events.write("start", pid=os.getpid(), phase="start")
+    events.write("start", pid=os.getpid())
     events.write("phase", phase="start")
     _watch_parent(spec.parent_pid, spec.timeout_s)
     try:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
     dev = _device(spec.device)
     events.write("phase", phase="init")
-    backend = "nccl" if dev.type == "cuda" else "gloo"
+    backend = backend_for(dev.type)
     dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s),
                             device_id=dev if dev.type == "cuda" else None)  # fmt: skip
     if spec.mode == "comm":

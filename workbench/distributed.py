@@ -29,8 +29,9 @@ from workbench import hardware, nccl
 from workbench.burst import BurstProgress, record_result
 from workbench.comm import CPU_SIZES, GPU_SIZES, CommResult
 from workbench.knobs import KnobError, Knobs
-from workbench.launch import JobOutcome, JobSpec, TorchrunJob, check_port
+from workbench.launch import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.results import BurstResult
+from workbench.training import NCCL_ON_GLOO
 from workbench.workloads import default_workload_name, importable_name
 
 __all__ = ["comm_bench", "default_timeout_s", "needs_processes", "run_distributed_burst",
@@ -170,18 +171,19 @@ def _burst_result(
         result.launch_s = outcome.elapsed_s
         return result
     info = hardware.device_info(dev)
-    status = {"timeout": "error"}.get(outcome.status, outcome.status)
     return BurstResult(
-        status=status, error=outcome.error, workload=name.rsplit(":", 1)[-1], device=str(dev),
+        status=_status(outcome), error=outcome.error, workload=name.rsplit(":", 1)[-1],
+        device=str(dev),
         knobs=knobs, device_name=info.name, device_mem_mib=info.total_mem_mib,
         seconds=float(seconds), created_at=_now(), versions=hardware.versions(),
-        backend=backend_for(dev), launch_s=outcome.elapsed_s,
+        backend=backend_for(dev.type), launch_s=outcome.elapsed_s,
         nccl_flags=nccl.flags(knobs.nccl),
     )  # fmt: skip
 
 
-def backend_for(dev: torch.device) -> str:
-    return "nccl" if dev.type == "cuda" else "gloo"
+def _status(outcome: JobOutcome) -> str:
+    """A job stopped at its timeout is an ``error`` result (the message says it hung)."""
+    return "error" if outcome.status == "timeout" else outcome.status
 
 
 def comm_bench(
@@ -235,20 +237,16 @@ def _check_sizes(sizes: Any, dev: torch.device) -> list[int]:
 def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommResult:
     info = hardware.device_info(dev)
     result = CommResult(
-        status={"timeout": "error"}.get(outcome.status, outcome.status), error=outcome.error,
-        world_size=knobs.world_size, backend=backend_for(dev), device=dev.type,
+        status=_status(outcome), error=outcome.error,
+        world_size=knobs.world_size, backend=backend_for(dev.type), device=dev.type,
         device_name=info.name, nccl=dict(knobs.nccl), nccl_flags=nccl.flags(knobs.nccl),
         elapsed_s=outcome.elapsed_s, created_at=_now(), versions=hardware.versions(),
     )  # fmt: skip
     if knobs.nccl and dev.type != "cuda":
-        result.no_effect["nccl"] = gloo_reason()
+        result.no_effect["nccl"] = NCCL_ON_GLOO
     if outcome.result is not None:
         result.rows = outcome.result.get("rows", [])
     return result
-
-
-def gloo_reason() -> str:
-    return "NCCL variables act only with the NCCL backend on GPUs; this job used gloo"
 
 
 def _now() -> str:

@@ -114,6 +114,11 @@ class JobOutcome:
     events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+def backend_for(device_type: str) -> str:
+    """The process-group backend a job uses: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
 def check_port(port: int | None) -> None:
     """Refuse a rendezvous port that is taken, before starting anything."""
     if port is None:

@@ -191,6 +191,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
 
 
 _DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+NCCL_ON_GLOO = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
 
 
 def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
@@ -206,7 +207,7 @@ def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
     if knobs.nccl and device.type != "cuda":
-        reasons["nccl"] = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
+        reasons["nccl"] = NCCL_ON_GLOO
     return reasons
 
 
