@@ -6,7 +6,8 @@
 
 What the tuning session chose comes from the config: DataLoader arguments, precision (autocast
 and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), channels_last,
-torch.compile, gradient accumulation, the DDP bucket size, and the NCCL/allocator environment.
+torch.compile, gradient accumulation, the DDP settings (bucket size, gradients as bucket views,
+static graph: ``cfg.ddp_kwargs()``), and the NCCL/allocator environment.
 Everything else is ordinary PyTorch: replace the model and the dataset with yours.
 """
 
@@ -80,6 +81,10 @@ def _step_function(cfg, model, optimizer, scaler, device, world):
     """One optimizer step: grad_accum micro-batches, each under the tuned autocast."""
     accum = cfg.knobs.grad_accum
     pinned = cfg.dataloader_kwargs(device.type).get("pin_memory", False)
+    # DDP all-reduces gradients on every backward; no_sync skips that until the last
+    # micro-batch. Not with static_graph: PyTorch's DDP fails an internal assert on a first
+    # backward under no_sync with a static graph (pytorch/pytorch#143580).
+    skip_sync = world > 1 and not cfg.ddp_kwargs()["static_graph"]
 
     def step(batches) -> torch.Tensor:
         for i in range(accum):
@@ -89,8 +94,7 @@ def _step_function(cfg, model, optimizer, scaler, device, world):
             if cfg.knobs.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             last = i == accum - 1
-            # DDP all-reduces gradients on every backward; skip it until the last micro-batch
-            sync = contextlib.nullcontext() if world == 1 or last else model.no_sync()
+            sync = model.no_sync() if skip_sync and not last else contextlib.nullcontext()
             with sync:
                 with cfg.autocast(device.type):
                     loss = F.cross_entropy(model(x), y) / accum

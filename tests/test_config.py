@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 import warnings
@@ -29,11 +30,14 @@ KNOBS = [
     Knobs(),
     Knobs(batch_size=256, num_workers=8, prefetch_factor=4, pin_memory=True,
           persistent_workers=True, precision="bf16", channels_last=True, compile="max-autotune",
-          cudnn_benchmark=True, grad_accum=4, loader="dali", world_size=8, bucket_cap_mb=100.5,
+          cudnn_benchmark=True, grad_accum=4, loader="dali", dali_decode="mixed",
+          dali_hw_decoder_load=0.9, world_size=8, bucket_cap_mb=100.5,
+          gradient_as_bucket_view=True, static_graph=True,
           nccl={"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128", "NCCL_MIN_NCHANNELS": "4",
-                "NCCL_SOCKET_IFNAME": "^docker,lo"}),
+                "NCCL_SOCKET_IFNAME": "^docker,lo"}),  # every knob away from its default
     Knobs(batch_size=1, precision="fp16", compile="reduce-overhead", loader="synthetic"),
-    Knobs(precision="tf32", num_workers=1, bucket_cap_mb=0.1, nccl={"NCCL_DEBUG": "INFO"}),
+    Knobs(precision="tf32", num_workers=1, bucket_cap_mb=0.1, nccl={"NCCL_DEBUG": "INFO"},
+          dali_decode="cpu", dali_hw_decoder_load=0.0),
 ]  # fmt: skip
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 H200 = {"gpus": ["NVIDIA H200"] * 8, "torch": "2.5.1+cu124"}
@@ -67,6 +71,19 @@ def _load_quietly(path: Path) -> TunedConfig:
 
 
 # --------------------------------------------------------------------------- round trips
+
+
+def _default(f: dataclasses.Field) -> object:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def test_the_round_trip_cases_move_every_knob():
+    """Each Knobs field is non-default in some case (one case moves them all), so a knob added
+    later without a round-trip case fails here."""
+    fields = dataclasses.fields(Knobs)
+    still = [f.name for f in fields if all(getattr(k, f.name) == _default(f) for k in KNOBS)]
+    assert still == []
+    assert [f.name for f in fields if getattr(KNOBS[1], f.name) == _default(f)] == []
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=range(len(KNOBS)))
@@ -419,7 +436,22 @@ def test_env_lists_the_variables_and_leaves_os_environ_alone(monkeypatch):
     env["NCCL_ALGO"] = "Tree"
     assert cfg.env()["NCCL_ALGO"] == "Ring"  # a copy each time
     assert dict(os.environ) == before
-    assert cfg.ddp_kwargs() == {"bucket_cap_mb": 100.5}
+
+
+def test_ddp_kwargs_are_what_a_distributed_burst_passes_to_ddp(monkeypatch):
+    """The burst's own DDP call (dist_worker) gets the same arguments as cfg.ddp_kwargs()."""
+    from types import SimpleNamespace
+
+    from workbench import dist_worker
+
+    cfg = TunedConfig(KNOBS[1])
+    assert cfg.ddp_kwargs() == {"bucket_cap_mb": 100.5, "gradient_as_bucket_view": True,
+                                "static_graph": True}  # fmt: skip
+    seen = {}
+    monkeypatch.setattr(dist_worker, "DistributedDataParallel", lambda m, **kw: seen.update(kw))
+    rank = SimpleNamespace(knobs=KNOBS[1], dev=torch.device("cpu"), _on_phase=lambda p: None)
+    dist_worker.DdpCoordinator.wrap_model(rank, torch.nn.Linear(2, 2))
+    assert {k: v for k, v in seen.items() if k != "device_ids"} == cfg.ddp_kwargs()
 
 
 def test_torchrun_command_for_one_node_and_for_several():
@@ -466,11 +498,24 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
         warnings.simplefilter("ignore")
         cfg = load_config({str(path)!r})
         cfg.describe()
-        cfg.autocast("cpu"); cfg.grad_scaler("cpu"); cfg.dataloader([1, 2, 3], num_workers=0)
-        out["batch_size"] = cfg.knobs.batch_size
+        with cfg.autocast("cpu"):
+            pass
+        loader = cfg.dataloader([1, 2, 3], num_workers=0)
+        out.update(
+            batch_size=loader.batch_size,
+            scaler=cfg.grad_scaler("cpu") is None,
+            flags=sorted(cfg.apply_backend_flags()),
+            env=sorted(cfg.env()),
+            ddp=sorted(cfg.ddp_kwargs()),
+            launch=cfg.torchrun_command("train.py", nnodes=2),
+        )
         """
     )
-    assert doc == {"torch_at_import": False, "leaked": [], "batch_size": 256}
+    assert doc.pop("leaked") == [] and doc.pop("torch_at_import") is False
+    assert doc["batch_size"] == 256 and doc["scaler"] is True  # bf16: no GradScaler
+    assert doc["flags"] == ["cudnn_benchmark", "fp32_precision"] and "NCCL_ALGO" in doc["env"]
+    assert doc["ddp"] == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph"]
+    assert doc["launch"].startswith("torchrun --nnodes=2 --nproc_per_node=8")
 
 
 def test_numerics_and_debug_only_nccl_variables_are_flagged_in_the_file(tmp_path):

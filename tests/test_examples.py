@@ -37,8 +37,10 @@ def test_train_example_runs_a_tuned_config(tmp_path):
 
 @pytest.mark.slow
 def test_the_torchrun_line_launches_the_example_on_two_processes(tmp_path, tiny_data):
-    """The config's own torchrun line, run as printed: DDP over gloo, fp16 with a GradScaler."""
+    """The config's own torchrun line, run as printed: DDP over gloo with every DDP knob set
+    (gradient accumulation under no_sync included), fp16 with a GradScaler."""
     knobs = Knobs(batch_size=4, num_workers=1, precision="fp16", world_size=2, bucket_cap_mb=5,
+                  gradient_as_bucket_view=True, static_graph=True, grad_accum=2,
                   nccl={"NCCL_DEBUG": "WARN"})  # fmt: skip
     path = save_config(knobs, tmp_path / "tuned.yaml")
     with warnings.catch_warnings():
@@ -52,4 +54,4 @@ def test_the_torchrun_line_launches_the_example_on_two_processes(tmp_path, tiny_
     assert p.returncode == 0, p.stderr[-3000:]
     m = LINE.search(p.stdout)
     assert m, p.stdout
-    assert m.group(2, 3, 4) == ("2", "4", "1") and "fp16" in p.stdout
+    assert m.group(2, 3, 4) == ("2", "4", "2") and "fp16" in p.stdout

@@ -122,8 +122,15 @@ class TunedConfig:
 
     # -- distributed ----------------------------------------------------------------------
     def ddp_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``DistributedDataParallel(model, **cfg.ddp_kwargs())``."""
-        return {"bucket_cap_mb": self.knobs.bucket_cap_mb}
+        """Keyword arguments for ``DistributedDataParallel(model, **cfg.ddp_kwargs())``.
+
+        Every DDP knob a distributed burst passes to DDP (bucket_cap_mb,
+        gradient_as_bucket_view, static_graph), named by the one list the burst's no-effect
+        check uses too, so a DDP knob added there reaches production scripts as well.
+        """
+        from workbench.training import _DDP_KNOBS  # shared with the burst: no second list
+
+        return {name: getattr(self.knobs, name) for name in _DDP_KNOBS}
 
     def torchrun_command(
         self,
