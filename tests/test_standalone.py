@@ -3,7 +3,8 @@
 import subprocess
 import sys
 
-from blocked_imports import run_with_ui_blocked
+import pytest
+from blocked_imports import run_blocked_raw, run_with_ui_blocked
 
 
 def test_engine_imports_and_runs_with_ui_packages_and_dali_blocked(tiny_data, tmp_path):
@@ -36,3 +37,21 @@ def test_distributed_job_runs_with_ui_packages_and_dali_blocked():
         """
     )
     assert doc == {"status": "ok", "error": None, "rows": 1, "leaked": []}
+
+
+@pytest.mark.parametrize(
+    "attempt", ["import altair", "import importlib; importlib.import_module('ipywidgets')"]
+)
+def test_an_import_attempt_fails_the_check_even_when_its_error_is_caught(attempt):
+    body = f"try:\n    {attempt}\nexcept ImportError:\n    out['caught'] = True\n"
+    with pytest.raises(AssertionError, match=r"blocked modules were imported.*<string>:"):
+        run_with_ui_blocked(body)
+
+
+def test_a_probe_that_imports_nothing_is_recorded_but_allowed():
+    """dali_available asks importlib.util.find_spec, which imports nothing: allowed."""
+    body = "from workbench.loaders.dali import dali_available\nout['why'] = dali_available()\n"
+    doc = run_blocked_raw(body)
+    assert [(a["module"], a["kind"]) for a in doc["attempts"]] == [("nvidia.dali", "probe")]
+    assert "dali.py" in doc["attempts"][0]["where"] and "not installed" in doc["out"]["why"]
+    assert run_with_ui_blocked(body)["leaked"] == []
