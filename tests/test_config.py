@@ -13,7 +13,7 @@ import torch
 import yaml
 from blocked_imports import run_with_ui_blocked
 
-from workbench import provenance
+from workbench import hardware, provenance
 from workbench.config import (
     SCHEMA_VERSION,
     ConfigError,
@@ -41,6 +41,9 @@ KNOBS = [
 ]  # fmt: skip
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 H200 = {"gpus": ["NVIDIA H200"] * 8, "torch": "2.5.1+cu124"}
+H200_INFO = hardware.DeviceInfo(kind="cuda", name="NVIDIA H200", index=0, total_mem_mib=143771.0,
+                                capability=(9, 0), driver_version="550.54.15",
+                                cuda_version="12.4", cpu_count=16)  # fmt: skip
 
 
 def _result(knobs: Knobs | None = None, **changes) -> BurstResult:
@@ -62,6 +65,7 @@ def _result(knobs: Knobs | None = None, **changes) -> BurstResult:
 def same_machine(monkeypatch):
     """This machine looks like the H200 the sample results were measured on."""
     monkeypatch.setattr(provenance, "current_machine", lambda: dict(H200))
+    monkeypatch.setattr(hardware, "device_info", lambda device=None: H200_INFO)
 
 
 def _load_quietly(path: Path) -> TunedConfig:
@@ -141,6 +145,33 @@ def test_knobs_saved_alone_say_so_and_keep_their_date(tmp_path):
     assert prov["versions"]["torch"] == str(torch.__version__)
     again = save_config(_load_quietly(path), tmp_path / "k2.yaml")
     assert again.read_bytes() == path.read_bytes()  # the save date is carried, not renewed
+
+
+def test_knobs_saved_alone_on_one_gpu_warn_on_another(tmp_path, monkeypatch):
+    """No burst measured them, but the device they were saved on is in the file: loading on
+    another GPU model warns, as for a measured config, and says nothing was measured."""
+    monkeypatch.setattr(hardware, "device_info", lambda device=None: H200_INFO)
+    path = save_config(Knobs(batch_size=8), tmp_path / "k.yaml")
+    text = path.read_text()
+    assert "# No burst measured these knobs" in text
+    device = yaml.safe_load(text)["provenance"]["device"]
+    assert device == {"type": "cuda:0", "name": "NVIDIA H200", "memory_mib": 143771.0}
+    l4 = {"gpus": ["NVIDIA L4"], "torch": str(torch.__version__)}
+    monkeypatch.setattr(provenance, "current_machine", lambda: l4)
+    with pytest.warns(ConfigWarning) as caught:
+        load_config(path)
+    assert [str(w.message).split(": ", 1)[1] for w in caught] == [
+        "saved (not measured) on NVIDIA H200; this machine has NVIDIA L4: the tuned numbers "
+        "are a starting point here, not a promise"
+    ]
+
+
+def test_knobs_saved_alone_name_this_machine(tmp_path):
+    prov = _load_quietly(save_config(Knobs(), tmp_path / "k.yaml")).provenance
+    here = hardware.device_info()
+    assert prov["device"]["name"] == here.name
+    assert prov["device"]["type"] == str(hardware.resolve_device())  # "cpu", or "cuda:0"
+    assert prov["device"]["memory_mib"] == round(here.total_mem_mib, 3)
 
 
 def test_a_real_burst_saves_and_loads(tiny_data, tmp_path):

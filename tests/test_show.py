@@ -1,11 +1,12 @@
 """`workbench show FILE.yaml`: validates a saved config and prints what to paste."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
-from workbench import provenance
+from workbench import hardware, provenance
 from workbench.cli import main
 from workbench.config import save_config
 from workbench.knobs import Knobs
@@ -46,11 +47,10 @@ def test_show_json_is_one_document(tmp_path, capsys):
 
 
 def test_show_puts_machine_warnings_on_stderr(tmp_path, capsys, monkeypatch):
-    path = save_config(KNOBS, tmp_path / "tuned.yaml")
-    text = path.read_text().replace(
-        "    type: null\n    name: null", "    type: cuda:0\n    name: NVIDIA H200"
-    )
-    path.write_text(text)
+    h200 = dataclasses.replace(hardware.device_info("cpu"), kind="cuda", name="NVIDIA H200",
+                               index=0)  # fmt: skip
+    monkeypatch.setattr(hardware, "device_info", lambda device=None: h200)
+    path = save_config(KNOBS, tmp_path / "tuned.yaml")  # saved alone, on "an H200"
     monkeypatch.setattr(
         provenance, "current_machine", lambda: {"gpus": ["NVIDIA L4"], "torch": "2.9"}
     )
@@ -58,7 +58,7 @@ def test_show_puts_machine_warnings_on_stderr(tmp_path, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert "export NCCL_ALGO=Ring" in out
     assert err.startswith("workbench show: warning: ")
-    assert "tuned on NVIDIA H200; this machine has NVIDIA L4" in err
+    assert "saved (not measured) on NVIDIA H200; this machine has NVIDIA L4" in err
 
 
 def test_a_bad_file_exits_2_with_one_line_naming_file_key_and_problem(tmp_path, capsys):

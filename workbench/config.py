@@ -313,6 +313,12 @@ _NOTES = {
 }
 
 
+_NOT_MEASURED = (
+    "No burst measured these knobs: they were saved as they are. device and versions are "
+    "those of the machine they were saved on; measured is empty."
+)
+
+
 def config_text(cfg: TunedConfig) -> str:
     """The file's text: a pure function of the config (same config, same bytes)."""
     return render(_HEADER, _sections(cfg))
@@ -326,5 +332,11 @@ def _sections(cfg: TunedConfig) -> list[Section]:
         Section("env", cfg.env(), _NOTES["env"], nccl.flags(cfg.knobs.nccl)),
         Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
         Section("launch", cfg.launch_lines(), _NOTES["launch"]),
-        Section("provenance", dict(cfg.provenance), _NOTES["provenance"]),
+        Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
     ]
+
+
+def _provenance_note(prov: Mapping[str, Any]) -> str:
+    if prov.get("source") == "burst":
+        return _NOTES["provenance"]
+    return _NOTES["provenance"] + "\n" + _NOT_MEASURED

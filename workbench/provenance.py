@@ -52,16 +52,26 @@ def from_result(result: Any) -> dict[str, Any]:
     }
 
 
-def from_knobs() -> dict[str, Any]:
-    """Provenance of knobs saved without a burst: when, and with which software."""
-    from workbench.hardware import versions
+def from_knobs(device: Any = None) -> dict[str, Any]:
+    """Provenance of knobs saved without a burst: when, on which device, with which software.
 
+    Nothing was measured, but the device they were chosen on still matters: loading them on
+    another GPU model warns, as it does for a measured config. ``device`` as in
+    ``hardware.resolve_device`` (default: CUDA if present, else the CPU).
+    """
+    from workbench.hardware import device_info, versions
+
+    info = device_info(device)
     return {
         "source": "knobs",
         "workload": None,
         "burst_id": None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": dict.fromkeys(DEVICE_KEYS),
+        "device": {
+            "type": info.kind if info.index is None else f"{info.kind}:{info.index}",
+            "name": info.name,
+            "memory_mib": _round(info.total_mem_mib),
+        },
         "versions": _versions(versions(), "provenance.versions", None),
         "measured": None,
     }
@@ -132,27 +142,34 @@ def _gpu_names(torch: Any) -> list[str] | None:
 
 
 def differences(prov: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
-    """What differs between the tuning machine and ``here``, one sentence each."""
+    """What differs between the tuning machine and ``here``, one sentence each.
+
+    Knobs saved without a burst say "saved (not measured) on": their device is where they were
+    chosen, not where they were shown to run well.
+    """
     notes = []
     device = prov.get("device") or {}
     kind, name = (device.get("type") or "").split(":")[0], device.get("name")
+    did = "saved (not measured)" if prov.get("source") == "knobs" else "tuned"
     gpus = here.get("gpus")
     if kind == "cuda" and gpus is not None and not gpus:
-        notes.append(f"tuned on {name or 'a CUDA GPU'}; this machine has no CUDA GPU")
+        notes.append(f"{did} on {name or 'a CUDA GPU'}; this machine has no CUDA GPU")
     elif kind == "cuda" and gpus and name and name not in gpus:
-        notes.append(f"tuned on {name}; this machine has {', '.join(sorted(set(gpus)))}")
+        notes.append(f"{did} on {name}; this machine has {', '.join(sorted(set(gpus)))}")
     elif kind == "cpu" and gpus:
-        notes.append(f"tuned on a CPU ({name or 'unknown model'}); this machine has {gpus[0]}")
+        notes.append(f"{did} on a CPU ({name or 'unknown model'}); this machine has {gpus[0]}")
     tuned_torch = (prov.get("versions") or {}).get("torch")
     if tuned_torch and _major(tuned_torch) != _major(here.get("torch") or ""):
-        notes.append(f"tuned with torch {tuned_torch}; this machine has torch {here.get('torch')}")
+        notes.append(f"{did} with torch {tuned_torch}; this machine has torch {here.get('torch')}")
     return notes
 
 
 def summary(prov: Mapping[str, Any]) -> str:
     """One line: what was measured, where and when."""
     if prov.get("source") != "burst":
-        return f"saved {prov.get('date') or '(date unknown)'} without a measurement"
+        name = (prov.get("device") or {}).get("name")
+        on = f" on {name}" if name else ""
+        return f"saved {prov.get('date') or '(date unknown)'}{on} without a measurement"
     device = prov.get("device") or {}
     m = prov.get("measured") or {}
     parts = [f"{prov.get('workload')} on {device.get('name')} ({device.get('type')})"]
