@@ -73,6 +73,8 @@ def harness_overhead(data_dir: str, seconds: float, pairs: int) -> None:
         for which in order:
             if which == "burst":
                 r = run_burst("cnn", knobs, data_dir=data_dir, seconds=seconds, record=False)
+                if not r.ok:
+                    raise SystemExit(f"harness overhead: the burst failed: {r.error}")
                 got[which] = r.samples_per_s
             else:
                 got[which] = plain_loop(data_dir, knobs, seconds, 3)
@@ -87,10 +89,13 @@ def harness_overhead(data_dir: str, seconds: float, pairs: int) -> None:
 
 
 def repeatability(data_dir: str, seconds: float, n: int = 5) -> None:
-    sps = [
-        run_burst("cnn", Knobs(), data_dir=data_dir, seconds=seconds, record=False).samples_per_s
-        for _ in range(n)
-    ]
+    runs = [run_burst("cnn", Knobs(), data_dir=data_dir, seconds=seconds, record=False)
+            for _ in range(n)]  # fmt: skip
+    failed = [f"{r.status}: {r.error}" for r in runs if not r.ok]
+    if failed:
+        print(f"\n## 2. Repeatability: {len(failed)} of {n} bursts failed: {failed}")
+        return
+    sps = [r.samples_per_s for r in runs]
     cv = statistics.stdev(sps) / statistics.mean(sps) * 100
     print(f"\n## 2. Repeatability: {n} identical bursts, cnn default knobs, {seconds} s window")
     print(f"samples/s {_fmt_list(sps)}  mean {statistics.mean(sps):.1f}  CV {cv:.1f}% (<= 5%)")
@@ -129,8 +134,11 @@ def knob_effect(data_dir: str, seconds: float) -> None:
     ):
         r = run_burst("cnn", knobs, data_dir=data_dir, seconds=seconds, record=False)
         label = repr(knobs).removeprefix("Knobs(").removesuffix(")")
-        print(f"{label:<34} {r.samples_per_s or 0:>10.1f} {r.step_ms_p50 or 0:>12.1f} "
-              f"{r.data_wait_pct or 0:>12.1f}")  # fmt: skip
+        if not r.ok:  # a failed burst has no figures: say why rather than print a 0
+            print(f"{label:<34} {r.status}: {r.error}")
+            continue
+        print(f"{label:<34} {r.samples_per_s:>10.1f} {r.step_ms_p50:>12.1f} "
+              f"{r.data_wait_pct:>12.1f}")  # fmt: skip
 
 
 def _fmt_list(xs: list[float], digits: int = 1) -> str:

@@ -7,6 +7,16 @@ import pytest
 
 from workbench.cli import main
 
+# DESIGN.md's BurstResult fields: outside scripts read these names from `--json`.
+# fmt: off
+CONTRACT_FIELDS = {
+    "status", "error", "workload", "device", "knobs", "samples_per_s", "tokens_per_s",
+    "step_ms_p50", "step_ms_iqr", "steps", "measured_s", "warmup_s", "data_wait_pct",
+    "peak_mem_mib", "peak_reserved_mib", "gpu_util_pct", "power_w", "temp_c", "mfu_pct",
+    "noisy", "no_effect",
+}
+# fmt: on
+
 
 def _run(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
@@ -26,6 +36,9 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
     assert doc["status"] == "ok" and doc["workload"] == "cnn"
     assert doc["knobs"]["batch_size"] == 8 and doc["knobs"]["num_workers"] == 1
     assert doc["samples_per_s"] > 0 and doc["gpu_util_pct"] is None
+    assert set(doc) >= CONTRACT_FIELDS, f"missing: {CONTRACT_FIELDS - set(doc)}"
+    # unknown is null, never 0: a CPU has no GPU figures, an image workload has no tokens
+    assert [doc[k] for k in ("tokens_per_s", "power_w", "temp_c", "mfu_pct")] == [None] * 4
     h = _run("history", "--store", str(store), "--json")
     assert h.returncode == 0
     rows = json.loads(h.stdout)
@@ -127,3 +140,57 @@ def test_two_rank_burst_from_the_cli_shows_each_rank(tiny_data, tmp_path):
              "--set", "batch_size=4", "--set", "world_size=2", "--no-record")  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "rank 0" in p.stdout and "rank 1" in p.stdout and "samples/s" in p.stdout
+
+
+def _interrupt_like_a_terminal(args: list[str], ready, tmp_path) -> tuple[int, str, list]:
+    """Start `workbench ARGS` in its own process group, wait until ``ready(proc, stderr_lines)``
+    and send SIGINT to the whole group, as a terminal's Ctrl-C (or Jupyter's interrupt) does:
+    the loader's or the builder's worker processes get it too."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "workbench", *args]
+    pipe = subprocess.PIPE
+    p = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, env=env, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not ready(psutil.Process(p.pid), lines) and time.monotonic() < deadline:
+        assert p.poll() is None, "".join(lines)
+        time.sleep(0.1)
+    children = psutil.Process(p.pid).children(recursive=True)
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(timeout=60)
+    reader.join(timeout=10)
+    time.sleep(0.5)
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    return p.returncode, "".join(lines), alive
+
+
+def test_ctrl_c_in_a_terminal_stops_a_burst_without_a_traceback(tiny_data, tmp_path):
+    def workers_running(proc, _lines):
+        return len(proc.children()) >= 2
+
+    code, err, alive = _interrupt_like_a_terminal(
+        ["burst", "--data", str(tiny_data), "--seconds", "60", "--set", "num_workers=2",
+         "--set", "batch_size=4", "--json"], workers_running, tmp_path)  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert alive == []
+
+
+def test_ctrl_c_in_a_terminal_stops_a_data_build_without_a_traceback(tmp_path):
+    def building_images(_proc, lines):
+        return any("images:" in ln for ln in lines)
+
+    code, err, alive = _interrupt_like_a_terminal(
+        ["data", "--out", str(tmp_path / "d"), "--images-per-class", "200"],
+        building_images, tmp_path)  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert alive == []

@@ -402,3 +402,19 @@ def test_ensure_without_parameters_accepts_any_complete_build(tmp_path):
     paths = ensure_datasets(tmp_path)
     assert len(list(paths.images.rglob("*.jpg"))) == 4
     assert sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")) == before
+
+
+def _sigint_is_ignored(_job: int) -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_build_workers_leave_ctrl_c_to_the_parent():
+    # A terminal's Ctrl-C reaches every process of the group; an idle build worker that took
+    # it would print a KeyboardInterrupt traceback of its own. The parent stops the pool.
+    from workbench.data import _parallel_map
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: the build runs serially, in this process")
+    assert all(_parallel_map(_sigint_is_ignored, list(range(32))))

@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import sysconfig
 import time
@@ -470,6 +471,13 @@ def _write_images(images: Path, params: dict[str, Any], progress: Progress) -> i
     return total
 
 
+def _ignore_sigint() -> None:
+    """In a build worker: a terminal's Ctrl-C reaches the whole process group, and a worker
+    that took it would print its own KeyboardInterrupt traceback. The parent alone handles it
+    (stops the pool and drops the queued work)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _parallel_map(fn: Callable[[Any], int], jobs: list[Any]) -> Iterator[int]:
     """`map` over forked worker processes on Linux, in order; serial elsewhere or when small.
 
@@ -483,7 +491,9 @@ def _parallel_map(fn: Callable[[Any], int], jobs: list[Any]) -> Iterator[int]:
     if workers < 2 or sys.platform != "linux" or multiprocessing.current_process().daemon:
         yield from map(fn, jobs)
         return
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_sigint
+    )
     try:
         yield from pool.map(fn, jobs, chunksize=8)
     finally:  # on an interrupt, drop the queued work rather than finish it

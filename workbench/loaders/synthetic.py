@@ -30,7 +30,12 @@ class SyntheticStream:
                 f"batch_size={knobs.batch_size} is not allowed: the dataset has only "
                 f"{x.shape[0]} samples, fewer than one batch"
             )
-        return cls((x.to(device), y.to(device)))
+        x = x.to(device)
+        if knobs.channels_last and x.dim() == 4:
+            # The same layout the other loaders deliver: the ceiling must run the kernels the
+            # full pipeline runs (NHWC convolutions are a different, often faster, code path).
+            x = x.contiguous(memory_format=torch.channels_last)
+        return cls((x, y.to(device)))
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._batch
