@@ -5,20 +5,79 @@ at its next step boundary, and the new burst's thread first joins the old one, s
 never compete for the device (or the CPU) and never share loader workers. ``stop`` cancels
 without starting anything. Callbacks run on the burst's thread.
 
+The same holds across runners: one process has one burst slot (``exclusive``). Re-running a
+notebook cell makes a second panel, with its own runner, while the first one's burst may
+still run; a new burst cancels whoever holds the slot (a burst, a diagnosis, a tune) and
+waits for it to end before it starts. Measurements taken side by side would each be wrong.
+
 No widgets here: the runner is engine code, tested without a browser.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.burst import BurstProgress, run_burst
 from workbench.knobs import Knobs
 from workbench.results import BurstResult
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Holder:
+    """Who holds the burst slot: the event that stops it, and the one it sets on leaving."""
+
+    cancel: threading.Event
+    released: threading.Event = field(default_factory=threading.Event)
+
+
+_slot_lock = threading.Lock()
+_slot_holder: _Holder | None = None
+
+
+def _take_slot(me: _Holder) -> bool:
+    """Cancel and join the slot's holder until the slot is ours; False if we were cancelled
+    while waiting (a newer request superseded us: we must not cancel anyone then)."""
+    global _slot_holder
+    while True:
+        if me.cancel.is_set():
+            return False
+        with _slot_lock:
+            holder = _slot_holder
+            if holder is None:
+                _slot_holder = me
+                return True
+        holder.cancel.set()
+        holder.released.wait()
+
+
+def _release_slot(me: _Holder) -> None:
+    global _slot_holder
+    with _slot_lock:
+        if _slot_holder is me:
+            _slot_holder = None
+    me.released.set()
+
+
+@contextmanager
+def exclusive(cancel: threading.Event) -> Iterator[bool]:
+    """Hold this process's one burst slot for the calling thread's work (a diagnosis, a tune).
+
+    Yields False, holding nothing, when ``cancel`` was set before the slot came free.
+    """
+    me = _Holder(cancel)
+    got = _take_slot(me)
+    try:
+        yield got
+    finally:
+        _release_slot(me)
 
 
 @dataclass
@@ -84,19 +143,52 @@ class BurstRunner:
     def _run(self, job: _Job, previous: _Job | None) -> None:
         if previous is not None and previous.thread is not None:
             previous.thread.join()
-        if job.cancel.is_set():  # superseded while waiting: never started
-            return
+        with exclusive(job.cancel) as got:
+            if got and not job.cancel.is_set():  # superseded while waiting: never started
+                self._burst(job)
+
+    def _burst(self, job: _Job) -> None:
         try:
             result = run_burst(
                 self._workload,
                 job.knobs,
                 cancel=job.cancel,
-                progress=self._on_progress,
+                progress=self._guarded_progress(),
                 **self._burst_kwargs,
             )
         except Exception as exc:  # bad input: reported, the kernel keeps going
-            if self._on_error is not None:
-                self._on_error(exc)
+            self._report_error(exc)
             return
         if self._on_result is not None:
-            self._on_result(result)
+            try:
+                self._on_result(result)
+            except Exception as exc:  # a failing redraw must not vanish with the thread
+                self._report_error(exc)
+
+    def _guarded_progress(self) -> Callable[[BurstProgress], None] | None:
+        """The progress callback, made harmless: a status line that fails to update must
+        not fail the measurement; the first failure is reported, the burst goes on."""
+        callback = self._on_progress
+        if callback is None:
+            return None
+        failed: list[bool] = []
+
+        def progress(p: BurstProgress) -> None:
+            if failed:
+                return
+            try:
+                callback(p)
+            except Exception as exc:
+                failed.append(True)
+                self._report_error(exc)
+
+        return progress
+
+    def _report_error(self, exc: BaseException) -> None:
+        if self._on_error is None:
+            _log.error("burst failed: %s", exc, exc_info=exc)
+            return
+        try:
+            self._on_error(exc)
+        except Exception:  # nowhere left to show it: the log at least keeps it
+            _log.exception("burst error handler failed on %r", exc)
