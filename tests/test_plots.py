@@ -265,6 +265,13 @@ def test_memory_draws_the_capacity_rule_and_puts_ooms_on_it(sweep):
     assert rows(spec, "current")[0]["series"] == "peak allocated"
 
 
+def test_memory_capacity_rule_says_what_it_is(sweep):
+    spec = spec_of(
+        plots.memory(sweep, "batch_size", capacity_mib=15872, capacity_label="system RAM")
+    )
+    assert rows(spec, "capacity") == [{"capacity_mib": 15872.0, "label": "system RAM 15,872 MiB"}]
+
+
 def test_memory_without_capacity_or_reserved(sweep):
     spec = spec_of(plots.memory(sweep, "batch_size"))
     assert "capacity" not in names(spec)

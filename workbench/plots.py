@@ -473,12 +473,15 @@ def memory(
     knob: str,
     *,
     capacity_mib: float | None = None,
+    capacity_label: str = "device memory",
     highlight_id: int | None = None,
 ) -> alt.LayerChart:
     """Peak memory (allocated, and reserved where known) against ``knob``.
 
     With ``capacity_mib`` (e.g. the ``device_mem_mib`` column) a dashed rule marks the device's
     memory and OOM bursts sit on it; without, they sit at their own recorded peak (0 if none).
+    ``capacity_label`` names what the rule is: on a CPU the peak is the process's RSS, so the
+    rule there is ``"system RAM"``.
     """
     title = f"Peak memory (MiB) vs {knob}"
     found = _bursts(df, knob)
@@ -494,13 +497,13 @@ def memory(
         bursts, axis, series, metric="samples_per_s", y_title="MiB", highlight_id=highlight_id
     )
     if capacity_mib is not None:
-        layers[:0] = _capacity_layers(capacity_mib)
+        layers[:0] = _capacity_layers(capacity_mib, capacity_label)
     return alt.layer(*layers, title=_title(title, bursts), width=WIDTH, height=HEIGHT)
 
 
-def _capacity_layers(capacity_mib: float) -> list[alt.Chart]:
+def _capacity_layers(capacity_mib: float, label: str) -> list[alt.Chart]:
     data = pd.DataFrame(
-        {"capacity_mib": [float(capacity_mib)], "label": [f"device memory {capacity_mib:,.0f} MiB"]}
+        {"capacity_mib": [float(capacity_mib)], "label": [f"{label} {capacity_mib:,.0f} MiB"]}
     )
     base = _chart(data, "capacity").encode(y=alt.Y("capacity_mib:Q", title="MiB"))
     rule = base.mark_rule(color=_RED, strokeDash=[5, 3])
