@@ -1,10 +1,11 @@
 """The panel without a browser: widgets work in-process, so behaviour is tested directly."""
 
 import os
+import threading
 import time
 
 import pytest
-from workloads_for_tests import hungry_workload, tensor_workload
+from workloads_for_tests import hungry_workload, sleepy_workload, tensor_workload
 
 from workbench import Knobs
 from workbench.ui import Bench
@@ -110,7 +111,7 @@ def test_save_without_a_burst_is_a_message(store_path, tmp_path):
     bench = _bench(store_path)
     bench.panel(autorun=False)
     bench._ui._save(bench, str(tmp_path / "t.yaml"))
-    assert "no burst has finished yet" in bench._ui.message.value
+    assert "no burst has finished ok yet" in bench._ui.message.value
     bench.run()
     _settle(bench)
     bench._ui._save(bench, str(tmp_path / "t.yaml"))
@@ -129,15 +130,25 @@ def test_rerunning_the_cell_gives_a_fresh_panel_over_the_same_history(store_path
     assert str(bench.last_result.id) in again._ui.history.value
 
 
-@pytest.mark.parametrize("text", ["NCCL_ALGO", "ALGO=Ring"])
-def test_bad_nccl_text_is_refused_with_a_message(store_path, text):
-    from workbench.knobs import KnobError
-    from workbench.ui.controls import nccl_from_text
-
-    with pytest.raises(KnobError):
-        from workbench import Knobs as K
-
-        K(nccl=nccl_from_text(text))
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("NCCL_ALGO", ["NCCL_ALGO", "one NCCL_NAME=value per line"]),
+        ("NCCL_ALGO=Bogus", ["NCCL_ALGO", "Bogus", "Ring"]),
+        ("ALGO=Ring", ["ALGO", "NCCL_[A-Z0-9_]+"]),
+    ],
+)
+def test_bad_nccl_text_is_refused_with_a_message(store_path, text, words):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    ui = bench._ui
+    ui.controls.controls["nccl"].value = text  # what typing and leaving the box does
+    note = ui.controls.notes["nccl"]
+    assert all(word in note.value for word in words), note.value
+    assert "wb-error" in note._dom_classes
+    assert all(word in ui.message.value for word in words)
+    assert not bench._runner.busy and bench.last_result is None
+    assert bench.store.frame().empty  # no burst ran, none was recorded
 
 
 def test_diagnose_button_gives_a_verdict_in_plain_words(store_path):
@@ -187,3 +198,206 @@ def test_a_two_rank_burst_from_the_panel_lands_in_the_charts(store_path, tiny_da
     assert r.backend == "gloo" and len(r.ranks) == 2
     points = _points(bench._ui.charts["throughput"])
     assert {p["knob_value"] for p in points if p.get("id") == r.id} == {2}
+
+
+def _widgets(root):
+    """Every widget under ``root`` (boxes and tabs hold theirs in ``children``)."""
+    found, todo = [], [root]
+    while todo:
+        widget = todo.pop()
+        found.append(widget)
+        todo.extend(getattr(widget, "children", ()))
+    return found
+
+
+def test_no_control_reports_per_keystroke_or_per_pixel(store_path):
+    bench = _bench(store_path)
+    root = bench.panel(autorun=False)
+    live = [w for w in _widgets(root) if w.has_trait("continuous_update")]
+    assert {type(w).__name__ for w in live} >= {"Textarea", "FloatText", "SelectionSlider"}
+    assert [w.description or type(w).__name__ for w in live if w.continuous_update] == []
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "allowed"),
+    [
+        ("bucket_cap_mb", 10000.0, "a number from 0.1 to 4096"),
+        ("bucket_cap_mb", 0.0, "a number from 0.1 to 4096"),
+        ("dali_hw_decoder_load", 1.5, "a number from 0 to 1"),
+    ],
+)
+def test_an_out_of_range_number_is_a_knob_error_not_a_silent_clamp(
+    store_path, knob, value, allowed
+):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    ui = bench._ui
+    ui.controls.controls[knob].value = value
+    assert ui.controls.controls[knob].value == value  # kept as typed, so the error is visible
+    expected = f"{knob}={value!r} is not allowed: {allowed}"
+    assert expected in ui.controls.notes[knob].value
+    assert expected in ui.message.value
+    assert not bench._runner.busy and bench.last_result is None
+
+
+def _wait_for_status(bench, *prefixes, timeout=60):
+    deadline = time.perf_counter() + timeout
+    while not bench._ui.status.value.startswith(prefixes):
+        assert time.perf_counter() < deadline, bench._ui.status.value
+        time.sleep(0.02)
+
+
+def _spy_on_bursts(bench):
+    """(thread name, phase) of every burst the panel runs, its own and its tasks'."""
+    seen = []
+    original = bench._on_progress
+
+    def spy(p):
+        seen.append((threading.current_thread().name, p.phase))
+        original(p)
+
+    bench._on_progress = spy  # tasks look it up when they start
+    bench._runner._on_progress = spy
+    return seen
+
+
+def _most_at_once(seen):
+    active = most = 0
+    for _thread, phase in seen:
+        active += {"setup": 1, "done": -1}.get(phase, 0)
+        most = max(most, active)
+    return most
+
+
+def test_run_during_an_autotune_cancels_the_tune_before_its_burst_starts(store_path):
+    bench = Bench(tensor_workload(), Knobs(batch_size=8), seconds=30, warmup_steps=1,
+                  min_steps=2, store=store_path)  # fmt: skip
+    bench.panel(autorun=False)
+    seen = _spy_on_bursts(bench)
+    bench.autotune(space={"batch_size": [4, 8, 16]}, budget=5)
+    _wait_for_status(bench, "measuring")
+    bench.run()  # a newer action wins
+    assert "auto-tune was cancelled" in bench._ui.message.value
+    deadline = time.perf_counter() + 60
+    while ("workbench-burst", "measuring") not in seen:  # the panel's own burst is measuring
+        assert time.perf_counter() < deadline
+        time.sleep(0.02)
+    bench.stop()
+    _settle(bench)
+    assert _most_at_once(seen) == 1
+    threads = [t for t, phase in seen if phase == "setup"]
+    assert threads == ["workbench-task", "workbench-burst"]
+    assert bench.last_result.status == "cancelled" and bench.last_result.knobs.batch_size == 8
+    assert bench.knobs.batch_size == 8  # a superseded tune moves nothing into the controls
+    assert bench._ui.controls.controls["batch_size"].value == 8
+    assert "auto-tune was cancelled" in bench._ui.message.value
+
+
+def test_rerunning_the_cell_cancels_the_old_panels_burst(store_path):
+    old = Bench(tensor_workload(), Knobs(batch_size=8), seconds=30, warmup_steps=1,
+                store=store_path)  # fmt: skip
+    old.panel()
+    _wait_for_status(old, "measuring")
+    new = _bench(store_path)
+    new.panel()  # autorun: its first burst waits for the old one to stop
+    _settle(new)
+    assert old.wait(5)
+    assert old.last_result.status == "cancelled"
+    assert new.last_result.ok
+
+
+def test_save_after_stop_saves_the_last_burst_that_ended_ok(store_path, tmp_path):
+    from workbench.config import load_knobs
+
+    bench = Bench(sleepy_workload(0.01), Knobs(batch_size=4), seconds=0.2, warmup_steps=1,
+                  min_steps=2, store=store_path)  # fmt: skip
+    bench.panel()
+    _settle(bench)
+    good = bench.last_result
+    assert good.ok
+    bench._ui.controls.controls["batch_size"].value = 128  # 1.3 s per step: stoppable
+    _wait_for_status(bench, "warm-up", "measuring")
+    bench.stop()
+    _settle(bench)
+    assert bench.last_result.status == "cancelled"
+    bench._ui._save(bench, str(tmp_path / "t.yaml"))
+    message = bench._ui.message.value
+    assert "saved" in message and f"burst #{good.id} (batch_size=4, num_workers=0)" in message
+    assert f"#{bench.last_result.id}, ended cancelled" in message
+    assert load_knobs(tmp_path / "t.yaml") == good.knobs
+
+
+def test_save_after_an_autotune_writes_the_tuned_knobs(store_path, tmp_path):
+    from workbench.config import load_knobs
+
+    bench = _bench(store_path)
+    bench.knobs = Knobs(batch_size=4)
+    bench.panel(autorun=False)
+    bench.autotune(space={"batch_size": [4, 64]}, budget=5)
+    _settle(bench, timeout=180)
+    best = bench.knobs  # the tuner moved its best into the controls
+    assert best.batch_size == 64  # per-step overhead dominates: the bigger batch wins
+    assert bench.last_result.knobs.batch_size == 4  # the tuner's closing re-measure of the start
+    bench._ui._save(bench, str(tmp_path / "t.yaml"))
+    assert load_knobs(tmp_path / "t.yaml") == best
+    assert "the auto-tune best, burst #" in bench._ui.message.value
+
+
+def test_memory_chart_on_a_cpu_has_the_system_ram_rule(store_path):
+    from workbench import hardware
+
+    bench = _bench(store_path)
+    bench.panel()
+    _settle(bench)
+    ram_mib = hardware.device_info(bench.device).total_mem_mib
+    capacity = [r for r in _points(bench._ui.charts["memory"]) if "capacity_mib" in r]
+    assert capacity == [{"capacity_mib": ram_mib, "label": f"system RAM {ram_mib:,.0f} MiB"}]
+
+
+def test_status_line_estimates_the_time_left_from_step_times(store_path):
+    from workbench.burst import BurstProgress as P
+
+    bench = Bench(tensor_workload(), seconds=2.0, warmup_steps=3, min_steps=10, store=store_path)
+    bench.panel(autorun=False)
+    status, bar = bench._ui.status, bench._ui.progress
+
+    def show(phase, elapsed_s, steps):
+        time.sleep(0.11)  # past the status line's update throttle
+        bench._on_progress(P(phase, elapsed_s, 2.0, steps))
+        return status.value
+
+    assert show("setup", 0.0, 0).startswith("setting up")
+    stretched = "(min_steps=10 outlasts the 2 s window)"
+    # the first warm-up step took 0.9 s: 2 more of those, then 10 steps of 0.9 s
+    assert show("warmup", 0.9, 1) == f"warm-up: step 1 of 3 (0.9 s); about 10.8 s left {stretched}"
+    # the second took 0.3 s (the first carried start-up): 1 more, then max(2 s, 10 x 0.3 s)
+    assert show("warmup", 1.2, 2) == f"warm-up: step 2 of 3 (1.2 s); about 3.3 s left {stretched}"
+    assert show("warmup", 1.4, 3).endswith("about 2.0 s left (a 2 s window)")
+    # 4 steps in 1.0 s: 6 more at 0.25 s outlast the 1.0 s left in the window
+    assert show("measuring", 1.0, 4) == f"measuring: 1.0 s, 4 steps; about 1.5 s left {stretched}"
+    assert bar.value == pytest.approx(1.0 / 2.5)
+    assert show("measuring", 0.5, 20).endswith("about 1.5 s left (a 2 s window)")
+    assert bar.value == pytest.approx(0.25)
+
+
+def test_a_failing_history_store_is_a_message_and_the_panel_keeps_working(store_path, monkeypatch):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+
+    def broken(**_filters):
+        raise RuntimeError("database disk image is malformed")
+
+    monkeypatch.setattr(bench.store, "frame", broken)
+    bench.run()
+    _settle(bench)
+    first = bench.last_result
+    message = bench._ui.message.value
+    assert f"burst #{first.id} ended ok, but the panel could not show it" in message
+    assert "RuntimeError: database disk image is malformed" in message
+    assert not bench._runner.busy
+    monkeypatch.undo()
+    bench._ui.controls.controls["batch_size"].value = 16
+    _settle(bench)
+    assert bench.last_result.ok and bench._ui.message.value == ""
+    ids = {row.get("id") for row in _points(bench._ui.charts["throughput"])}
+    assert {first.id, bench.last_result.id} <= ids  # recorded all along: nothing was lost

@@ -3,9 +3,12 @@
 Sliders move on scales that make sense for the knob (batch size and accumulation in powers of
 two, workers from 0 to the core count, world_size up to one rank per GPU or CPU core), choices
 are dropdowns, switches are checkboxes, NCCL variables a text area. Every control carries the
-knob's one-line doc as its tooltip. Controls that cannot act on this device are shown
-disabled, with the reason beside them, rather than hidden: a person should see that the knob
-exists and why it is grey.
+knob's one-line doc as its tooltip. Text and number boxes report on Enter or leaving the box
+(``continuous_update=False``): a burst per keystroke would measure half-typed values. Number
+boxes are not bounded widgets, which clamp silently: an out-of-range value reaches ``Knobs``,
+whose error names the knob, the value and what is allowed, shown beside the box. Controls
+that cannot act on this device are shown disabled, with the reason beside them, rather than
+hidden: a person should see that the knob exists and why it is grey.
 """
 
 from __future__ import annotations
@@ -62,16 +65,16 @@ def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.Valu
     elif spec.name == "num_workers":
         top = max(os.cpu_count() or 1, value)
         control = w.IntSlider(value=value, min=0, max=top, continuous_update=False, **common)
-    elif spec.kind == "int":
-        control = w.BoundedIntText(value=value, min=spec.low, max=min(spec.high, 64), **common)
-    elif spec.kind == "float":
-        control = w.BoundedFloatText(value=value, min=spec.low, max=spec.high, **common)
+    elif spec.kind in ("int", "float"):  # unbounded: Knobs refuses out-of-range, by name
+        text_box = w.IntText if spec.kind == "int" else w.FloatText
+        control = text_box(value=value, continuous_update=False, **common)
     elif spec.kind == "bool":
         control = w.Checkbox(value=value, indent=False, **common)
     elif spec.kind == "choice":
         control = w.Dropdown(options=list(spec.choices or ()), value=value, **common)
     else:  # the NCCL mapping
-        control = w.Textarea(value=nccl_to_text(value), placeholder="NCCL_ALGO=Ring", **common)
+        control = w.Textarea(value=nccl_to_text(value), placeholder="NCCL_ALGO=Ring",
+                             continuous_update=False, **common)  # fmt: skip
     control.add_class(f"wb-knob-{spec.name}")
     return control
 

@@ -5,6 +5,11 @@ newer knob move cancels the running burst at its next step boundary. Sliders use
 ``continuous_update=False``: a burst starts when the handle is released, not per pixel of a
 drag. Every burst lands in the history store first and the charts are redrawn from the store,
 so what the charts show is exactly what was recorded (and survives a kernel restart).
+
+One thing measures at a time in a kernel: a burst, a diagnosis, a tune or a comm benchmark
+holds the process's burst slot (``workbench.runner.exclusive``), and a newer action cancels
+the holder and waits for it, off the main thread. That covers a second panel made by
+re-running the cell. Save writes the last burst that ended ok, or a finished tune's best.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +29,32 @@ from workbench.burst import BurstProgress
 from workbench.config import save_config
 from workbench.knobs import KnobError, Knobs
 from workbench.results import BurstResult
-from workbench.runner import BurstRunner
+from workbench.runner import BurstRunner, exclusive
 from workbench.store import open_store
 from workbench.ui.controls import KnobControls, disabled_reasons
+from workbench.ui.status import (
+    BurstEstimate,
+    comm_label,
+    comm_summary,
+    knobs_summary,
+    result_html,
+    result_status,
+)
 from workbench.workloads import default_workload_name, resolve_workload
 
 _PROGRESS_EVERY_S = 0.1  # status-line updates per second are capped: widgets cost messages
 _CHARTS = ("throughput", "memory", "split", "comm")
+
+
+@dataclass
+class _Task:
+    """A long action (diagnose, auto-tune, comm) on its own thread; ``superseded`` when a
+    newer action cancelled it, so it leaves the knobs and the message to that action."""
+
+    name: str
+    cancel: threading.Event
+    thread: threading.Thread = field(init=False)
+    superseded: bool = False
 
 
 class Bench:
@@ -54,8 +79,11 @@ class Bench:
         self.knobs = knobs or Knobs()
         self.store = open_store(store)
         self.info = hardware.device_info(self.device)
-        self.seconds = seconds
-        self.last_result: BurstResult | None = None
+        self.seconds, self.warmup_steps, self.min_steps = seconds, warmup_steps, min_steps
+        self.last_result: BurstResult | None = None  # the newest, whatever its status
+        self.last_tune: Any = None  # the TuneResult of the last auto-tune that finished
+        self._to_save: tuple[Any, BurstResult] | None = None  # (what Save writes, its burst)
+        self._estimate = BurstEstimate(warmup_steps, min_steps)
         self.last_moved = "batch_size"
         self.events: list[dict[str, float]] = []  # per burst: submit/result/chart times
         self._ui: _PanelWidgets | None = None
@@ -71,7 +99,7 @@ class Bench:
             store=self.store,
         )
         self._last_progress_s = 0.0
-        self._task: tuple[threading.Event, threading.Thread] | None = None
+        self._task: _Task | None = None
         self.comm_results: list[Any] = []  # CommResults of this panel, drawn together
 
     # -- what a notebook calls -------------------------------------------------------------
@@ -85,59 +113,86 @@ class Bench:
         return self._ui.root
 
     def run(self, knobs: Knobs | None = None) -> None:
-        """Start a burst (cancelling a running one) with ``knobs`` or the panel's knobs."""
+        """Start a burst with ``knobs`` or the panel's knobs. A newer action wins: a running
+        burst, diagnosis or tune is cancelled, and the burst starts once it has stopped."""
         if knobs is not None:
             self.knobs = knobs
-        if self._runner.busy:
-            self._message("restarted: the running burst was cancelled")
+        replaced = self._supersede_task()
+        if replaced or self._runner.busy:
+            self._message(f"restarted: the running {replaced or 'burst'} was cancelled")
         self.events.append({"submit_s": time.perf_counter()})
         self._runner.submit(self.knobs)
 
     def stop(self) -> None:
         self._runner.stop()
         if self._task is not None:
-            self._task[0].set()
+            self._task.cancel.set()
         if self._ui is not None:
             self._ui.status.value = "stopping at the next step boundary ..."
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the newest burst (or diagnose / tune) has finished (scripts, tests)."""
         if self._task is not None:
-            self._task[1].join(timeout)
-            if self._task[1].is_alive():
+            self._task.thread.join(timeout)
+            if self._task.thread.is_alive():
                 return False
         return self._runner.wait(timeout)
+
+    def _supersede_task(self) -> str | None:
+        """Cancel a running diagnose / tune for a newer action; its name, or None."""
+        task = self._task
+        if task is None or not task.thread.is_alive():
+            return None
+        task.superseded = True
+        task.cancel.set()
+        return task.name
 
     def diagnose(self) -> None:
         """Full vs loader-only vs compute-only with the panel's knobs, on a background thread;
         the verdict lands in the message line."""
         from workbench.diagnosis import diagnose
 
-        def work(cancel: threading.Event) -> str:
-            d = diagnose(self.workload, self.knobs, seconds=self.seconds, device=self.device,
-                         store=self.store, cancel=cancel, burst_progress=self._on_progress,
+        def work(task: _Task) -> str:
+            d = diagnose(self.workload, self.knobs, **self._window(), device=self.device,
+                         store=self.store, cancel=task.cancel, burst_progress=self._on_progress,
                          progress=lambda _stage, r: self._on_task_burst(r))  # fmt: skip
             return d.summary()
 
-        self._start_task("diagnosing: full, loader-only, compute-only ...", work)
+        self._start_task("diagnose", "diagnosing: full, loader-only, compute-only ...", work)
 
     def autotune(self, space: dict[str, list[Any]] | None = None, budget: int = 12) -> None:
-        """Search ``space`` from the panel's knobs; bursts appear live in the charts and the
-        best config is moved into the controls when the tuner finishes."""
+        """Search ``space`` from the panel's knobs; bursts appear live in the charts. When the
+        tuner finishes (or is stopped) its best config moves into the controls and becomes
+        what Save writes; a newer action that cancels the tune leaves both alone."""
         from workbench.tuner import default_space, tune
 
         space = space or default_space(self.device, self.workload, self.knobs)
 
-        def work(cancel: threading.Event) -> str:
-            t = tune(self.workload, space, budget=budget, base=self.knobs, seconds=self.seconds,
-                     device=self.device, store=self.store, cancel=cancel,
+        def work(task: _Task) -> str:
+            t = tune(self.workload, space, budget=budget, base=self.knobs, **self._window(),
+                     device=self.device, store=self.store, cancel=task.cancel,
                      burst_progress=self._on_progress,
                      progress=lambda p: self._on_task_burst(p.result, p.knob))  # fmt: skip
-            if t.best is not None:
-                self._show_knobs(t.best)
+            if not task.superseded:
+                self._take_tune(t)
             return t.summary()
 
-        self._start_task(f"auto-tuning over {', '.join(space)} (budget {budget}) ...", work)
+        label = f"auto-tuning over {', '.join(space)} (budget {budget}) ..."
+        self._start_task("auto-tune", label, work)
+
+    def _take_tune(self, t: Any) -> None:
+        """The tune's best goes into the controls and Save; its last burst is a re-measure
+        of the starting knobs, so ``last_result`` is not what was tuned."""
+        self.last_tune = t
+        best = t.best_result
+        if t.best is not None and isinstance(best, BurstResult) and best.ok:
+            self._to_save = (t, best)
+            self._show_knobs(t.best)
+
+    def _window(self) -> dict[str, Any]:
+        """The panel's burst window, for its diagnoses and tunes as for its own bursts."""
+        return {"seconds": self.seconds, "warmup_steps": self.warmup_steps,
+                "min_steps": self.min_steps}  # fmt: skip
 
     def comm(self, sizes: list[int] | None = None) -> None:
         """All-reduce benchmark with the panel's world_size and NCCL knobs, in the background;
@@ -146,44 +201,49 @@ class Bench:
 
         knobs = self.knobs
 
-        def work(cancel: threading.Event) -> str:
+        def work(task: _Task) -> str:
             res = comm_bench(knobs.world_size, sizes=sizes, knobs=knobs, device=self.device,
-                             cancel=cancel)  # fmt: skip
+                             cancel=task.cancel)  # fmt: skip
             if not res.ok:
                 raise RuntimeError(f"comm benchmark {res.status}: {res.error}")
             self.comm_results.append(res)
             self._draw_comm()
-            return _comm_summary(res)
+            return comm_summary(res)
 
-        self._start_task(f"all-reduce benchmark on {knobs.world_size} rank(s) ...", work)
+        label = f"all-reduce benchmark on {knobs.world_size} rank(s) ..."
+        self._start_task("comm benchmark", label, work)
 
     def _draw_comm(self) -> None:
         if self._ui is None or not self.comm_results:
             return
         import pandas as pd
 
-        frames = [r.frame().assign(label=_comm_label(r)) for r in self.comm_results]
+        frames = [r.frame().assign(label=comm_label(r)) for r in self.comm_results]
         self._ui.charts["comm"].chart = plots.comm(pd.concat(frames, ignore_index=True))
 
-    def _start_task(self, label: str, work: Any) -> None:
-        """One long task (diagnose / tune) at a time; it replaces any running burst."""
+    def _start_task(self, name: str, label: str, work: Any) -> None:
+        """Start a long action on a thread; it replaces any running burst or task. The thread
+        waits for the burst slot, so the main thread (and the panel) never blocks here."""
         self._runner.stop()
-        self._runner.wait(60)
-        if self._task is not None and self._task[1].is_alive():
-            self._task[0].set()
-            self._task[1].join(60)
-        cancel = threading.Event()
-
-        def run() -> None:
-            try:
-                self._message(work(cancel))
-            except Exception as exc:  # bad input: a message, the kernel keeps going
-                self._message(str(exc), error=True)
-
+        self._supersede_task()
+        task = _Task(name, threading.Event())
+        task.thread = threading.Thread(target=self._run_task, args=(task, work),
+                                       name="workbench-task", daemon=True)  # fmt: skip
         self._message(label)
-        thread = threading.Thread(target=run, name="workbench-task", daemon=True)
-        self._task = (cancel, thread)
-        thread.start()
+        self._task = task
+        task.thread.start()
+
+    def _run_task(self, task: _Task, work: Any) -> None:
+        with exclusive(task.cancel) as got:
+            try:
+                text = work(task) if got else ""
+            except Exception as exc:  # bad input: a message, the kernel keeps going
+                text, error = f"{task.name} failed: {exc}", True
+            else:
+                error = False
+        if task.superseded:  # the newer action's message stands
+            return
+        self._message(text or f"{task.name} cancelled", error=error)
 
     def _on_task_burst(self, result: Any, knob: str | None = None) -> None:
         if not isinstance(result, BurstResult):  # the loader-only measurement: no chart row
@@ -192,8 +252,8 @@ class Bench:
             self.last_moved = knob
         self.last_result = result
         if self._ui is not None:
-            self._ui.status.value = _status_text(result)
-            self._ui.result.value = _result_html(result)
+            self._ui.status.value = result_status(result)
+            self._ui.result.value = result_html(result)
         self._redraw(highlight_id=result.id, knobs=result.knobs)
 
     def _show_knobs(self, knobs: Knobs) -> None:
@@ -206,10 +266,23 @@ class Bench:
                 self._ui.syncing = False
 
     def save_config(self, path: str | Path = "tuned.yaml") -> Path:
-        """Save the knobs of the last finished burst (and what it measured) as YAML."""
-        if self.last_result is None:
-            raise ValueError("no burst has finished yet: run one before saving a config")
-        return save_config(self.last_result, path)
+        """Save, as YAML, the last burst that ended ok (a stopped or superseded one measured
+        nothing worth keeping), or the best of an auto-tune that finished after it."""
+        if self._to_save is None:
+            raise ValueError("no burst has finished ok yet: run one before saving a config")
+        return save_config(self._to_save[0], path)
+
+    def saved_what(self) -> str:
+        """Which burst Save writes, in words (the message after a save says it)."""
+        if self._to_save is None:
+            return "nothing yet"
+        what, r = self._to_save
+        source = "the auto-tune best, burst" if what is not r else "burst"
+        words = f"{source} #{r.id} ({knobs_summary(r.knobs)})"
+        latest = self.last_result
+        if latest is not None and latest.id != r.id and not latest.ok:
+            words += f"; the latest, #{latest.id}, ended {latest.status}"
+        return words
 
     # -- knob changes ----------------------------------------------------------------------
     def _on_knob(self, name: str) -> None:
@@ -231,23 +304,35 @@ class Bench:
     # -- callbacks from the burst thread -----------------------------------------------------
     def _on_progress(self, p: BurstProgress) -> None:
         ui, now = self._ui, time.perf_counter()
+        self._estimate.update(p)
         throttled = p.phase == "measuring" and now - self._last_progress_s < _PROGRESS_EVERY_S
         if ui is None or throttled:
             return
         self._last_progress_s = now
-        ui.status.value = _progress_text(p)
-        ui.progress.value = min(1.0, p.elapsed_s / p.window_s) if p.phase == "measuring" else 0.0
+        ui.status.value = self._estimate.text(p)
+        ui.progress.value = self._estimate.fraction(p)
 
     def _on_result(self, result: BurstResult) -> None:
+        """A panel burst ended. It is recorded already; showing it may still fail (a history
+        store that cannot be read, a chart that cannot be built): that is a message too."""
         self.last_result = result
+        if result.ok:
+            self._to_save = (result, result)
         if self.events:
             self.events[-1]["result_s"] = time.perf_counter()
+        try:
+            self._show_result(result)
+        except Exception as exc:
+            self._message(f"burst #{result.id} ended {result.status}, but the panel could not "
+                          f"show it: {type(exc).__name__}: {exc}", error=True)  # fmt: skip
+
+    def _show_result(self, result: BurstResult) -> None:
         ui = self._ui
         if ui is None:
             return
-        ui.status.value = _status_text(result)
+        ui.status.value = result_status(result)
         ui.progress.value = 1.0 if result.ok else 0.0
-        ui.result.value = _result_html(result)
+        ui.result.value = result_html(result)
         if result.status in ("oom", "error"):
             ui.controls.note(self.last_moved, f"{result.status}: {result.error}", kind="error")
             self._message(f"burst #{result.id} {result.status}: {result.error}", error=True)
@@ -280,14 +365,18 @@ class Bench:
         ui.charts["throughput"].chart = plots.throughput(rows, knob, highlight_id=highlight_id)
         if on_throughput is not None:
             on_throughput()
-        ui.charts["memory"].chart = plots.memory(
-            rows, knob, capacity_mib=self._capacity_mib(), highlight_id=highlight_id
-        )
+        capacity_mib, capacity_label = self._capacity()
+        ui.charts["memory"].chart = plots.memory(rows, knob, capacity_mib=capacity_mib,
+                                                 capacity_label=capacity_label,
+                                                 highlight_id=highlight_id)  # fmt: skip
         ui.charts["split"].chart = plots.step_split(rows, knob, highlight_id=highlight_id)
         ui.history.value = plots.history_html(df, n=8)
 
-    def _capacity_mib(self) -> float | None:
-        return self.info.total_mem_mib if self.device.type == "cuda" else None
+    def _capacity(self) -> tuple[float | None, str]:
+        """The memory chart's rule: device memory on a GPU; on a CPU the peak is RSS, so the
+        ceiling is system RAM (the same limit the tuner's memory margin uses)."""
+        label = "device memory" if self.device.type == "cuda" else "system RAM"
+        return self.info.total_mem_mib, label
 
     def _message(self, text: str, error: bool = False) -> None:
         if self._ui is None:
@@ -328,7 +417,8 @@ class _PanelWidgets:
     def _buttons(self, bench: Bench) -> w.Widget:
         run = _with_class(w.Button(description="Run", icon="play", tooltip="rerun"), "wb-run")
         stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
-        path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"}), "wb-save-path")
+        path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"},
+                                  continuous_update=False), "wb-save-path")  # fmt: skip
         save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
         diag = _with_class(w.Button(description="Diagnose", icon="stethoscope"), "wb-diagnose")
         tune = _with_class(w.Button(description="Auto-tune", icon="magic"), "wb-tune")
@@ -350,7 +440,7 @@ class _PanelWidgets:
         except (ValueError, OSError) as exc:
             bench._message(str(exc), error=True)
             return
-        bench._message(f"saved {saved}")
+        bench._message(f"saved {saved}: {bench.saved_what()}")
 
     def _status_row(self) -> w.Widget:
         return w.HBox([self.progress, self.status])
@@ -371,44 +461,3 @@ def _with_class(widget: Any, css: str) -> Any:
 
 def _note_target(knob: str, ui: _PanelWidgets) -> str:
     return knob if knob in ui.controls.controls else "nccl"
-
-
-def _progress_text(p: BurstProgress) -> str:
-    if p.phase == "setup":
-        return "setting up: dataset, loader, model ..."
-    if p.phase == "warmup":
-        return f"warm-up: {p.steps} step{'s' if p.steps != 1 else ''} ({p.elapsed_s:.1f} s)"
-    if p.phase == "measuring":
-        return f"measuring {p.elapsed_s:.1f} / {p.window_s:g} s, {p.steps} steps"
-    return "finishing ..."
-
-
-def _comm_label(res: Any) -> str:
-    settings = ", ".join(f"{k}={v}" for k, v in res.nccl.items()) or "defaults"
-    return f"{res.world_size} rank(s), {settings}"
-
-
-def _comm_summary(res: Any) -> str:
-    if res.world_size == 1:
-        return "comm: one rank, so nothing crosses a link (busbw 0); set world_size to 2+"
-    best = max(res.rows, key=lambda r: r["busbw_gbps"])
-    return (f"comm: peak busbw {best['busbw_gbps']:.2f} GB/s at {best['size_bytes']:,} bytes "
-            f"over {res.world_size} ranks ({res.backend})")  # fmt: skip
-
-
-def _status_text(r: BurstResult) -> str:
-    if r.ok:
-        return f"done: burst #{r.id}, {r.samples_per_s:,.1f} samples/s"
-    return f"{r.status}: burst #{r.id}" + (f", {r.error}" if r.error else "")
-
-
-def _result_html(r: BurstResult) -> str:
-    shown = {"batch_size": r.knobs.batch_size, "num_workers": r.knobs.num_workers}
-    defaults = Knobs().to_dict()
-    shown |= {k: v for k, v in r.knobs.to_dict().items() if v != defaults[k]}
-    knobs = ", ".join(f"{k}={v}" for k, v in shown.items())
-    if not r.ok:
-        return html.escape(f"burst #{r.id}: {knobs} -> {r.status}")
-    tail = f"{r.samples_per_s:,.1f} samples/s, step {r.step_ms_p50:.1f} ms, "
-    tail += f"data wait {r.data_wait_pct:.0f}%, peak {r.peak_mem_mib or 0:,.0f} MiB"
-    return html.escape(f"burst #{r.id}: {knobs} -> {tail}")
