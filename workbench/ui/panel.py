@@ -343,12 +343,15 @@ class Bench:
             self.events[-1]["chart_s"] = time.perf_counter()
 
     def _on_error(self, exc: BaseException) -> None:
+        """A burst that could not start (bad input names its knob), or a failure the runner
+        caught around it; either way a readable line, never a dead thread."""
         if self._ui is not None:
             self._ui.status.value = "not started"
             knob = getattr(exc, "knob", None)
             if knob:
                 self._ui.controls.note(_note_target(knob, self._ui), str(exc), kind="error")
-            self._message(str(exc), error=True)
+            text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            self._message(text, error=True)
 
     # -- drawing -----------------------------------------------------------------------------
     def _redraw(
