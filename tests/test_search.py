@@ -14,10 +14,12 @@ import torch
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, hardware, tune
+from workbench.burst import record_result
 from workbench.knobs import KnobError
 from workbench.loader_bench import prefetched_batches, settled_warmup
 from workbench.results import BurstResult
 from workbench.search import midpoint
+from workbench.store import HistoryStore, StoreError, open_store
 from workbench.tuner import default_space
 
 Speed = Callable[[Knobs, int], "float | str"]
@@ -33,15 +35,24 @@ class FakeBursts:
         self.warmups: list[int] = []
 
     def __call__(self, workload, knobs: Knobs, **kwargs) -> BurstResult:
+        """Records as run_burst does; "ctrl-c" records a cancelled burst and then raises
+        KeyboardInterrupt, as run_burst does after a Ctrl-C."""
         nth = self.calls.count(knobs)
         self.calls.append(knobs)
         self.warmups.append(kwargs["warmup_steps"])
         out = self.speed(knobs, nth)
+        if out == "ctrl-c":
+            r = BurstResult(status="cancelled", workload="tiny", device="cpu", knobs=knobs)
+            record_result(r, kwargs["record"], kwargs["store"])
+            raise KeyboardInterrupt
         if isinstance(out, str):
-            return BurstResult(status=out, error=f"fake {out}", workload="tiny", knobs=knobs)
-        return BurstResult(workload="tiny", device="cpu", knobs=knobs, samples_per_s=out,
-                           peak_mem_mib=self.mem(knobs), data_wait_pct=self.wait(knobs),
-                           step_ms_p50=1000.0 / out)  # fmt: skip
+            r = BurstResult(status=out, error=f"fake {out}", workload="tiny", knobs=knobs)
+        else:
+            r = BurstResult(workload="tiny", device="cpu", knobs=knobs, samples_per_s=out,
+                            peak_mem_mib=self.mem(knobs), data_wait_pct=self.wait(knobs),
+                            step_ms_p50=1000.0 / out)  # fmt: skip
+        record_result(r, kwargs["record"], kwargs["store"])
+        return r
 
 
 @pytest.fixture
@@ -155,12 +166,50 @@ def test_cancel_returns_the_best_so_far(fake):
 def test_ctrl_c_returns_the_best_so_far(fake):
     def speed(k, n):
         if k.batch_size == 128:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt  # before the burst recorded anything (a second Ctrl-C)
         return float(k.batch_size)
 
     fake(speed)
     t = _tune({"batch_size": [32, 64, 128]}, budget=20)
     assert t.stopped == "interrupted" and t.best.batch_size == 64
+    assert [r.knobs.batch_size for r in t.bursts] == [32, 64]
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_ctrl_c_keeps_the_burst_it_stopped(fake, store_path, record):
+    """run_burst records the burst a Ctrl-C stopped, then raises: the tune keeps it too."""
+    fake(lambda k, n: "ctrl-c" if k.batch_size == 128 else float(k.batch_size))
+    t = tune(tensor_workload(), {"batch_size": [32, 64, 128, 256]}, budget=20, seconds=0.1,
+             record=record, store=store_path)  # fmt: skip
+    assert t.stopped == "interrupted" and t.best.batch_size == 64
+    assert [(r.knobs.batch_size, r.status) for r in t.bursts] == [
+        (32, "ok"), (64, "ok"), (128, "cancelled")]  # fmt: skip
+    stored = [row["id"] for row in open_store(store_path).records()] if record else []
+    assert stored == ([r.id for r in t.bursts] if record else [])
+    assert "3 of 20 bursts" in t.summary()
+
+
+class FailingStore(HistoryStore):
+    """A history whose every write fails, as a full disk or a lost network mount does."""
+
+    writes = 0
+
+    def append(self, record):
+        self.writes += 1
+        raise StoreError(f"{self.path} cannot be used (database or disk is full)")
+
+
+def test_a_failing_store_costs_a_warning_not_the_measurements(fake, tmp_path):
+    fake(lambda k, n: float(k.batch_size))
+    store = FailingStore(tmp_path / "h.sqlite")
+    with pytest.warns(RuntimeWarning, match="disk is full.*keeps its bursts") as caught:
+        t = tune(tensor_workload(), {"batch_size": [32, 64]}, budget=4, seconds=0.1,
+                 store=store)  # fmt: skip
+    assert [r.status for r in t.bursts] == ["ok"] * len(t.bursts) and len(t.bursts) >= 2
+    assert t.best.batch_size == 64 and t.best_result.samples_per_s == 64.0
+    assert store.writes == len(t.bursts)  # each burst tried once: no second, "error" copy
+    assert all(r.id is None for r in t.bursts) and len(caught) >= 1
+    assert f"{len(t.bursts)} burst(s) measured but not stored" in t.summary()
 
 
 def test_progress_reports_each_burst_and_the_best_so_far(fake):

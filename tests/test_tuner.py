@@ -2,10 +2,13 @@
 
 import dataclasses
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 from blocked_imports import run_with_ui_blocked
-from workloads_for_tests import crashing_workload, fat_workload, hungry_workload
+from workloads_for_tests import crashing_workload, fat_workload, hungry_workload, tensor_workload
 
 from workbench import Knobs, hardware, run_burst, tune
 from workbench.store import open_store
@@ -50,6 +53,28 @@ def test_a_crashing_worker_is_recorded_and_the_tune_goes_on(store_path):
     assert [r.knobs.num_workers for r in errors] == [1]
     assert any(row["status"] == "error" for row in open_store(store_path).records())
     assert "1 failed" in t.summary()
+
+
+def test_a_real_ctrl_c_stops_the_running_burst_and_the_tune_keeps_it(store_path):
+    """SIGINT (what Ctrl-C and a kernel interrupt send) during the second burst's window:
+    run_burst stops it at a step boundary, records it and re-raises; the tune keeps it."""
+    phases = []
+
+    def ctrl_c(p):
+        phases.append(p.phase)
+        if p.phase == "measuring" and phases.count("setup") == 2 and "sent" not in phases:
+            phases.append("sent")
+            os.kill(os.getpid(), signal.SIGINT)
+
+    began = time.perf_counter()
+    t = tune(tensor_workload(), {"batch_size": [8, 16, 32]}, base=Knobs(batch_size=8),
+             budget=6, store=store_path, burst_progress=ctrl_c, seconds=1.0, warmup_steps=1,
+             min_steps=3)  # fmt: skip
+    assert "sent" in phases and time.perf_counter() - began < 10
+    assert t.stopped == "interrupted" and t.best == Knobs(batch_size=8)
+    assert [(r.knobs.batch_size, r.status) for r in t.bursts] == [(8, "ok"), (16, "cancelled")]
+    assert [row["id"] for row in open_store(store_path).records()] == [r.id for r in t.bursts]
+    assert t.bursts[1].steps < t.bursts[0].steps  # stopped early, not run to its window's end
 
 
 def test_sweep_diagnose_and_tune_need_no_ui_packages():

@@ -14,16 +14,17 @@ The strategy (the moves themselves are in workbench/search.py):
 
 Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
 store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
-recorded result and the search moves on. ``cancel`` (or Ctrl-C) stops at the next step
-boundary and the best so far is returned.
+recorded result and the search moves on; a store that fails is a warning, never a lost
+measurement. ``cancel`` (or Ctrl-C) stops the running burst at its next step boundary, that
+burst stays among the tune's bursts, and the best so far is returned.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import settled_warmup
 from workbench.results import BurstResult
 from workbench.search import Search, coordinate
-from workbench.store import open_store
+from workbench.store import HistoryStore, open_store
 from workbench.sweeps import WorkloadArg, check_values
 from workbench.tune_result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.workloads import Workload, default_workload_name, resolve_workload
@@ -91,13 +92,22 @@ def tune(
     total = hardware.device_info(dev).total_mem_mib
     stop = cancel or threading.Event()
     window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
-    run = _runner(wl, dev, stop, open_store(store) if record else None,
+    run = _Runner(wl, dev, stop, open_store(store) if record else None,
                   {**window, "progress": burst_progress})  # fmt: skip
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
                     limit_mib=total * (1 - memory_margin) if total else None, device=dev,
                     workload=wl, cancel=stop)  # fmt: skip
     search.on_burst = _reporter(search, progress)
-    search.cap = budget - reserve(budget)
+    _drive(search, start)
+    if run.interrupted:
+        search.stopped = "interrupted"
+    search.notes += run.recorder.notes()
+    return _result(search, start, wl, dev, memory_margin, total, time.perf_counter() - began)
+
+
+def _drive(search: Search, start: Knobs) -> None:
+    """Start, coordinate rounds under the cap, then re-measure; Ctrl-C ends it early."""
+    budget, search.cap = search.budget, search.budget - reserve(search.budget)
     try:
         search.measure(start, "start")
         coordinate(search, start)
@@ -105,7 +115,6 @@ def tune(
         settle(search, start)
     except KeyboardInterrupt:
         search.stopped = "interrupted"
-    return _result(search, start, wl, dev, memory_margin, total, time.perf_counter() - began)
 
 
 def reserve(budget: int) -> int:
@@ -197,31 +206,77 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
 # -- running and reporting --------------------------------------------------------------------
 
 
-def _runner(
-    wl: Workload, dev: torch.device, stop: threading.Event, target: Any, window: dict[str, Any]
-) -> Callable[[Knobs], BurstResult]:
-    """One burst per call, never raising: a burst refused before it ran becomes a recorded
-    ``error`` result too (KeyboardInterrupt still stops the tune)."""
+class _Recorder(HistoryStore):
+    """Where a tune's bursts are recorded: the history (if any), and the last record, kept.
 
-    def run(knobs: Knobs) -> BurstResult:
+    ``run_burst`` records a burst stopped by Ctrl-C, then raises KeyboardInterrupt without
+    it: the kept record is how the tune still gets that burst. A history that fails after a
+    burst measured is a warning here, not an exception that loses the measurement: the burst
+    keeps ``id`` None and the tune goes on. A HistoryStore so that ``run_burst`` takes it
+    as its store; it has no file of its own and writes only through ``target``.
+    """
+
+    def __init__(self, target: HistoryStore | None) -> None:  # no super(): no file to open
+        self.target = target
+        self.last: BurstResult | None = None
+        self.unstored: list[str] = []
+        """The history's error for each burst it failed to store."""
+
+    def __repr__(self) -> str:
+        return f"_Recorder({self.target!r})"
+
+    def append(self, record: Mapping[str, Any]) -> int | None:  # type: ignore[override]
+        self.last = BurstResult.from_dict(dict(record))
+        if self.target is not None:
+            try:
+                self.last.id = self.target.append(record)
+            except Exception as exc:  # the measurement stands; only its stored copy failed
+                self.unstored.append(describe_error(exc))
+                warnings.warn(f"{self.target}: {self.unstored[-1]}; the tune keeps its bursts "
+                              "in its result but cannot store them", RuntimeWarning,
+                              stacklevel=2)  # fmt: skip
+        return self.last.id
+
+    def notes(self) -> list[str]:
+        if not self.unstored:
+            return []
+        return [f"{len(self.unstored)} burst(s) measured but not stored in the history "
+                f"({self.unstored[-1]}): they are in this result only"]  # fmt: skip
+
+
+class _Runner:
+    """One burst per call, never raising for a burst: a burst refused before it ran becomes
+    a recorded ``error`` result, and one stopped by Ctrl-C is returned (``interrupted`` set)
+    instead of lost. A Ctrl-C with nothing recorded yet (a second one) still stops the tune."""
+
+    def __init__(
+        self, wl: Workload, dev: torch.device, stop: threading.Event, target: Any,
+        window: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.wl, self.dev, self.stop, self.window = wl, dev, stop, window
+        self.recorder = _Recorder(target)
+        self.interrupted = False
+
+    def __call__(self, knobs: Knobs) -> BurstResult:
+        self.recorder.last = None
         try:
-            warmup = settled_warmup(knobs, window["warmup_steps"])
-            return run_burst(wl, knobs, device=dev, record=target is not None, store=target,
-                             cancel=stop, **{**window, "warmup_steps": warmup})  # fmt: skip
+            warmup = settled_warmup(knobs, self.window["warmup_steps"])
+            window = {**self.window, "warmup_steps": warmup}
+            return run_burst(self.wl, knobs, device=self.dev, record=True, store=self.recorder,
+                             cancel=self.stop, **window)  # fmt: skip
+        except KeyboardInterrupt:
+            if self.recorder.last is None:
+                raise
+            self.interrupted = True  # recorded, then re-raised by run_burst: keep it
+            return self.recorder.last
         except Exception as exc:  # refused before it ran: still a recorded result, never fatal
-            r = BurstResult(
-                status="error",
-                error=describe_error(exc),
-                workload=wl.name,
-                device=str(dev),
-                knobs=knobs,
-            )
-            if target is not None:
-                with contextlib.suppress(Exception):
-                    r.id = target.append(r.to_dict())
-            return r
+            return self._refused(knobs, exc)
 
-    return run
+    def _refused(self, knobs: Knobs, exc: Exception) -> BurstResult:
+        r = BurstResult(status="error", error=describe_error(exc), workload=self.wl.name,
+                        device=str(self.dev), knobs=knobs)  # fmt: skip
+        r.id = self.recorder.append(r.to_dict())
+        return r
 
 
 def _reporter(
