@@ -15,6 +15,7 @@ from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, hardware, tune
 from workbench.burst import record_result
+from workbench.config import ConfigError, save_config
 from workbench.knobs import KnobError
 from workbench.loader_bench import prefetched_batches, settled_warmup
 from workbench.results import BurstResult
@@ -291,3 +292,32 @@ def test_the_default_space_on_a_cpu_searches_batch_and_loader_knobs(monkeypatch)
     space = default_space(torch.device("cpu"), tensor_workload(), Knobs(batch_size=32))
     assert space == {"batch_size": [16, 32, 64, 128, 256], "num_workers": [0, 1, 2],
                      "prefetch_factor": [2, 4]}  # fmt: skip
+
+
+def test_a_start_batch_that_ooms_shrinks_to_a_measured_size_that_fits(fake):
+    f = fake(lambda k, n: "oom" if k.batch_size > 100 else float(k.batch_size))
+    t = _tune({"batch_size": [16, 32, 64, 128]}, base=Knobs(batch_size=128), budget=12)
+    sizes = [k.batch_size for k in f.calls]
+    assert sizes[:2] == [128, 64]  # the start ran out of memory: the next size down
+    assert t.best.batch_size == 96 and t.best_result.ok  # then bisected up towards the OOM
+    assert t.best in {r.knobs for r in t.bursts if r.ok}  # measured, not extrapolated
+    assert t.start_result.status == "oom" and t.speedup is None  # no speed-up over an OOM
+
+
+def test_a_start_batch_that_ooms_keeps_shrinking_past_sizes_that_also_oom(fake):
+    f = fake(lambda k, n: "oom" if k.batch_size > 20 else float(k.batch_size))
+    t = _tune({"batch_size": [16, 32, 64, 128]}, base=Knobs(batch_size=128), budget=12)
+    assert [k.batch_size for k in f.calls][:4] == [128, 64, 32, 16]
+    assert t.best.batch_size == 20 and t.best_result.ok  # between 16 (fits) and 24 (OOM)
+    assert max(r.knobs.batch_size for r in t.bursts if r.ok) == 20
+
+
+def test_when_no_batch_size_fits_the_tune_says_so(fake, tmp_path):
+    f = fake(lambda k, n: "oom")
+    t = _tune({"batch_size": [16, 32, 64]}, base=Knobs(batch_size=64), budget=12)
+    assert sorted({k.batch_size for k in f.calls}) == [16, 32, 64]  # every smaller size tried
+    assert len(f.calls) == 3 and t.stopped == "converged"
+    assert t.best is None and t.best_result is None
+    assert "no config fit" in t.summary()
+    with pytest.raises(ConfigError, match="no config that ran and fits"):
+        save_config(t, tmp_path / "tuned.yaml")

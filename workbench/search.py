@@ -15,10 +15,11 @@ each config, the budget) and the moves. Why each move is what it is:
 - **Batch size is OOM-safe and answers with a measured size.** It grows through the listed
   sizes until a burst runs out of memory, fails, or peaks above the memory limit; if the
   largest size that fit was also the fastest (throughput still rising at the edge), it bisects
-  between that size and the first failure. Every size it can return was measured, unlike a
-  size extrapolated from a doubling search (Lightning #18426), and the limit is the tuner's
-  margin below the device, not the device itself, so training does not OOM right after
-  tuning (Lightning #8028).
+  between that size and the first failure. A starting size that does not fit shrinks instead:
+  down through the smaller sizes until one fits, then the same bisection. Every size it can
+  return was measured, unlike a size extrapolated from a doubling search (Lightning #18426),
+  and the limit is the tuner's margin below the device, not the device itself, so training
+  does not OOM right after tuning (Lightning #8028).
 - **Failures are results.** An OOM, an error or a run over the memory limit ends that
   direction of a climb; it is recorded and never chosen.
 """
@@ -272,17 +273,36 @@ def _walk(
 def batch_search(search: Search, current: Knobs, values: Sequence[Any]) -> Knobs:
     """Grow through the sizes to the memory edge, then bisect if still rising there."""
     line, at = _line(values, current.batch_size, "batch_size")
-    best, failed = current, None
     if search.measured(current) and search.score(current) is None:
-        failed = current.batch_size  # the start itself did not fit: the edge is below it
-    else:
-        up = at + 1 if line[at][1] else at
-        best, failed = _walk(search, current, "batch_size", line, up, +1)
+        return shrink(search, current, [v for v, _ in line[:at]])
+    up = at + 1 if line[at][1] else at
+    best, failed = _walk(search, current, "batch_size", line, up, +1)
     if best == current and not search.halted:
         best, _ = _walk(search, current, "batch_size", line, at - 1, -1)
     if failed is not None and not search.halted:
         best = bisect(search, best, failed)
     return best
+
+
+def shrink(search: Search, current: Knobs, smaller: Sequence[int]) -> Knobs:
+    """The current size did not fit: try the smaller sizes, largest first, until one fits,
+    then bisect between it and the smallest size that failed.
+
+    A failure does not end the way down, as it ends a climb: every size below a failure may
+    still fit. ``current`` comes back when nothing fits (the tune then reports that).
+    """
+    failed = current.batch_size
+    for size in reversed(smaller):
+        knobs = search.compose(current, "batch_size", size)
+        if knobs is None:
+            continue
+        m = search.measure(knobs, f"batch_size={size}")
+        if m is None:
+            break
+        if m.score is not None:
+            return bisect(search, knobs, failed)  # measures nothing once the budget is spent
+        failed = size
+    return current
 
 
 def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
@@ -322,4 +342,13 @@ def midpoint(good: int, bad: int) -> int:
     return mid
 
 
-__all__ = ["Measured", "Search", "batch_search", "bisect", "climb", "coordinate", "midpoint"]
+__all__ = [
+    "Measured",
+    "Search",
+    "batch_search",
+    "bisect",
+    "climb",
+    "coordinate",
+    "midpoint",
+    "shrink",
+]
