@@ -1,10 +1,12 @@
+import dataclasses
 import threading
 
+import pandas as pd
 import pytest
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, plots, sweep
-from workbench.knobs import KnobError
+from workbench.knobs import KNOB_NAMES, KnobError
 from workbench.results import BurstResult
 from workbench.store import open_store
 from workbench.sweeps import with_knob
@@ -18,8 +20,9 @@ def test_one_row_per_value_with_the_knob_varying(store_path):
                store=store_path, progress=seen.append, **FAST)  # fmt: skip
     assert len(df) == 3 and list(df["batch_size"]) == [8, 16, 32]
     assert set(df["status"]) == {"ok"} and (df["samples_per_s"] > 0).all()
-    for name in ("step_ms_p50", "peak_mem_mib", "data_wait_pct", "noisy", "knobs", "no_effect"):
-        assert name in df.columns  # every BurstResult field, as in wb.history()
+    fields = [f.name for f in dataclasses.fields(BurstResult)]
+    assert [f for f in fields if f not in df.columns] == []  # every field, as in wb.history()
+    assert [k for k in KNOB_NAMES if k not in df.columns] == ["nccl"]  # its variables instead
     assert df.attrs["knob"] == "batch_size"
     assert [r.id for r in seen] == list(df["id"])  # progress got each burst as it landed
     assert [row["id"] for row in open_store(store_path).records()] == list(df["id"])
@@ -55,6 +58,20 @@ def test_zero_workers_unsets_what_needs_workers():
     assert k.num_workers == 0 and k.prefetch_factor is None and not k.persistent_workers
     with pytest.raises(KnobError, match="needs num_workers"):
         with_knob(Knobs(), "prefetch_factor", 4)  # asked for explicitly: an error, not a repair
+
+
+def test_an_empty_sweep_has_the_columns_of_a_full_one(store_path):
+    """A sweep cancelled before its first burst, and an empty history, keep every column."""
+    stop = threading.Event()
+    stop.set()
+    empty = sweep(tensor_workload(), "batch_size", [8, 16], cancel=stop, record=False, **FAST)
+    full = sweep(tensor_workload(), "batch_size", [8], record=False, **FAST)
+    assert empty.empty and list(empty.columns) == list(full.columns)
+    assert list(open_store(store_path).frame().columns) == list(full.columns)
+    for frame in (empty, full):  # UTC timestamps in both
+        dtype = frame["created_at"].dtype
+        assert isinstance(dtype, pd.DatetimeTZDtype) and str(dtype.tz) == "UTC"
+    assert plots.sweep(full).to_dict() and plots.comparable(empty, Knobs(), "batch_size").empty
 
 
 def test_cancel_returns_the_bursts_so_far():

@@ -184,6 +184,7 @@ class HistoryStore:
         Columns: ``id, created_at`` (UTC timestamps), ``workload, device, status``, then one
         column per knob (``knob_<name>`` where a knob shares a result field's name) and one per
         NCCL variable (``NCCL_ALGO`` ...), then the other result fields (``knobs`` kept whole).
+        An empty history has the same columns (but no NCCL ones).
         """
         return records_frame(self.records(**filters))
 
@@ -295,11 +296,21 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
     import pandas as pd
 
     rows = [_flatten(record) for record in records]
-    if not rows:
-        return pd.DataFrame(columns=list(_FRONT))
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=_burst_columns())
     frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, format="ISO8601")
     return frame
+
+
+def _burst_columns() -> list[str]:
+    """The columns of a frame of bursts, for a frame with none (an empty history, a sweep
+    cancelled before its first burst): code that selects columns works on it unchanged.
+
+    Those of a default BurstResult's row, so a result field or knob added later is a column
+    here too; NCCL variable columns exist only where a burst set them.
+    """
+    from workbench.results import BurstResult  # here: results need nothing from the store
+
+    return list(_flatten(BurstResult().to_dict()))
 
 
 @contextmanager
