@@ -12,6 +12,7 @@ from workloads_for_tests import (
     crashing_workload,
     hungry_workload,
     layout_workload,
+    stuck_workload,
     tensor_workload,
 )
 
@@ -119,6 +120,37 @@ def test_worker_crash_is_an_error_result_and_no_orphans():
     r = run_burst(crashing_workload(), Knobs(batch_size=4, num_workers=1), **FAST)
     assert r.status == "error"
     assert "worker" in r.error.lower()
+    assert _children() == []
+
+
+def test_worker_crash_on_a_background_thread_is_seen_within_seconds():
+    # The panel runs bursts off the main thread, where torch's SIGCHLD handler does not exist:
+    # a dead worker is noticed only when a wait for data times out (it took 120 s).
+    out = {}
+
+    def burst():
+        t0 = time.perf_counter()
+        out["r"] = run_burst(crashing_workload(), Knobs(batch_size=4, num_workers=1), **FAST)
+        out["s"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=burst)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert out["r"].status == "error" and "exited unexpectedly" in out["r"].error
+    assert out["s"] < 15
+    assert _children() == []
+
+
+def test_a_hung_worker_becomes_an_error_after_the_timeout(monkeypatch):
+    from workbench.loaders import torch_loader
+
+    monkeypatch.setattr(torch_loader, "WORKER_POLL_S", 0.5)
+    monkeypatch.setattr(torch_loader, "WORKER_TIMEOUT_S", 2.0)
+    t0 = time.perf_counter()
+    r = run_burst(stuck_workload(), Knobs(batch_size=4, num_workers=1), **FAST)
+    assert r.status == "error" and "no batch from the DataLoader's workers for 2 s" in r.error
+    assert time.perf_counter() - t0 < 30  # 2 s of waiting, then the stuck worker is stopped
     assert _children() == []
 
 

@@ -70,6 +70,22 @@ def crashing_workload() -> Workload:
     )
 
 
+class _Stuck(Dataset):
+    """A dataset whose worker processes never return a sample: a hung worker."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is not None:
+            time.sleep(3600)
+        return torch.zeros(16), 0
+
+
+def stuck_workload() -> Workload:
+    return Workload(name="stuck", model=lambda: nn.Linear(16, 2), dataset=_Stuck)
+
+
 class _Layout(nn.Module):
     """Records whether inputs arrive channels_last."""
 

@@ -20,6 +20,12 @@ from workbench.knobs import Knobs
 
 # A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
 WORKER_TIMEOUT_S = 120.0
+# How often a wait for a batch looks at the workers. torch finds a dead worker at once through
+# its SIGCHLD handler, but that handler exists only when the loader runs on the main thread;
+# elsewhere (the panel's burst thread) a death is seen only when a wait for data times out.
+# With DataLoader(timeout=120) that was after 120 s, so the stream waits in short slices.
+WORKER_POLL_S = 2.0
+_TIMED_OUT = "DataLoader timed out after"
 
 
 def dataloader_kwargs(knobs: Knobs, device: torch.device | str) -> dict[str, Any]:
@@ -35,7 +41,7 @@ def dataloader_kwargs(knobs: Knobs, device: torch.device | str) -> dict[str, Any
     if knobs.num_workers > 0:
         kwargs["persistent_workers"] = knobs.persistent_workers
         kwargs["prefetch_factor"] = knobs.prefetch_factor or 2
-        kwargs["timeout"] = WORKER_TIMEOUT_S
+        kwargs["timeout"] = WORKER_POLL_S  # the stream retries up to WORKER_TIMEOUT_S
         if "fork" in mp.get_all_start_methods():
             kwargs["multiprocessing_context"] = "fork"
     return kwargs
@@ -74,7 +80,7 @@ class TorchStream:
         if self._iter is None:
             self._iter = iter(self._loader)
         try:
-            return next(self._iter)
+            return self._next_batch()
         except StopIteration:
             pass
         self.epochs += 1
@@ -82,7 +88,7 @@ class TorchStream:
             self._sampler.set_epoch(self.epochs)  # a new order each epoch, the same on all ranks
         self._iter = iter(self._loader)
         try:
-            return next(self._iter)
+            return self._next_batch()
         except StopIteration:
             n = len(self._loader.dataset)  # type: ignore[arg-type]
             where = "the dataset has"
@@ -92,6 +98,24 @@ class TorchStream:
                 f"batch_size={self._batch_size} is not allowed: {where} only {n} "
                 f"samples, fewer than one batch"
             ) from None
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The iterator's next batch, waited for in ``WORKER_POLL_S`` slices: after each slice
+        torch checks that every worker is alive (a dead one raises "exited unexpectedly"). A
+        timed-out wait leaves the iterator as it was, so waiting again is safe."""
+        waited_s = 0.0
+        while True:
+            try:
+                return next(self._iter)
+            except RuntimeError as exc:
+                if not str(exc).startswith(_TIMED_OUT) or self._loader.timeout <= 0:
+                    raise
+                waited_s += self._loader.timeout
+                if waited_s >= WORKER_TIMEOUT_S:
+                    raise RuntimeError(
+                        f"no batch from the DataLoader's workers for {waited_s:.0f} s: a worker "
+                        f"hangs (a deadlock, or storage that stopped answering?)"
+                    ) from None
 
     def close(self) -> None:
         """Stop worker processes now rather than whenever the garbage collector runs."""
