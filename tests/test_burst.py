@@ -17,7 +17,7 @@ from workloads_for_tests import (
 )
 
 from workbench import Knobs, run_burst
-from workbench.burst import describe_error, is_oom_error
+from workbench.burst import BurstInterrupted, describe_error, is_oom_error
 from workbench.knobs import KnobError
 from workbench.store import open_store
 
@@ -187,11 +187,15 @@ def test_cancel_event_stops_at_a_step_boundary():
 
 def test_ctrl_c_stops_at_step_boundary_and_shuts_workers_down(tiny_data, store_path):
     threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stopped:  # BurstInterrupted is one
         run_burst("cnn", Knobs(batch_size=4, num_workers=2), data_dir=tiny_data, seconds=60,
                   warmup_steps=1, store=store_path)  # fmt: skip
     assert _children() == []
     assert open_store(store_path).records()[-1]["status"] == "cancelled"
+    # the interrupt carries the stopped burst: a caller running many bursts keeps it
+    assert isinstance(stopped.value, BurstInterrupted)
+    assert stopped.value.result.status == "cancelled"
+    assert stopped.value.result.id == open_store(store_path).records()[-1]["id"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

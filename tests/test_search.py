@@ -14,7 +14,7 @@ import torch
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, hardware, tune
-from workbench.burst import record_result
+from workbench.burst import BurstInterrupted, record_result
 from workbench.config import ConfigError, save_config
 from workbench.knobs import KnobError
 from workbench.loader_bench import prefetched_batches, settled_warmup
@@ -37,22 +37,22 @@ class FakeBursts:
 
     def __call__(self, workload, knobs: Knobs, **kwargs) -> BurstResult:
         """Records as run_burst does; "ctrl-c" records a cancelled burst and then raises
-        KeyboardInterrupt, as run_burst does after a Ctrl-C."""
+        BurstInterrupted with it, as run_burst does after a Ctrl-C."""
         nth = self.calls.count(knobs)
         self.calls.append(knobs)
         self.warmups.append(kwargs["warmup_steps"])
         out = self.speed(knobs, nth)
         if out == "ctrl-c":
             r = BurstResult(status="cancelled", workload="tiny", device="cpu", knobs=knobs)
-            record_result(r, kwargs["record"], kwargs["store"])
-            raise KeyboardInterrupt
+            record_result(r, kwargs["record"], kwargs.get("store"))
+            raise BurstInterrupted(r)
         if isinstance(out, str):
             r = BurstResult(status=out, error=f"fake {out}", workload="tiny", knobs=knobs)
         else:
             r = BurstResult(workload="tiny", device="cpu", knobs=knobs, samples_per_s=out,
                             peak_mem_mib=self.mem(knobs), data_wait_pct=self.wait(knobs),
                             step_ms_p50=1000.0 / out)  # fmt: skip
-        record_result(r, kwargs["record"], kwargs["store"])
+        record_result(r, kwargs["record"], kwargs.get("store"))
         return r
 
 
@@ -134,7 +134,17 @@ def test_a_climb_stops_past_the_peak(fake):
     f = fake(lambda k, n: speeds[k.num_workers])
     t = _tune({"num_workers": list(speeds)}, budget=16)
     assert t.best.num_workers == 2
-    assert {k.num_workers for k in f.calls} == {0, 1, 2, 3}
+    # two clearly slower values in a row end the climb: 6 and 8 are never measured
+    assert {k.num_workers for k in f.calls} == {0, 1, 2, 3, 4}
+
+
+def test_a_climb_steps_over_one_dip(fake):
+    # On few cores one worker can be slower than none while two are the fastest: a climb
+    # that stopped at the first slower value would never see 2.
+    speeds = {0: 290.0, 1: 250.0, 2: 330.0, 3: 260.0}
+    fake(lambda k, n: speeds[k.num_workers])
+    t = _tune({"num_workers": list(speeds)}, budget=12)
+    assert t.best.num_workers == 2
 
 
 def test_failed_bursts_are_recorded_and_skipped(fake):
@@ -178,7 +188,8 @@ def test_ctrl_c_returns_the_best_so_far(fake):
 
 @pytest.mark.parametrize("record", [True, False])
 def test_ctrl_c_keeps_the_burst_it_stopped(fake, store_path, record):
-    """run_burst records the burst a Ctrl-C stopped, then raises: the tune keeps it too."""
+    """run_burst raises BurstInterrupted with the burst a Ctrl-C stopped: the tune keeps it
+    and stores it with the others."""
     fake(lambda k, n: "ctrl-c" if k.batch_size == 128 else float(k.batch_size))
     t = tune(tensor_workload(), {"batch_size": [32, 64, 128, 256]}, budget=20, seconds=0.1,
              record=record, store=store_path)  # fmt: skip

@@ -17,7 +17,8 @@ Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the 
 at full size), any other exception inside the burst gives ``status="error"`` with the reason.
 Bad arguments (an invalid knob, an unknown workload, a missing data folder) raise before any
 work starts. A first Ctrl-C stops the burst at the next step boundary, shuts the loader's
-workers down and re-raises KeyboardInterrupt; a second one interrupts at once.
+workers down and raises ``BurstInterrupted`` (a KeyboardInterrupt carrying the result); a
+second one interrupts at once.
 """
 
 from __future__ import annotations
@@ -144,8 +145,18 @@ def run_burst(
         result = measure_here(wl, knobs, dev, plan)
     record_result(result, record, store)
     if sigint.fired:
-        raise KeyboardInterrupt
+        raise BurstInterrupted(result)
     return result
+
+
+class BurstInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a burst at a step boundary. Raised after its loader workers are shut
+    down and its (cancelled) result recorded; ``result`` holds that result, so a caller that
+    runs many bursts (a tune) keeps it. Catching KeyboardInterrupt still catches this."""
+
+    def __init__(self, result: BurstResult):
+        super().__init__("burst interrupted")
+        self.result = result
 
 
 def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:

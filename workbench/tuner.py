@@ -32,7 +32,13 @@ from typing import Any
 import torch
 
 from workbench import hardware
-from workbench.burst import BurstProgress, check_burst_args, describe_error, run_burst
+from workbench.burst import (
+    BurstInterrupted,
+    BurstProgress,
+    check_burst_args,
+    describe_error,
+    run_burst,
+)
 from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import settled_warmup
 from workbench.results import BurstResult
@@ -101,7 +107,7 @@ def tune(
     _drive(search, start)
     if run.interrupted:
         search.stopped = "interrupted"
-    search.notes += run.recorder.notes()
+    search.notes += run.notes()
     return _result(search, start, wl, dev, memory_margin, total, time.perf_counter() - began)
 
 
@@ -206,77 +212,56 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
 # -- running and reporting --------------------------------------------------------------------
 
 
-class _Recorder(HistoryStore):
-    """Where a tune's bursts are recorded: the history (if any), and the last record, kept.
+class _Runner:
+    """One burst per call, never raising for a burst. The tune stores its bursts itself
+    (``run_burst`` gets ``record=False``), so that:
 
-    ``run_burst`` records a burst stopped by Ctrl-C, then raises KeyboardInterrupt without
-    it: the kept record is how the tune still gets that burst. A history that fails after a
-    burst measured is a warning here, not an exception that loses the measurement: the burst
-    keeps ``id`` None and the tune goes on. A HistoryStore so that ``run_burst`` takes it
-    as its store; it has no file of its own and writes only through ``target``.
+    - a burst refused before it ran becomes a stored ``error`` result, never fatal;
+    - a burst stopped by Ctrl-C (``BurstInterrupted``) is returned, stored, and ends the tune
+      (``interrupted``); a second Ctrl-C, with no result to keep, still stops at once;
+    - a history that fails after a burst measured is a warning and a note, not a lost
+      measurement: the burst keeps ``id`` None and the tune goes on.
     """
 
-    def __init__(self, target: HistoryStore | None) -> None:  # no super(): no file to open
-        self.target = target
-        self.last: BurstResult | None = None
+    def __init__(
+        self, wl: Workload, dev: torch.device, stop: threading.Event,
+        target: HistoryStore | None, window: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.wl, self.dev, self.stop, self.window, self.target = wl, dev, stop, window, target
+        self.interrupted = False
         self.unstored: list[str] = []
         """The history's error for each burst it failed to store."""
 
-    def __repr__(self) -> str:
-        return f"_Recorder({self.target!r})"
+    def __call__(self, knobs: Knobs) -> BurstResult:
+        try:
+            warmup = settled_warmup(knobs, self.window["warmup_steps"])
+            window = {**self.window, "warmup_steps": warmup}
+            r = run_burst(self.wl, knobs, device=self.dev, record=False, cancel=self.stop,
+                          **window)  # fmt: skip
+        except BurstInterrupted as stopped:
+            self.interrupted, r = True, stopped.result
+        except Exception as exc:  # refused before it ran: still a recorded result
+            r = BurstResult(status="error", error=describe_error(exc), workload=self.wl.name,
+                            device=str(self.dev), knobs=knobs)  # fmt: skip
+        self._store(r)
+        return r
 
-    def append(self, record: Mapping[str, Any]) -> int | None:  # type: ignore[override]
-        self.last = BurstResult.from_dict(dict(record))
-        if self.target is not None:
-            try:
-                self.last.id = self.target.append(record)
-            except Exception as exc:  # the measurement stands; only its stored copy failed
-                self.unstored.append(describe_error(exc))
-                warnings.warn(f"{self.target}: {self.unstored[-1]}; the tune keeps its bursts "
-                              "in its result but cannot store them", RuntimeWarning,
-                              stacklevel=2)  # fmt: skip
-        return self.last.id
+    def _store(self, r: BurstResult) -> None:
+        if self.target is None:
+            return
+        try:
+            r.id = self.target.append(r.to_dict())
+        except Exception as exc:  # the measurement stands; only its stored copy failed
+            self.unstored.append(describe_error(exc))
+            warnings.warn(f"{self.target}: {self.unstored[-1]}; the tune keeps its bursts in "
+                          "its result but cannot store them", RuntimeWarning,
+                          stacklevel=3)  # fmt: skip
 
     def notes(self) -> list[str]:
         if not self.unstored:
             return []
         return [f"{len(self.unstored)} burst(s) measured but not stored in the history "
                 f"({self.unstored[-1]}): they are in this result only"]  # fmt: skip
-
-
-class _Runner:
-    """One burst per call, never raising for a burst: a burst refused before it ran becomes
-    a recorded ``error`` result, and one stopped by Ctrl-C is returned (``interrupted`` set)
-    instead of lost. A Ctrl-C with nothing recorded yet (a second one) still stops the tune."""
-
-    def __init__(
-        self, wl: Workload, dev: torch.device, stop: threading.Event, target: Any,
-        window: dict[str, Any],
-    ) -> None:  # fmt: skip
-        self.wl, self.dev, self.stop, self.window = wl, dev, stop, window
-        self.recorder = _Recorder(target)
-        self.interrupted = False
-
-    def __call__(self, knobs: Knobs) -> BurstResult:
-        self.recorder.last = None
-        try:
-            warmup = settled_warmup(knobs, self.window["warmup_steps"])
-            window = {**self.window, "warmup_steps": warmup}
-            return run_burst(self.wl, knobs, device=self.dev, record=True, store=self.recorder,
-                             cancel=self.stop, **window)  # fmt: skip
-        except KeyboardInterrupt:
-            if self.recorder.last is None:
-                raise
-            self.interrupted = True  # recorded, then re-raised by run_burst: keep it
-            return self.recorder.last
-        except Exception as exc:  # refused before it ran: still a recorded result, never fatal
-            return self._refused(knobs, exc)
-
-    def _refused(self, knobs: Knobs, exc: Exception) -> BurstResult:
-        r = BurstResult(status="error", error=describe_error(exc), workload=self.wl.name,
-                        device=str(self.dev), knobs=knobs)  # fmt: skip
-        r.id = self.recorder.append(r.to_dict())
-        return r
 
 
 def _reporter(
