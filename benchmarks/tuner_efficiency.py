@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench import Knobs, run_burst, tune
+from workbench import Knobs, run_burst, search, tune
 from workbench.loader_bench import settled_warmup
 from workbench.tune_result import changed
 
@@ -94,6 +94,9 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=None, help="default: a third of the grid")
     p.add_argument("--confirm", type=int, default=3)
     p.add_argument("--data", default=None)
+    p.add_argument("--compare-patience", type=int, default=None, metavar="N",
+                   help="also tune with search.CLIMB_PATIENCE=N over the same grid, "
+                        "confirmed side by side (a before/after for the climb)")  # fmt: skip
     args = p.parse_args()
     n_grid = len(grid_configs())
     budget = args.budget or n_grid // 3
@@ -101,6 +104,34 @@ def main() -> None:
 
     grid, grid_s = run_grid(args, store)
     top = sorted((r for r in grid if r.ok), key=lambda r: -(r.samples_per_s or 0.0))[:3]
+    t = run_tune(args, budget, store)
+    other = None
+    if args.compare_patience is not None:
+        shipped = search.CLIMB_PATIENCE
+        search.CLIMB_PATIENCE = args.compare_patience
+        other = run_tune(args, budget, store)
+        search.CLIMB_PATIENCE = shipped
+    named = {f"grid #{i}": r.knobs for i, r in enumerate(top, 1)}
+    extra = {"other tuner": other.best} if other is not None else {}
+    confirmed = confirm({**named, "tuner best": t.best, **extra, "defaults": Knobs()}, args,
+                        store)  # fmt: skip
+    winner = max(named, key=lambda name: confirmed[name]["median"])
+    confirmed["grid best"] = confirmed[winner]
+    grid_best = top[int(winner[-1]) - 1]
+    report(grid, grid_s, grid_best, t, confirmed, n_grid)
+    if other is not None:
+        g = confirmed["grid best"]["median"]
+        for label, patience, tr, key in (
+            ("shipped", search.CLIMB_PATIENCE, t, "tuner best"),
+            ("compared", args.compare_patience, other, "other tuner"),
+        ):
+            print(f"climb patience {patience} ({label}): {len(tr.bursts)} bursts, best "
+                  f"{changed(tr.best)}, confirmed {confirmed[key]['median']:.1f} samples/s = "
+                  f"{confirmed[key]['median'] / g:.3f} of the grid's best")  # fmt: skip
+
+
+def run_tune(args: argparse.Namespace, budget: int, store: Path):
+    print(f"  tune with climb patience {search.CLIMB_PATIENCE}", file=sys.stderr)
     t = tune("cnn", SPACE, budget=budget, seconds=args.seconds, warmup_steps=args.warmup_steps,
              min_steps=args.min_steps, data_dir=args.data, store=store,
              progress=lambda e: print(f"  tune {e.bursts:>2}  {e.stage:<30} {e.result.status:<5}"
@@ -108,12 +139,7 @@ def main() -> None:
                                       file=sys.stderr))  # fmt: skip
     print(t.summary())
     assert t.best is not None
-    named = {f"grid #{i}": r.knobs for i, r in enumerate(top, 1)}
-    confirmed = confirm({**named, "tuner best": t.best, "defaults": Knobs()}, args, store)
-    winner = max(named, key=lambda name: confirmed[name]["median"])
-    confirmed["grid best"] = confirmed[winner]
-    grid_best = top[int(winner[-1]) - 1]
-    report(grid, grid_s, grid_best, t, confirmed, n_grid)
+    return t
 
 
 def report(grid, grid_s, grid_best, t, confirmed, n_grid) -> None:
