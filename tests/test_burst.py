@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 import signal
@@ -17,7 +18,8 @@ from workloads_for_tests import (
 )
 
 from workbench import Knobs, run_burst
-from workbench.burst import BurstInterrupted, describe_error, is_oom_error
+from workbench.burst import BurstInterrupted, BurstPlan, describe_error, is_oom_error, measure_here
+from workbench.coordinator import Solo
 from workbench.knobs import KnobError
 from workbench.store import open_store
 
@@ -348,3 +350,48 @@ def test_gpu_allocator_refusal_is_an_oom_result():
     r = run_burst(hungry_workload(16), Knobs(batch_size=32), device="cuda", **FAST)
     assert r.status == "oom" and "memory" in r.error.lower()
     assert run_burst(hungry_workload(16), Knobs(batch_size=8), device="cuda", **FAST).ok
+
+
+class _CountingDDP(torch.nn.Module):
+    """Stands in for DDP: records, per forward, whether gradients would be all-reduced."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module, self.synced, self._skip = module, [], False
+
+    def forward(self, x):
+        self.synced.append(not self._skip)
+        return self.module(x)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+
+class _WrappingCoordinator(Solo):
+    def __init__(self):
+        self.wrapped: list[_CountingDDP] = []
+
+    def wrap_model(self, model):
+        self.wrapped.append(_CountingDDP(model))
+        return self.wrapped[-1]
+
+
+@pytest.mark.parametrize(
+    ("grad_accum", "static_graph", "pattern"),
+    [(3, False, [False, False, True]), (1, False, [True]), (3, True, [True, True, True])],
+)
+def test_ddp_all_reduces_once_per_optimizer_step(grad_accum, static_graph, pattern):
+    # As a training loop does with no_sync: the micro-batches before the last skip the
+    # all-reduce (except with static_graph, which DDP does not allow under no_sync).
+    coord = _WrappingCoordinator()
+    plan = BurstPlan(0.2, 2, 1, threading.Event(), None, time.perf_counter, coord)
+    knobs = Knobs(batch_size=8, grad_accum=grad_accum, static_graph=static_graph)
+    assert measure_here(tensor_workload(), knobs, torch.device("cpu"), plan).ok
+    synced = coord.wrapped[0].synced
+    assert len(synced) % grad_accum == 0 and len(synced) >= 3 * grad_accum
+    assert synced == pattern * (len(synced) // grad_accum)

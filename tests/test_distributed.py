@@ -42,6 +42,14 @@ def test_two_rank_burst_counts_every_rank_and_keeps_the_env_out_of_this_process(
     assert _no_children_left() == []
 
 
+def test_gradient_accumulation_under_real_ddp(tiny_data):
+    # The micro-batches before the last run under DDP's no_sync: one all-reduce per step.
+    r = wb.run_burst("cnn", TWO.replace(grad_accum=2), data_dir=tiny_data, record=False, **FAST)
+    assert r.status == "ok", r.error
+    assert r.samples == 2 * r.ranks[0]["steps"] * 4 * 2  # ranks x steps x batch x micro-batches
+    assert _no_children_left() == []
+
+
 def test_a_failing_rank_ends_the_job_with_its_own_error():
     r = run_distributed_burst("workloads_for_tests:rank1_crashes", TWO, record=False,
                               timeout_s=120, **FAST)  # fmt: skip

@@ -296,7 +296,7 @@ def _train_one_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step over ``grad_accum`` micro-batches; returns the last micro-batch."""
     pinned = knobs.pin_memory and dev.type == "cuda"
-    for _ in range(state.grad_accum):
+    for i in range(state.grad_accum):
         wait_start = time.perf_counter()
         batch = next(stream)
         if timer is not None:
@@ -305,7 +305,8 @@ def _train_one_step(
         x, y = batch if stream.on_device else to_device(batch, state, dev, pinned)
         if timer is not None:
             timer.copy_done(marks)
-        state.last_loss = micro_step(state, x, y)
+        with state.micro_batch_sync(last=i == state.grad_accum - 1):
+            state.last_loss = micro_step(state, x, y)
     optimizer_step(state)
     return x, y
 

@@ -36,6 +36,16 @@ class TrainState:
     channels_last: bool
     grad_accum: int
     last_loss: torch.Tensor | None = None
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+    """DDP's ``no_sync`` when micro-batches should skip the gradient all-reduce, else None."""
+
+    def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
+        last micro-batch, as a training loop does with ``model.no_sync()``; an all-reduce per
+        micro-batch would measure ``grad_accum`` times the communication of real training."""
+        if self.no_sync is None or last:
+            return contextlib.nullcontext()
+        return self.no_sync()
 
 
 def build_train_state(
@@ -52,8 +62,10 @@ def build_train_state(
         model = model.to(memory_format=torch.channels_last)
     model.train()
     optimizer = workload.optimizer(model.parameters())
+    no_sync = None
     if wrap is not None:
         model = wrap(model)
+        no_sync = _accumulation_no_sync(model, knobs)
     if knobs.compile != "off":
         mode = None if knobs.compile == "default" else knobs.compile
         model = torch.compile(model, mode=mode)
@@ -65,7 +77,18 @@ def build_train_state(
         autocast=_autocast_factory(knobs.precision, device),
         channels_last=use_nhwc,
         grad_accum=knobs.grad_accum,
+        no_sync=no_sync,
     )
+
+
+def _accumulation_no_sync(model: nn.Module, knobs: Knobs):
+    """The wrapped model's ``no_sync`` for accumulation, or None. Not with ``static_graph``:
+    PyTorch's DDP fails an internal assert on a first backward under ``no_sync`` with a static
+    graph (pytorch/pytorch#143580). Such a burst all-reduces every micro-batch, a real cost
+    that production pays too (examples/train.py does the same)."""
+    if knobs.grad_accum < 2 or knobs.static_graph:
+        return None
+    return getattr(model, "no_sync", None)
 
 
 def _has_conv(model: nn.Module) -> bool:
