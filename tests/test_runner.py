@@ -108,7 +108,7 @@ def test_a_second_runner_cancels_and_waits_for_the_first_ones_burst(store_path):
 
 
 def test_a_held_slot_makes_a_burst_wait_and_cancels_the_holder(store_path):
-    from workbench.runner import exclusive
+    from workbench.slot import exclusive
 
     cancel, events = threading.Event(), []
 

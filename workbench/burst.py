@@ -13,6 +13,9 @@ The method (DESIGN.md, "Measurement method"):
 4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
    whose IQR exceeds 10% of the median is flagged ``noisy``.
 
+One burst at a time: a burst waits for the process's burst slot (``workbench.slot``), and
+takes it from whoever holds it (a panel's burst, a tune), who is told to stop first.
+
 Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the next burst runs
 at full size), any other exception inside the burst gives ``status="error"`` with the reason.
 Bad arguments (an invalid knob, an unknown workload, a missing data folder) raise before any
@@ -41,6 +44,7 @@ from workbench.loaders import BatchStream, build_loader
 from workbench.nccl import flags as nccl_flags
 from workbench.results import BurstResult, spread
 from workbench.signals import graceful_sigint
+from workbench.slot import exclusive
 from workbench.telemetry import Sampler, TelemetrySummary
 from workbench.timing import StepSamples, StepTimer, synchronize
 from workbench.training import (
@@ -131,18 +135,20 @@ def run_burst(
     check_burst_args(seconds, min_steps, warmup_steps)
     knobs = Knobs() if knobs is None else knobs
     dev = hardware.resolve_device(device)
+    cancel = cancel or threading.Event()
     from workbench import distributed
 
     if distributed.needs_processes(knobs, dev):
-        return distributed.run_distributed_burst(
-            workload, knobs, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps,
-            device=dev, data_dir=data_dir, record=record, store=store, cancel=cancel,
-            progress=progress, timeout_s=timeout_s,
-        )  # fmt: skip
+        with exclusive(cancel):  # a cancelled wait still gets the job's own cancelled result
+            return distributed.run_distributed_burst(
+                workload, knobs, seconds=seconds, min_steps=min_steps,
+                warmup_steps=warmup_steps, device=dev, data_dir=data_dir, record=record,
+                store=store, cancel=cancel, progress=progress, timeout_s=timeout_s,
+            )  # fmt: skip
     wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
-    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel or threading.Event(), progress, clock)
-    with graceful_sigint(plan.stop) as sigint:
-        result = measure_here(wl, knobs, dev, plan)
+    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
+    with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
+        result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, plan)
     record_result(result, record, store)
     if sigint.fired:
         raise BurstInterrupted(result)
@@ -176,6 +182,13 @@ def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan)
     if measured is not None:
         _fill_measurement(result, measured, wl, knobs)
     _fill_memory_and_telemetry(result, dev, telemetry)
+    return result
+
+
+def _superseded(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
+    """A burst cancelled while it waited for another burst to let go of the slot."""
+    result = _new_result(wl, knobs, dev, plan.seconds)
+    result.status, result.error = "cancelled", "cancelled before it started"
     return result
 
 

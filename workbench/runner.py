@@ -5,8 +5,8 @@ at its next step boundary, and the new burst's thread first joins the old one, s
 never compete for the device (or the CPU) and never share loader workers. ``stop`` cancels
 without starting anything. Callbacks run on the burst's thread.
 
-The same holds across runners: one process has one burst slot (``exclusive``). Re-running a
-notebook cell makes a second panel, with its own runner, while the first one's burst may
+The same holds across runners: one process has one burst slot (``workbench.slot``). Re-running
+a notebook cell makes a second panel, with its own runner, while the first one's burst may
 still run; a new burst cancels whoever holds the slot (a burst, a diagnosis, a tune) and
 waits for it to end before it starts. Measurements taken side by side would each be wrong.
 
@@ -18,66 +18,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.burst import BurstProgress, run_burst
 from workbench.knobs import Knobs
 from workbench.results import BurstResult
+from workbench.slot import exclusive
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class _Holder:
-    """Who holds the burst slot: the event that stops it, and the one it sets on leaving."""
-
-    cancel: threading.Event
-    released: threading.Event = field(default_factory=threading.Event)
-
-
-_slot_lock = threading.Lock()
-_slot_holder: _Holder | None = None
-
-
-def _take_slot(me: _Holder) -> bool:
-    """Cancel and join the slot's holder until the slot is ours; False if we were cancelled
-    while waiting (a newer request superseded us: we must not cancel anyone then)."""
-    global _slot_holder
-    while True:
-        if me.cancel.is_set():
-            return False
-        with _slot_lock:
-            holder = _slot_holder
-            if holder is None:
-                _slot_holder = me
-                return True
-        holder.cancel.set()
-        holder.released.wait()
-
-
-def _release_slot(me: _Holder) -> None:
-    global _slot_holder
-    with _slot_lock:
-        if _slot_holder is me:
-            _slot_holder = None
-    me.released.set()
-
-
-@contextmanager
-def exclusive(cancel: threading.Event) -> Iterator[bool]:
-    """Hold this process's one burst slot for the calling thread's work (a diagnosis, a tune).
-
-    Yields False, holding nothing, when ``cancel`` was set before the slot came free.
-    """
-    me = _Holder(cancel)
-    got = _take_slot(me)
-    try:
-        yield got
-    finally:
-        _release_slot(me)
 
 
 @dataclass

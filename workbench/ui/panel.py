@@ -7,7 +7,7 @@ drag. Every burst lands in the history store first and the charts are redrawn fr
 so what the charts show is exactly what was recorded (and survives a kernel restart).
 
 One thing measures at a time in a kernel: a burst, a diagnosis, a tune or a comm benchmark
-holds the process's burst slot (``workbench.runner.exclusive``), and a newer action cancels
+holds the process's burst slot (``workbench.slot.exclusive``), and a newer action cancels
 the holder and waits for it, off the main thread. That covers a second panel made by
 re-running the cell. Save writes the last burst that ended ok, or a finished tune's best.
 """
@@ -29,7 +29,8 @@ from workbench.burst import BurstProgress
 from workbench.config import save_config
 from workbench.knobs import KnobError, Knobs
 from workbench.results import BurstResult
-from workbench.runner import BurstRunner, exclusive
+from workbench.runner import BurstRunner
+from workbench.slot import exclusive
 from workbench.store import open_store
 from workbench.ui.controls import KnobControls, disabled_reasons
 from workbench.ui.status import (
