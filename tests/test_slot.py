@@ -78,3 +78,28 @@ def test_a_burst_cancelled_while_it_waits_never_starts():
     r = out["r"]
     assert r.status == "cancelled" and r.error == "cancelled before it started"
     assert r.steps == 0 and r.samples_per_s is None
+
+
+def test_a_diagnosis_holds_the_slot_through_its_loader_only_run():
+    # The loader-only run is no burst, but a panel burst beside it would share its cores: a
+    # burst asked for during a diagnosis stops it and starts only once it has returned.
+    from workbench import diagnose
+
+    runner_started: list[float] = []
+    runner = BurstRunner(tensor_workload(), seconds=0.2, warmup_steps=1, record=False,
+                         on_progress=lambda p: not runner_started
+                         and runner_started.append(time.perf_counter()))  # fmt: skip
+
+    stage_done: list[float] = []
+
+    def on_stage(stage, _result):
+        if stage == "full":
+            runner.submit(Knobs(batch_size=8))  # a knob moved while the diagnosis runs
+            time.sleep(0.5)  # time for the runner to ask for the slot (and, unguarded, start)
+            stage_done.append(time.perf_counter())
+
+    d = diagnose(tensor_workload(), Knobs(batch_size=8), seconds=2.0, warmup_steps=1,
+                 record=False, progress=on_stage)  # fmt: skip
+    assert runner.wait(30)
+    assert d.verdict == "unknown" and d.compute is None  # the newer burst stopped it
+    assert runner_started and runner_started[0] >= stage_done[0]  # it waited for the slot

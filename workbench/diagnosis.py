@@ -32,6 +32,7 @@ from workbench.burst import BurstProgress, run_burst
 from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import LoaderResult, run_loader_burst, settled_warmup
 from workbench.results import BurstResult
+from workbench.slot import exclusive
 from workbench.store import open_store
 from workbench.sweeps import WorkloadArg
 from workbench.workloads import Workload, default_workload_name, resolve_workload
@@ -146,23 +147,21 @@ def diagnose(
         "cancel": stop,
         "progress": burst_progress,
     }
-    full = run_burst(wl, knobs, **{**common, "warmup_steps": settled_warmup(knobs, warmup_steps)})
-    _tell(progress, "full", full)
-    loader = compute = None
-    if not stop.is_set():
-        loader = run_loader_burst(
-            wl,
-            knobs,
-            seconds=seconds,
-            min_batches=min_steps,
-            warmup_batches=warmup_steps,
-            device=dev,
-            cancel=stop,
-        )
-        _tell(progress, "loader", loader)
-    if not stop.is_set():
-        compute = run_burst(wl, knobs.replace(loader="synthetic"), **common)
-        _tell(progress, "compute", compute)
+    # The burst slot for all three: the loader-only run is no burst, but a burst beside it
+    # would share its cores. A newer burst (a panel's) cancels the diagnosis, as it would a
+    # burst; cancelled before it started, the first run_burst says so and nothing else runs.
+    full_warmup = settled_warmup(knobs, warmup_steps)
+    loader_window = {"seconds": seconds, "min_batches": min_steps, "warmup_batches": warmup_steps}
+    with exclusive(stop):
+        full = run_burst(wl, knobs, **{**common, "warmup_steps": full_warmup})
+        _tell(progress, "full", full)
+        loader = compute = None
+        if not stop.is_set():
+            loader = run_loader_burst(wl, knobs, device=dev, cancel=stop, **loader_window)
+            _tell(progress, "loader", loader)
+        if not stop.is_set():
+            compute = run_burst(wl, knobs.replace(loader="synthetic"), **common)
+            _tell(progress, "compute", compute)
     return judge(wl, knobs, dev, full, loader, compute)
 
 
