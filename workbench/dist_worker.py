@@ -29,6 +29,7 @@ from workbench import hardware
 from workbench.burst import BurstPlan, BurstProgress, describe_error, is_oom_error, measure_here
 from workbench.knobs import Knobs
 from workbench.launch import EventLog, JobSpec, backend_for
+from workbench.training import DDP_KNOBS
 from workbench.workloads import resolve_workload
 
 _PROGRESS_EVERY_S = 0.25
@@ -64,9 +65,7 @@ class DdpCoordinator:
         return DistributedDataParallel(
             model,
             device_ids=[self.dev.index] if self.dev.type == "cuda" else None,
-            bucket_cap_mb=self.knobs.bucket_cap_mb,
-            gradient_as_bucket_view=self.knobs.gradient_as_bucket_view,
-            static_graph=self.knobs.static_graph,
+            **{name: getattr(self.knobs, name) for name in DDP_KNOBS},  # as ddp_kwargs() says
         )
 
     def agree_stop(self, stop_here: bool) -> bool:

@@ -213,7 +213,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     return reasons
 
 
-_DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
 NCCL_ON_GLOO = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
 
 
@@ -226,7 +226,7 @@ def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
     reasons: dict[str, str] = {}
     in_job = knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
     if not in_job:
-        for name in _DDP_KNOBS:
+        for name in DDP_KNOBS:
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
     if knobs.nccl and device.type != "cuda":

@@ -128,9 +128,9 @@ class TunedConfig:
         gradient_as_bucket_view, static_graph), named by the one list the burst's no-effect
         check uses too, so a DDP knob added there reaches production scripts as well.
         """
-        from workbench.training import _DDP_KNOBS  # shared with the burst: no second list
+        from workbench.training import DDP_KNOBS  # the burst's own list: no second one
 
-        return {name: getattr(self.knobs, name) for name in _DDP_KNOBS}
+        return {name: getattr(self.knobs, name) for name in DDP_KNOBS}
 
     def torchrun_command(
         self,
