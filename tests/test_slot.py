@@ -103,3 +103,15 @@ def test_a_diagnosis_holds_the_slot_through_its_loader_only_run():
     assert runner.wait(30)
     assert d.verdict == "unknown" and d.compute is None  # the newer burst stopped it
     assert runner_started and runner_started[0] >= stage_done[0]  # it waited for the slot
+
+
+def test_a_superseded_distributed_burst_starts_no_job():
+    import psutil
+
+    cancelled = threading.Event()
+    cancelled.set()  # superseded before the slot came free
+    t0 = time.perf_counter()
+    r = run_burst("cnn", Knobs(batch_size=4, world_size=2), cancel=cancelled, **FAST)
+    assert r.status == "cancelled" and r.error == "cancelled before it started"
+    assert time.perf_counter() - t0 < 5  # no torchrun job was started and stopped
+    assert psutil.Process().children(recursive=True) == []

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -139,16 +140,13 @@ def run_burst(
     from workbench import distributed
 
     if distributed.needs_processes(knobs, dev):
-        with exclusive(cancel):  # a cancelled wait still gets the job's own cancelled result
-            return distributed.run_distributed_burst(
-                workload, knobs, seconds=seconds, min_steps=min_steps,
-                warmup_steps=warmup_steps, device=dev, data_dir=data_dir, record=record,
-                store=store, cancel=cancel, progress=progress, timeout_s=timeout_s,
-            )  # fmt: skip
+        return _as_job(workload, knobs, dev, cancel, record, store, seconds=seconds,
+                       min_steps=min_steps, warmup_steps=warmup_steps, data_dir=data_dir,
+                       progress=progress, timeout_s=timeout_s)  # fmt: skip
     wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
     plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
     with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
-        result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, plan)
+        result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, seconds)
     record_result(result, record, store)
     if sigint.fired:
         raise BurstInterrupted(result)
@@ -185,9 +183,32 @@ def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan)
     return result
 
 
-def _superseded(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
+def _as_job(
+    workload: str | Workload | Callable[[], Workload] | None,
+    knobs: Knobs,
+    dev: torch.device,
+    cancel: threading.Event,
+    record: bool,
+    store: object,
+    **job: Any,
+) -> BurstResult:
+    """The burst as a torchrun job, holding the slot; superseded while it waited, no job
+    starts (it would run beside the newer burst) and the result says so."""
+    from workbench import distributed
+
+    with exclusive(cancel) as got:
+        if got:
+            return distributed.run_distributed_burst(workload, knobs, device=dev, record=record,
+                                                     store=store, cancel=cancel, **job)  # fmt: skip
+    wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
+    result = _superseded(wl, knobs, dev, job["seconds"])
+    record_result(result, record, store)
+    return result
+
+
+def _superseded(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
     """A burst cancelled while it waited for another burst to let go of the slot."""
-    result = _new_result(wl, knobs, dev, plan.seconds)
+    result = _new_result(wl, knobs, dev, seconds)
     result.status, result.error = "cancelled", "cancelled before it started"
     return result
 

@@ -220,9 +220,12 @@ class Knobs:
         return hash(tuple(sorted((k, repr(v)) for k, v in self.to_dict().items())))
 
     def __repr__(self) -> str:
-        changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
-        inner = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.changes().items())
         return f"Knobs({inner})"
+
+    def changes(self) -> dict[str, Any]:
+        """The knobs that differ from their defaults, in field order (as ``to_dict`` gives)."""
+        return {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON/YAML-ready dict of every knob (nccl as a plain dict)."""

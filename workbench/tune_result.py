@@ -190,9 +190,7 @@ def _candidate(search: Search, knobs: Knobs) -> Candidate:
 
 def changed(knobs: Knobs) -> str:
     """The knobs that differ from the defaults, as ``a=1, b=2`` (``defaults`` if none)."""
-    default = Knobs().to_dict()
-    diff = {k: v for k, v in knobs.to_dict().items() if v != default[k]}
-    return ", ".join(f"{k}={v}" for k, v in diff.items()) or "defaults"
+    return ", ".join(f"{k}={v}" for k, v in knobs.changes().items()) or "defaults"
 
 
 def _line(c: Candidate) -> str:

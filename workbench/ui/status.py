@@ -87,8 +87,7 @@ class BurstEstimate:
 def knobs_summary(knobs: Knobs) -> str:
     """batch_size and num_workers always, then every knob that is not at its default."""
     shown = {"batch_size": knobs.batch_size, "num_workers": knobs.num_workers}
-    defaults = Knobs().to_dict()
-    shown |= {k: v for k, v in knobs.to_dict().items() if v != defaults[k]}
+    shown |= knobs.changes()
     return ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
