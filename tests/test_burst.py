@@ -269,6 +269,15 @@ def test_token_workload_reports_tokens_per_s(tiny_data):
     assert r.flops_per_sample > 6 * 32 * 32 * 32  # at least the matmuls of one layer
 
 
+@pytest.mark.parametrize("loader", ["torch", "synthetic"])
+def test_a_batch_bigger_than_the_dataset_is_a_result_that_names_the_knob(loader):
+    # found when the data is read, so a sweep or tune records it and goes on
+    r = run_burst(tensor_workload(n=24), Knobs(batch_size=32, loader=loader), **FAST)
+    assert r.status == "error" and r.bad_knob == "batch_size"
+    assert r.error == "KnobError: batch_size=32 is not allowed: the dataset has only 24 samples"
+    assert run_burst(tensor_workload(n=24), Knobs(batch_size=24, loader=loader), **FAST).ok
+
+
 def test_bad_arguments_raise_before_any_work(tiny_data, tmp_path):
     with pytest.raises(KnobError, match="seconds=0 is not allowed"):
         run_burst(tensor_workload(), seconds=0)

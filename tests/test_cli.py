@@ -73,6 +73,20 @@ def test_bad_input_exits_2_with_one_line(args, words, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_batch_bigger_than_the_dataset_is_bad_input(tiny_data, tmp_path, capsys):
+    # found only once the data is read (inside the burst), so it is also a recorded result
+    store = tmp_path / "h.sqlite"
+    args = ["--data", str(tiny_data), "--set", "batch_size=64", "--store", str(store)]
+    code = main(["burst", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        "workbench burst: error: batch_size=64 is not allowed: the dataset has only 36 samples"
+    )
+    assert main(["history", "--store", str(store), "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["error"]
+
+
 def test_argparse_errors_are_one_line_too(capsys):
     assert main(["burst", "--seconds", "abc"]) == 2
     err = capsys.readouterr().err

@@ -95,6 +95,22 @@ def test_oom_shows_next_to_the_knob_and_the_panel_keeps_working(store_path):
     assert bench.last_result.ok
 
 
+def test_a_batch_bigger_than_the_dataset_is_noted_at_batch_size(store_path):
+    bench = _bench(store_path, workload=tensor_workload(n=24))
+    bench.panel(autorun=False)
+    ui = bench._ui
+    ui.controls.controls["batch_size"].value = 32
+    _settle(bench)
+    ui.controls.controls["num_workers"].value = 1  # fails again, still for the batch size
+    _settle(bench)
+    assert bench.last_result.bad_knob == "batch_size"
+    assert "the dataset has only 24 samples" in ui.controls.notes["batch_size"].value
+    assert ui.controls.notes["num_workers"].value == ""
+    ui.controls.controls["batch_size"].value = 16
+    _settle(bench)
+    assert bench.last_result.ok
+
+
 def test_run_twice_and_stop(store_path):
     bench = Bench(tensor_workload(), seconds=30, warmup_steps=1, store=store_path)
     bench.panel(autorun=False)

@@ -16,6 +16,9 @@ from typing import Any
 from workbench.knobs import Knobs
 
 STATUSES = ("ok", "oom", "error", "cancelled")
+KNOB_ERROR = "KnobError: "
+"""How a failed burst's ``error`` opens when a knob did not suit the workload (the burst names
+the exception type, then its message: "KnobError: batch_size=64 is not allowed: ...")."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
 
 
@@ -108,6 +111,15 @@ class BurstResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def bad_knob(self) -> str | None:
+        """The knob a failed burst refused, when it failed because a knob does not suit the
+        workload (a batch bigger than the dataset): found only once the data is read, so it
+        is a result, yet it is bad input rather than a crash. None for any other outcome."""
+        if self.status != "error" or not (self.error or "").startswith(KNOB_ERROR):
+            return None
+        return self.error.removeprefix(KNOB_ERROR).split("=", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; non-finite floats become None."""

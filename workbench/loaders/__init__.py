@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from workbench.knobs import Knobs
+from workbench.knobs import KnobError, Knobs
 from workbench.workloads import Workload
 
 
@@ -28,6 +28,15 @@ class BatchStream(Protocol):
 
 class LoaderUnavailable(RuntimeError):
     """The chosen loader backend cannot run here (not installed, needs a GPU, ...)."""
+
+
+def check_batch_fits(batch_size: int, n_samples: int, sharded: bool = False) -> None:
+    """Refuse a batch bigger than an epoch (``drop_last`` would yield no batch at all). A
+    KnobError, so ``workbench burst`` treats it as bad input (exit 2), while a sweep or tune
+    records it as a failed burst and goes on."""
+    if batch_size > n_samples:
+        where = "each rank's share of the dataset has" if sharded else "the dataset has"
+        raise KnobError("batch_size", batch_size, f"{where} only {n_samples} samples")
 
 
 def build_loader(
@@ -53,4 +62,4 @@ def build_loader(
     return TorchStream(workload.dataset(), knobs, device, shard=shard)
 
 
-__all__ = ["BatchStream", "LoaderUnavailable", "build_loader"]
+__all__ = ["BatchStream", "LoaderUnavailable", "build_loader", "check_batch_fits"]

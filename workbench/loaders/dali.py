@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from workbench.knobs import Knobs
-from workbench.loaders import LoaderUnavailable
+from workbench.loaders import LoaderUnavailable, check_batch_fits
 from workbench.workloads import Workload
 
 INSTALL_HINT = "install the `dali` extra (pip install 'workbench[dali]')"
@@ -189,14 +189,7 @@ def plan_pipeline(
 
 def _check_batch(batch_size: int, n_files: int, shard: tuple[int, int] | None) -> None:
     """Refuse a batch bigger than an epoch (DALI would only say "no data in the pipeline")."""
-    n, where = n_files, "the dataset has"
-    if shard is not None:
-        n, where = n_files // shard[1], "each rank's share of the dataset has"
-    if batch_size > n:
-        raise ValueError(
-            f"batch_size={batch_size} is not allowed: {where} only {n} samples, fewer than "
-            "one batch"
-        )
+    check_batch_fits(batch_size, n_files // shard[1] if shard else n_files, shard is not None)
 
 
 def _device_id(device: torch.device) -> int:

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.knobs import Knobs
+from workbench.loaders import check_batch_fits
 
 
 class SyntheticStream:
@@ -25,11 +26,7 @@ class SyntheticStream:
     def from_dataset(cls, dataset: Dataset, knobs: Knobs, device: torch.device) -> SyntheticStream:
         loader = DataLoader(dataset, batch_size=knobs.batch_size, shuffle=False, num_workers=0)
         x, y = next(iter(loader))
-        if x.shape[0] < knobs.batch_size:
-            raise ValueError(
-                f"batch_size={knobs.batch_size} is not allowed: the dataset has only "
-                f"{x.shape[0]} samples, fewer than one batch"
-            )
+        check_batch_fits(knobs.batch_size, x.shape[0])
         x = x.to(device)
         if knobs.channels_last and x.dim() == 4:
             # The same layout the other loaders deliver: the ceiling must run the kernels the

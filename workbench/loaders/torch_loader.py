@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from workbench.knobs import Knobs
+from workbench.loaders import check_batch_fits
 
 # A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
 WORKER_TIMEOUT_S = 120.0
@@ -91,13 +92,10 @@ class TorchStream:
             return self._next_batch()
         except StopIteration:
             n = len(self._loader.dataset)  # type: ignore[arg-type]
-            where = "the dataset has"
             if self._sampler is not None:
-                n, where = len(self._sampler), "each rank's share of the dataset has"
-            raise ValueError(
-                f"batch_size={self._batch_size} is not allowed: {where} only {n} "
-                f"samples, fewer than one batch"
-            ) from None
+                n = len(self._sampler)
+            check_batch_fits(self._batch_size, n, self._sampler is not None)
+            raise RuntimeError("the DataLoader gave no batch in a fresh epoch") from None
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The iterator's next batch, waited for in ``WORKER_POLL_S`` slices: after each slice

@@ -335,7 +335,8 @@ class Bench:
         ui.progress.value = 1.0 if result.ok else 0.0
         ui.result.value = result_html(result)
         if result.status in ("oom", "error"):
-            ui.controls.note(self.last_moved, f"{result.status}: {result.error}", kind="error")
+            where = _note_target(result.bad_knob, ui) if result.bad_knob else self.last_moved
+            ui.controls.note(where, f"{result.status}: {result.error}", kind="error")
             self._message(f"burst #{result.id} {result.status}: {result.error}", error=True)
         self._redraw(highlight_id=result.id, knobs=result.knobs, on_throughput=self._mark_chart)
 
