@@ -5,6 +5,10 @@ Checking ``sys.modules`` afterwards is not enough: code that tries ``import alta
 ``try/except ImportError`` leaves nothing there, yet on a box that has altair it would import
 it. So the blocking finder records every attempt, and any import attempt fails the test.
 
+The finder is installed by a generated ``sitecustomize`` on ``PYTHONPATH``, so every Python
+process the snippet starts has it too: torchrun and its ranks (a DDP burst) are checked like
+the kernel's process. Each attempt is appended to a log file with the process that made it.
+
 A *probe* (``importlib.util.find_spec``, how ``dali_available`` asks whether DALI is installed
 without importing it) is recorded too but allowed: it imports nothing. The two are told apart
 by the import machinery on the stack: only an ``import`` statement (or ``importlib.
@@ -14,20 +18,30 @@ import_module``) goes through ``_find_and_load``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 BLOCKED = ["ipywidgets", "altair", "anywidget", "vl_convert", "jupyterlab", "nvidia.dali"]
+LOG_ENV = "WORKBENCH_TEST_BLOCKED_LOG"
 
-_PREAMBLE = f"""
-import importlib.abc, json, sys
+_SITECUSTOMIZE = f"""
+import atexit, importlib.abc, json, os, sys
 
-BLOCKED = {BLOCKED!r}
-ATTEMPTS = []
+_BLOCKED = {BLOCKED!r}
+_LOG = os.environ.get({LOG_ENV!r})
 
 def _blocked(name):
-    return any(name == b or name.startswith(b + ".") for b in BLOCKED)
+    return any(name == b or name.startswith(b + ".") for b in _BLOCKED)
+
+def _log(record):
+    if _LOG:
+        record.update(pid=os.getpid(), argv=" ".join(sys.argv[:3]))
+        with open(_LOG, "a") as f:
+            f.write(json.dumps(record) + "\\n")
 
 def _attempt(name):
     frame, kind = sys._getframe(2), "probe"
@@ -37,39 +51,68 @@ def _attempt(name):
     where = f"{{frame.f_code.co_filename}}:{{frame.f_lineno}}" if frame else "?"
     return {{"module": name, "kind": kind, "where": where}}
 
-class Block(importlib.abc.MetaPathFinder):
+class _Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if _blocked(name):
-            ATTEMPTS.append(_attempt(name))
+            _log(_attempt(name))
             raise ModuleNotFoundError(f"blocked for this test: {{name}}")
         return None
 
-sys.meta_path.insert(0, Block())
-out = {{}}
+@atexit.register
+def _leaks():
+    leaked = sorted(m for m in sys.modules if _blocked(m))
+    if leaked:
+        _log({{"module": ",".join(leaked), "kind": "leaked", "where": "sys.modules at exit"}})
+
+sys.meta_path.insert(0, _Block())
+_log({{"kind": "started"}})
 """
 
-_EPILOGUE = """
-out["leaked"] = sorted(m for m in sys.modules if _blocked(m))
-print(json.dumps({"out": out, "attempts": ATTEMPTS}))
+_PREAMBLE = """
+import json, sys
+out = {}
+"""
+
+_EPILOGUE = f"""
+import os
+out["leaked"] = sorted(m for m in sys.modules if any(
+    m == b or m.startswith(b + ".") for b in {BLOCKED!r}))
+print(json.dumps({{"out": out, "pid": os.getpid()}}))
 """
 
 
 def run_with_ui_blocked(body: str, timeout: float = 300) -> dict:
     """Run ``body`` (which fills the dict ``out``); return ``out`` plus ``leaked`` modules.
 
-    Fails (AssertionError naming the module and the importing line) if ``body`` or anything
-    it calls tried to import a blocked module, even where the ImportError was caught.
+    Fails (AssertionError naming the module, the importing line and the process) if ``body``
+    or anything it calls, in this process or any it starts, tried to import a blocked module,
+    even where the ImportError was caught.
     """
     doc = run_blocked_raw(body, timeout)
-    imports = [a for a in doc["attempts"] if a["kind"] == "import"]
+    imports = [a for a in doc["attempts"] if a["kind"] in ("import", "leaked")]
     assert not imports, f"blocked modules were imported (and the error caught): {imports}"
     return doc["out"]
 
 
 def run_blocked_raw(body: str, timeout: float = 300) -> dict:
-    """``{"out": ..., "attempts": [{"module", "kind", "where"}, ...]}``, nothing asserted."""
+    """``{"out": ..., "attempts": [{"module", "kind", "where", "pid", "argv", "child"}, ...],
+    "children": [argv, ...]}``, nothing asserted. ``child``: made by a process the snippet
+    started; ``children``: every Python process it started (each ran under the blocker)."""
     script = _PREAMBLE + textwrap.dedent(body) + _EPILOGUE
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=timeout)  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory(prefix="wb-blocked-") as tmp:
+        site_dir, log = Path(tmp) / "site", Path(tmp) / "attempts.jsonl"
+        site_dir.mkdir()
+        (site_dir / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        paths = [str(site_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), LOG_ENV: str(log)}
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=timeout, env=env)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout.strip().splitlines()[-1])
+        lines = log.read_text().splitlines() if log.exists() else []
+    records = [json.loads(line) for line in lines]
+    for r in records:
+        r["child"] = r["pid"] != doc["pid"]
+    attempts = [r for r in records if r["kind"] != "started"]
+    children = [r["argv"] for r in records if r["kind"] == "started" and r["child"]]
+    return {"out": doc["out"], "attempts": attempts, "children": children}

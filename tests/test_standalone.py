@@ -29,14 +29,38 @@ def test_import_workbench_is_light():
 
 def test_distributed_job_runs_with_ui_packages_and_dali_blocked():
     """torchrun's ranks import the engine only: a 2-rank all-reduce on a bare box."""
-    doc = run_with_ui_blocked(
-        """
+    body = """
         import workbench as wb
         res = wb.comm_bench(2, sizes=[8192], device="cpu")
         out.update(status=res.status, error=res.error, rows=len(res.rows))
         """
-    )
-    assert doc == {"status": "ok", "error": None, "rows": 1, "leaked": []}
+    assert run_with_ui_blocked(body) == {"status": "ok", "error": None, "rows": 1, "leaked": []}
+
+
+def test_a_ddp_burst_runs_with_ui_packages_and_dali_blocked_in_every_rank(tiny_data):
+    """The blocker is in every process the job starts (torchrun, both ranks), not only in
+    the one that asks for the burst: a rank that imported altair would fail here."""
+    body = f"""
+        import workbench as wb
+        r = wb.run_burst("cnn", wb.Knobs(batch_size=4, world_size=2), data_dir={str(tiny_data)!r},
+                         seconds=0.3, warmup_steps=1, record=False)
+        out.update(status=r.status, error=r.error, ranks=len(r.ranks))
+        """
+    doc = run_blocked_raw(body)
+    assert doc["out"] == {"status": "ok", "error": None, "ranks": 2, "leaked": []}
+    imports = [a for a in doc["attempts"] if a["kind"] != "probe"]
+    assert imports == []
+    assert len(doc["children"]) >= 3, doc["children"]  # torchrun's agent and two ranks
+
+
+def test_an_import_attempt_in_a_child_process_fails_the_check_too():
+    body = """
+        import subprocess, sys
+        attempt = "try:\\n import altair\\nexcept ImportError:\\n pass"
+        subprocess.run([sys.executable, "-c", attempt], check=True)
+        """
+    with pytest.raises(AssertionError, match=r"blocked modules were imported.*'child': True"):
+        run_with_ui_blocked(body)
 
 
 @pytest.mark.parametrize(
