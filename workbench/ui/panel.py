@@ -32,7 +32,7 @@ from workbench.results import BurstResult
 from workbench.runner import BurstRunner
 from workbench.slot import exclusive
 from workbench.store import open_store
-from workbench.ui.controls import KnobControls, disabled_reasons
+from workbench.ui.layout import PanelWidgets, note_target
 from workbench.ui.status import (
     BurstEstimate,
     comm_label,
@@ -44,7 +44,6 @@ from workbench.ui.status import (
 from workbench.workloads import default_workload_name, resolve_workload
 
 _PROGRESS_EVERY_S = 0.1  # status-line updates per second are capped: widgets cost messages
-_CHARTS = ("throughput", "memory", "split", "comm")
 
 
 @dataclass
@@ -87,7 +86,7 @@ class Bench:
         self._estimate = BurstEstimate(warmup_steps, min_steps)
         self.last_moved = "batch_size"
         self.events: list[dict[str, float]] = []  # per burst: submit/result/chart times
-        self._ui: _PanelWidgets | None = None
+        self._ui: PanelWidgets | None = None
         self._runner = BurstRunner(
             self.workload,
             on_progress=self._on_progress,
@@ -107,7 +106,7 @@ class Bench:
     def panel(self, autorun: bool = True) -> w.Widget:
         """Build (or rebuild) the panel; with ``autorun`` a first burst starts right away."""
         alt.JupyterChart.enable_offline()
-        self._ui = _PanelWidgets(self)
+        self._ui = PanelWidgets(self)
         self._redraw(highlight_id=None)
         if autorun:
             self.run()
@@ -294,7 +293,7 @@ class Bench:
         try:
             knobs = Knobs.from_dict(ui.controls.values())
         except KnobError as exc:
-            ui.controls.note(_note_target(exc.knob, ui), str(exc), kind="error")
+            ui.controls.note(note_target(exc.knob, ui), str(exc), kind="error")
             self._message(str(exc), error=True)
             return
         ui.controls.clear_errors(ui.disabled)
@@ -335,7 +334,7 @@ class Bench:
         ui.progress.value = 1.0 if result.ok else 0.0
         ui.result.value = result_html(result)
         if result.status in ("oom", "error"):
-            where = _note_target(result.bad_knob, ui) if result.bad_knob else self.last_moved
+            where = note_target(result.bad_knob, ui) if result.bad_knob else self.last_moved
             ui.controls.note(where, f"{result.status}: {result.error}", kind="error")
             self._message(f"burst #{result.id} {result.status}: {result.error}", error=True)
         self._redraw(highlight_id=result.id, knobs=result.knobs, on_throughput=self._mark_chart)
@@ -351,7 +350,7 @@ class Bench:
             self._ui.status.value = "not started"
             knob = getattr(exc, "knob", None)
             if knob:
-                self._ui.controls.note(_note_target(knob, self._ui), str(exc), kind="error")
+                self._ui.controls.note(note_target(knob, self._ui), str(exc), kind="error")
             text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             self._message(text, error=True)
 
@@ -389,80 +388,3 @@ class Bench:
         colour = "#b00020" if error else "#333"
         body = html.escape(text)
         self._ui.message.value = f'<span style="color:{colour}">{body}</span>' if text else ""
-
-
-class _PanelWidgets:
-    """The widgets of one displayed panel, wired to a Bench."""
-
-    def __init__(self, bench: Bench):
-        self.syncing = False
-        self.disabled = disabled_reasons(bench.device.type)
-        self.controls = KnobControls(bench.knobs, bench.device.type)
-        for name, control in self.controls.controls.items():
-            control.observe(lambda _c, n=name: bench._on_knob(n), names="value")
-        self.status = _with_class(w.Label("ready"), "wb-status")
-        self.progress = _with_class(w.FloatProgress(min=0.0, max=1.0), "wb-progress")
-        self.result = _with_class(w.HTML(), "wb-result")
-        self.message = _with_class(w.HTML(), "wb-message")
-        self.history = _with_class(w.HTML(), "wb-history")
-        self.charts = {n: _with_class(alt.JupyterChart(_placeholder()), f"wb-chart-{n}")
-                       for n in _CHARTS}  # fmt: skip
-        self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),
-                                        self._buttons(bench), self._status_row(),
-                                        self.message, self.result, self._charts_box(),
-                                        self.history]), "wb-panel")  # fmt: skip
-
-    def _header(self, bench: Bench) -> w.Widget:
-        wl, info = bench.workload, bench.info
-        text = (f"<b>workbench</b> — {html.escape(wl.name)} ({html.escape(wl.description)}) "
-                f"on {html.escape(str(bench.device))} ({html.escape(info.name)}), "
-                f"{bench.seconds:g} s bursts")  # fmt: skip
-        return w.HTML(text)
-
-    def _buttons(self, bench: Bench) -> w.Widget:
-        run = _with_class(w.Button(description="Run", icon="play", tooltip="rerun"), "wb-run")
-        stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
-        path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"},
-                                  continuous_update=False), "wb-save-path")  # fmt: skip
-        save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
-        diag = _with_class(w.Button(description="Diagnose", icon="stethoscope"), "wb-diagnose")
-        tune = _with_class(w.Button(description="Auto-tune", icon="magic"), "wb-tune")
-        comm_tip = "all-reduce bus bandwidth by message size, on world_size ranks"
-        comm = _with_class(
-            w.Button(description="Comm bench", icon="exchange", tooltip=comm_tip), "wb-comm"
-        )
-        comm.on_click(lambda _b: bench.comm())
-        diag.on_click(lambda _b: bench.diagnose())
-        tune.on_click(lambda _b: bench.autotune())
-        run.on_click(lambda _b: bench.run())
-        stop.on_click(lambda _b: bench.stop())
-        save.on_click(lambda _b: self._save(bench, path.value))
-        return w.VBox([w.HBox([run, stop, diag, tune, comm]), w.HBox([save, path])])
-
-    def _save(self, bench: Bench, path: str) -> None:
-        try:
-            saved = bench.save_config(path)
-        except (ValueError, OSError) as exc:
-            bench._message(str(exc), error=True)
-            return
-        bench._message(f"saved {saved}: {bench.saved_what()}")
-
-    def _status_row(self) -> w.Widget:
-        return w.HBox([self.progress, self.status])
-
-    def _charts_box(self) -> w.Widget:
-        c = self.charts
-        return w.VBox([w.HBox([c["throughput"], c["memory"]]), w.HBox([c["split"], c["comm"]])])
-
-
-def _placeholder() -> alt.Chart:
-    return alt.Chart().mark_text().encode(text=alt.value("waiting for the first burst"))
-
-
-def _with_class(widget: Any, css: str) -> Any:
-    widget.add_class(css)
-    return widget
-
-
-def _note_target(knob: str, ui: _PanelWidgets) -> str:
-    return knob if knob in ui.controls.controls else "nccl"
