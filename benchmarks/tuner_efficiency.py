@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench import Knobs, run_burst, search, tune
+from workbench import Knobs, run_burst, search, tune, tuner
 from workbench.loader_bench import settled_warmup
 from workbench.tune_result import changed
 
@@ -97,6 +97,9 @@ def main() -> None:
     p.add_argument("--compare-patience", type=int, default=None, metavar="N",
                    help="also tune with search.CLIMB_PATIENCE=N over the same grid, "
                         "confirmed side by side (a before/after for the climb)")  # fmt: skip
+    p.add_argument("--compare-no-joint", action="store_true",
+                   help="also tune without the joint two-knob steps (search.joint_steps), "
+                        "confirmed side by side (a before/after for those steps)")  # fmt: skip
     args = p.parse_args()
     n_grid = len(grid_configs())
     budget = args.budget or n_grid // 3
@@ -105,12 +108,17 @@ def main() -> None:
     grid, grid_s = run_grid(args, store)
     top = sorted((r for r in grid if r.ok), key=lambda r: -(r.samples_per_s or 0.0))[:3]
     t = run_tune(args, budget, store)
-    other = None
+    other, other_label = None, ""
     if args.compare_patience is not None:
         shipped = search.CLIMB_PATIENCE
         search.CLIMB_PATIENCE = args.compare_patience
-        other = run_tune(args, budget, store)
+        other, other_label = run_tune(args, budget, store), f"patience {args.compare_patience}"
         search.CLIMB_PATIENCE = shipped
+    elif args.compare_no_joint:
+        shipped_joint = tuner.joint_steps
+        tuner.joint_steps = lambda _search, current: current
+        other, other_label = run_tune(args, budget, store), "no joint steps"
+        tuner.joint_steps = shipped_joint
     named = {f"grid #{i}": r.knobs for i, r in enumerate(top, 1)}
     extra = {"other tuner": other.best} if other is not None else {}
     confirmed = confirm({**named, "tuner best": t.best, **extra, "defaults": Knobs()}, args,
@@ -121,17 +129,14 @@ def main() -> None:
     report(grid, grid_s, grid_best, t, confirmed, n_grid)
     if other is not None:
         g = confirmed["grid best"]["median"]
-        for label, patience, tr, key in (
-            ("shipped", search.CLIMB_PATIENCE, t, "tuner best"),
-            ("compared", args.compare_patience, other, "other tuner"),
-        ):
-            print(f"climb patience {patience} ({label}): {len(tr.bursts)} bursts, best "
+        for label, tr, key in (("shipped", t, "tuner best"), (other_label, other, "other tuner")):
+            print(f"{label}: {len(tr.bursts)} bursts, best "
                   f"{changed(tr.best)}, confirmed {confirmed[key]['median']:.1f} samples/s = "
                   f"{confirmed[key]['median'] / g:.3f} of the grid's best")  # fmt: skip
 
 
 def run_tune(args: argparse.Namespace, budget: int, store: Path):
-    print(f"  tune with climb patience {search.CLIMB_PATIENCE}", file=sys.stderr)
+    print(f"  tune (climb patience {search.CLIMB_PATIENCE})", file=sys.stderr)
     t = tune("cnn", SPACE, budget=budget, seconds=args.seconds, warmup_steps=args.warmup_steps,
              min_steps=args.min_steps, data_dir=args.data, store=store,
              progress=lambda e: print(f"  tune {e.bursts:>2}  {e.stage:<30} {e.result.status:<5}"

@@ -42,7 +42,7 @@ from workbench.burst import (
 from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import settled_warmup
 from workbench.results import BurstResult
-from workbench.search import Search, coordinate
+from workbench.search import Search, coordinate, joint_steps
 from workbench.store import HistoryStore, open_store
 from workbench.sweeps import WorkloadArg, check_values
 from workbench.tune_result import Candidate, TuneProgress, TuneResult, candidates
@@ -112,11 +112,18 @@ def tune(
 
 
 def _drive(search: Search, start: Knobs) -> None:
-    """Start, coordinate rounds under the cap, then re-measure; Ctrl-C ends it early."""
+    """Start, coordinate rounds under the cap (with joint steps of two knobs while budget
+    is left after they converge), then re-measure; Ctrl-C ends it early."""
     budget, search.cap = search.budget, search.budget - reserve(search.budget)
     try:
         search.measure(start, "start")
-        coordinate(search, start)
+        best = coordinate(search, start)
+        while not search.halted:  # the rounds converged with budget left: try pairs of knobs
+            search.knob = None
+            joint = joint_steps(search, best)
+            if joint == best:
+                break
+            best = coordinate(search, joint)
         search.cap, search.knob = budget, None
         settle(search, start)
     except KeyboardInterrupt:
