@@ -118,15 +118,13 @@ def main() -> int:
         print(_row(workload, label, r, problems), flush=True)
     comm = comm_bench(torch.cuda.device_count(), timeout_s=120)
     print("\n" + comm.table())
-    if not comm.ok or not all(row["correct"] for row in comm.rows):
-        failures += 1
-        print("comm benchmark: FAILED")
-    print(f"\n{len(results) - failures}/{len(results)} rows passed in "
-          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    comm_ok = comm.ok and all(row["correct"] for row in comm.rows)
+    print(f"\n{len(results) - failures}/{len(results)} rows passed, comm benchmark "
+          f"{'ok' if comm_ok else 'FAILED'}, in {time.perf_counter() - t0:.0f} s")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f)
-    return 1 if failures else 0
+    return 1 if failures or not comm_ok else 0
 
 
 def _row(workload: str, label: str, r, problems: list[str]) -> str:
