@@ -113,6 +113,8 @@ def run_blocked_raw(body: str, timeout: float = 300) -> dict:
     records = [json.loads(line) for line in lines]
     for r in records:
         r["child"] = r["pid"] != doc["pid"]
+    started = [r for r in records if r["kind"] == "started" and not r["child"]]
+    assert started, f"the blocker did not load in the snippet's process: {p.stderr[-2000:]}"
     attempts = [r for r in records if r["kind"] != "started"]
     children = [r["argv"] for r in records if r["kind"] == "started" and r["child"]]
     return {"out": doc["out"], "attempts": attempts, "children": children}

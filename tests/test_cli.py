@@ -87,6 +87,18 @@ def test_a_batch_bigger_than_the_dataset_is_bad_input(tiny_data, tmp_path, capsy
     assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["error"]
 
 
+def test_a_batch_bigger_than_each_ranks_share_is_bad_input_too(tiny_data, capsys):
+    # the rank that fails first reports it ("rank 0: KnobError: ...")
+    args = ["--data", str(tiny_data), "--set", "batch_size=32", "--set", "world_size=2"]
+    assert main(["burst", *args, "--no-record", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (
+        "workbench burst: error: batch_size=32 is not allowed: each rank's share of the "
+        "dataset has only 18 samples"
+    )
+
+
 def test_argparse_errors_are_one_line_too(capsys):
     assert main(["burst", "--seconds", "abc"]) == 2
     err = capsys.readouterr().err

@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, run_burst
@@ -34,7 +35,8 @@ def test_rows_cover_what_the_check_promises(gpu_check):
 
 
 def test_a_cpu_result_fails_the_gpu_checks_with_reasons(gpu_check):
-    r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, record=False)
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, device="cpu",
+                  record=False)  # fmt: skip
     assert r.ok
     problems = gpu_check.check("bf16", r)
     assert "NVML telemetry missing" in problems and "CUDA memory missing" in problems
@@ -52,6 +54,7 @@ def test_the_oom_row_passes_only_on_an_oom(gpu_check):
     assert "| oom " in gpu_check._row("gpt", "OOM on purpose", oom, [])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA main() runs the whole check")
 def test_without_cuda_it_says_so_and_fails(gpu_check, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["gpu_check.py", "--quick"])
     assert gpu_check.main() == 1

@@ -169,7 +169,6 @@ def _is_bad_input(exc: Exception) -> bool:
 def _cmd_burst(args: argparse.Namespace) -> int:
     from workbench.burst import run_burst
     from workbench.knobs import Knobs
-    from workbench.results import KNOB_ERROR
 
     knobs = Knobs().with_text(args.set)
     result = run_burst(
@@ -186,7 +185,7 @@ def _cmd_burst(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
     )
     if result.bad_knob:  # a knob that does not suit this workload's data: as for --set
-        print(f"workbench burst: error: {result.error.removeprefix(KNOB_ERROR)}", file=sys.stderr)
+        print(f"workbench burst: error: {result.bad_knob_message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(result.to_json() if args.json else _format_result(result.to_dict()))
     return EXIT_FAILED if result.status == "error" else EXIT_OK

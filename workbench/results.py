@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,9 +17,10 @@ from typing import Any
 from workbench.knobs import Knobs
 
 STATUSES = ("ok", "oom", "error", "cancelled")
-KNOB_ERROR = "KnobError: "
-"""How a failed burst's ``error`` opens when a knob did not suit the workload (the burst names
-the exception type, then its message: "KnobError: batch_size=64 is not allowed: ...")."""
+KNOB_ERROR = re.compile(r"^(?:rank \d+: )?KnobError: (?P<message>(?P<knob>\w+)=.*)$", re.S)
+"""A failed burst's ``error`` when a knob did not suit the workload: the exception type, then
+its message ("KnobError: batch_size=64 is not allowed: ..."), after the rank that failed
+first for a torchrun job ("rank 0: KnobError: ...")."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
 
 
@@ -117,9 +119,18 @@ class BurstResult:
         """The knob a failed burst refused, when it failed because a knob does not suit the
         workload (a batch bigger than the dataset): found only once the data is read, so it
         is a result, yet it is bad input rather than a crash. None for any other outcome."""
-        if self.status != "error" or not (self.error or "").startswith(KNOB_ERROR):
-            return None
-        return self.error.removeprefix(KNOB_ERROR).split("=", 1)[0]
+        match = self._knob_error()
+        return match["knob"] if match else None
+
+    @property
+    def bad_knob_message(self) -> str | None:
+        """With ``bad_knob``: the KnobError's own message ("batch_size=64 is not allowed:
+        ..."), as bad input is reported everywhere else."""
+        match = self._knob_error()
+        return match["message"] if match else None
+
+    def _knob_error(self) -> re.Match[str] | None:
+        return KNOB_ERROR.match(self.error or "") if self.status == "error" else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; non-finite floats become None."""

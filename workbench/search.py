@@ -232,7 +232,9 @@ def _step(search: Search, base: Knobs, name: str, step: int) -> Knobs | None:
     or where the result cannot be measured here)."""
     line, at = _line(search.space[name], getattr(base, name), name)
     i = at + step if line[at][1] or step < 0 else at
-    if not 0 <= i < len(line) or line[i][1]:
+    while 0 <= i < len(line) and line[i][1]:  # another spelling of the current value
+        i += step
+    if not 0 <= i < len(line):
         return None
     knobs = search.compose(base, name, line[i][0])
     return None if knobs == base else knobs
