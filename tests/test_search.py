@@ -161,6 +161,23 @@ def test_left_over_budget_finds_a_pair_that_one_knob_moves_miss(fake, prefetch):
     assert Knobs(num_workers=1, prefetch_factor=4) in one_knob_moves
 
 
+def test_the_summary_says_when_the_speedup_is_within_the_noise(fake):
+    noisy_start = [100.0, 90.0, 110.0]
+    fake(lambda k, n: 102.0 if k.num_workers == 1 else noisy_start[n % 3])
+    t = _tune({"num_workers": [0, 1]}, budget=8)
+    assert t.best == Knobs(num_workers=1)
+    # the start ran twice (100, 90): median 95, spread 10.5%, more than the 7% speed-up
+    line = "1.07x the start (defaults: 95.0 samples/s): within the noise (runs of one config"
+    assert f"{line} spread up to 11%)" in t.summary()
+
+
+def test_a_clear_speedup_is_stated_plainly(fake):
+    fake(lambda k, n: 100.0 if k.num_workers == 1 else 50.0)
+    summary = _tune({"num_workers": [0, 1]}, budget=8).summary()
+    assert "2.00x the start (defaults: 50.0 samples/s)" in summary
+    assert "noise" not in summary
+
+
 def test_failed_bursts_are_recorded_and_skipped(fake):
     def speed(k, n):
         if k.num_workers == 1:

@@ -119,17 +119,24 @@ class TuneResult:
             )
         if self.best == self.start:
             lines.insert(2, "  the start was already the fastest config measured")
-        elif self.speedup is not None and self.start_result is not None:
-            start_sps = self.start_result.samples_per_s or 0.0
-            lines.insert(
-                2,
-                f"  {self.speedup:.2f}x the start ({changed(self.start)}: "
-                f"{start_sps:,.1f} samples/s)",
-            )
+        elif self.speedup is not None:
+            lines.insert(2, self._speedup_line(best))
         lines.append("  contenders:")
         lines += [f"    {_line(c)}  {changed(c.knobs)}" for c in self.candidates[:5] if c.fits]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _speedup_line(self, best: Candidate) -> str:
+        """The speed-up over the start, with the start's median (what the speed-up divides
+        by), and a warning when it is smaller than the spread of either config's runs."""
+        start = next((c for c in self.candidates if c.knobs == self.start), None)
+        start_sps = start.samples_per_s if start else None
+        text = f"  {self.speedup:.2f}x the start ({changed(self.start)}: "
+        text += f"{start_sps:,.1f} samples/s)" if start_sps else "n/a)"
+        spreads = [c.spread_pct for c in (best, start) if c and c.spread_pct is not None]
+        if spreads and abs((self.speedup or 1.0) - 1.0) * 100 < max(spreads):
+            text += f": within the noise (runs of one config spread up to {max(spreads):.0f}%)"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``workbench tune --json``)."""
