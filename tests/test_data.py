@@ -110,6 +110,17 @@ def test_progress_reaches_the_callback(tmp_path):
 # --- ensure_datasets: reuse, rebuild ------------------------------------------------------------
 
 
+def test_counts_rewrite_one_line_and_other_messages_end_it(capsys):
+    from workbench.workloads.base import say_progress
+
+    for message in ("images: 40/80", "images: 80/80", "datasets ready in /x"):
+        say_progress(message)
+    err = capsys.readouterr().err
+    assert err == (
+        "\rworkbench: images: 40/80\rworkbench: images: 80/80\n\rworkbench: datasets ready in /x\n"
+    )
+
+
 def test_ensure_reuses_a_complete_build(tmp_path):
     params = {"images_per_class": 2, "classes": 2, "token_mb": 0.01}
     built = build_datasets(tmp_path, **params)

@@ -252,6 +252,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_data(args: argparse.Namespace) -> int:
     from workbench import data
+    from workbench.workloads.base import say_progress
 
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
@@ -261,7 +262,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
         images_per_class=args.images_per_class,
         classes=args.classes,
         token_mb=args.token_mb,
-        progress=lambda msg: print(f"workbench: {msg}", file=sys.stderr),
+        progress=say_progress,
     )
     doc = {"root": str(paths.root), "images": str(paths.images), "tokens": str(paths.tokens)}
     print(json.dumps(doc) if args.json else "\n".join(f"{k:<7} {v}" for k, v in doc.items()))

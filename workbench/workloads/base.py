@@ -80,7 +80,12 @@ def _count_on_meta(workload: Workload, x: torch.Tensor, y: torch.Tensor) -> floa
 
 
 def say_progress(message: str) -> None:
-    """Progress of a one-time dataset build: stderr, so ``--json`` stdout stays clean."""
+    """Progress of a one-time dataset build: stderr, so ``--json`` stdout stays clean. A count
+    on its way ("images: 80/800") is rewritten in place by the next message (a carriage
+    return, which terminals and Jupyter's output both honour), so a notebook shows one line
+    that counts up rather than ten."""
     import sys
 
-    print(f"workbench: {message}", file=sys.stderr)
+    count = message.rpartition(": ")[2].split("/")
+    partial = len(count) == 2 and all(c.isdigit() for c in count) and count[0] != count[1]
+    print(f"\rworkbench: {message}", end="" if partial else "\n", file=sys.stderr, flush=True)
