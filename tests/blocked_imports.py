@@ -73,11 +73,11 @@ import json, sys
 out = {}
 """
 
-_EPILOGUE = f"""
+_EPILOGUE = """
 import os
-out["leaked"] = sorted(m for m in sys.modules if any(
-    m == b or m.startswith(b + ".") for b in {BLOCKED!r}))
-print(json.dumps({{"out": out, "pid": os.getpid()}}))
+from sitecustomize import _blocked
+out["leaked"] = sorted(m for m in sys.modules if _blocked(m))
+print(json.dumps({"out": out, "pid": os.getpid()}))
 """
 
 

@@ -254,8 +254,7 @@ def tune_knob(search: Search, current: Knobs, name: str) -> Knobs:
     search.knob, values = name, search.space[name]
     if name == "batch_size":
         return batch_search(search, current, values)
-    kind = SPECS[name].kind if name in SPECS else "choice"
-    if kind in ("int", "float", "optional_int"):
+    if _is_ordered(name):
         return climb(search, current, name, values)
     return try_each(search, current, name, values)
 

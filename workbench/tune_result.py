@@ -127,14 +127,15 @@ class TuneResult:
         return "\n".join(lines)
 
     def _speedup_line(self, best: Candidate) -> str:
-        """The speed-up over the start, with the start's median (what the speed-up divides
-        by), and a warning when it is smaller than the spread of either config's runs."""
+        """The speed-up over the start (known: ``summary`` checks), with the start's median
+        (what the speed-up divides by), and a warning when it is smaller than the spread of
+        either config's runs."""
         start = next((c for c in self.candidates if c.knobs == self.start), None)
         start_sps = start.samples_per_s if start else None
         text = f"  {self.speedup:.2f}x the start ({changed(self.start)}: "
         text += f"{start_sps:,.1f} samples/s)" if start_sps else "n/a)"
         spreads = [c.spread_pct for c in (best, start) if c and c.spread_pct is not None]
-        if spreads and abs((self.speedup or 1.0) - 1.0) * 100 < max(spreads):
+        if spreads and abs(self.speedup - 1.0) * 100 < max(spreads):
             text += f": within the noise (runs of one config spread up to {max(spreads):.0f}%)"
         return text
 

@@ -170,7 +170,8 @@ def plan_pipeline(
         raise LoaderUnavailable(refusal)
     dataset = workload.dataset()
     files, labels = _file_list(dataset, workload)
-    _check_batch(knobs.batch_size, len(files), shard)
+    # a batch bigger than an epoch: DALI itself would only say "no data in the pipeline"
+    check_batch_fits(knobs.batch_size, len(files) // shard[1] if shard else len(files), bool(shard))
     decode = resolve_decode(knobs.dali_decode, device)
     return DaliPlan(
         files=files,
@@ -185,11 +186,6 @@ def plan_pipeline(
         channels_last=knobs.channels_last,
         shard=shard,
     )
-
-
-def _check_batch(batch_size: int, n_files: int, shard: tuple[int, int] | None) -> None:
-    """Refuse a batch bigger than an epoch (DALI would only say "no data in the pipeline")."""
-    check_batch_fits(batch_size, n_files // shard[1] if shard else n_files, shard is not None)
 
 
 def _device_id(device: torch.device) -> int:

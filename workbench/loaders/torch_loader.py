@@ -91,10 +91,9 @@ class TorchStream:
         try:
             return self._next_batch()
         except StopIteration:
-            n = len(self._loader.dataset)  # type: ignore[arg-type]
-            if self._sampler is not None:
-                n = len(self._sampler)
-            check_batch_fits(self._batch_size, n, self._sampler is not None)
+            sharded = self._sampler is not None
+            n = len(self._sampler if sharded else self._loader.dataset)  # type: ignore[arg-type]
+            check_batch_fits(self._batch_size, n, sharded)
             raise RuntimeError("the DataLoader gave no batch in a fresh epoch") from None
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
