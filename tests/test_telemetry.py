@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from workbench import telemetry
-from workbench.telemetry import Sampler, _Sample, _summarize
+from workbench.telemetry import Sampler, TelemetrySummary, _Sample, _summarize, telemetry_problems
 
 MIB = 1024 * 1024
 
@@ -58,9 +58,15 @@ class FakeNvml(types.ModuleType):
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
 
-    def __init__(self, init_error: Exception | None = None, **scripts: list[Any]) -> None:
+    def __init__(
+        self,
+        init_error: Exception | None = None,
+        util_by_handle: dict[str, tuple[int, int]] | None = None,
+        **scripts: list[Any],
+    ) -> None:
         super().__init__("pynvml")
         self.init_error = init_error
+        self.util_by_handle = util_by_handle or {}
         self.scripts = {k: list(v) for k, v in scripts.items()}
         self.calls: list[tuple[str, Any]] = []
 
@@ -92,6 +98,9 @@ class FakeNvml(types.ModuleType):
         return f"handle:{index}"
 
     def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
+        if h in self.util_by_handle:  # which GPU was read: each handle has its own figures
+            gpu, memory = self.util_by_handle[h]
+            return types.SimpleNamespace(gpu=gpu, memory=memory)
         gpu, memory = self._next("util")
         return types.SimpleNamespace(gpu=gpu, memory=memory)
 
@@ -112,6 +121,9 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: str) -> int:
         return self._next("reasons")
 
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        return self._next("power_limit_mw")
+
 
 def fake_nvml(**overrides: Any) -> FakeNvml:
     scripts: dict[str, Any] = {
@@ -121,6 +133,7 @@ def fake_nvml(**overrides: Any) -> FakeNvml:
         "temp": [60],
         "sm_clock": [1980],
         "reasons": [0],
+        "power_limit_mw": [700_000],
     }
     scripts.update(overrides)
     return FakeNvml(**scripts)
@@ -167,8 +180,9 @@ def test_nvml_summary_uses_window_for_rates_and_whole_burst_for_memory(
     assert summary.source == "nvml"
     assert summary.samples == 3
     assert summary.gpu_util_pct == pytest.approx(60.0)
-    assert summary.mem_bw_util_pct == pytest.approx(30.0)
+    assert summary.mem_busy_pct == pytest.approx(30.0)
     assert summary.power_w == pytest.approx(310.0)
+    assert summary.power_limit_w == pytest.approx(700.0)  # read once, at start
     assert summary.temp_c == 65.0  # window max: the 90/95 C outside the window do not count
     assert summary.sm_clock_mhz == 1900.0  # window median
     assert summary.throttle_reasons == ("sw_power_cap", "hw_thermal_slowdown")  # no gpu_idle
@@ -176,6 +190,8 @@ def test_nvml_summary_uses_window_for_rates_and_whole_burst_for_memory(
     assert summary.rss_peak_mib is not None and summary.rss_peak_mib > 0
     assert summary.note is None
     assert ("by_index", 0) in fake.calls
+    assert [c for c in fake.calls if c[0] == "power_limit_mw"] == [("power_limit_mw", None)]
+    assert telemetry_problems(summary) == []
 
 
 @pytest.mark.usefixtures("no_visible_devices")
@@ -231,6 +247,45 @@ def test_handle_lookup_maps_index_through_cuda_visible_devices(
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234,GPU-5678")
     assert telemetry._nvml_handle(fake, 1) == "handle:GPU-5678"
+
+
+PCI_BY_TORCH_INDEX = {0: "0000:3b:00.0", 1: "0000:5e:00.0"}  # cuda:0, cuda:1 as torch numbers them
+
+
+def test_sampler_for_cuda_1_reads_the_gpu_torch_calls_cuda_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA_VISIBLE_DEVICES=2,3: torch's cuda:1 is physical GPU 3, and NVML's index 1 is another
+    GPU. The sampler must read the GPU at cuda:1's PCI address, not NVML's GPU 1."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(telemetry, "_pci_bus_id", PCI_BY_TORCH_INDEX.get)
+    monkeypatch.setattr(telemetry, "_cuda_props", lambda index: None)
+    fake = fake_nvml()
+    fake.util_by_handle = {
+        "handle:0000:5e:00.0": (91, 44),  # the GPU at cuda:1's address
+        "handle:1": (3, 1),  # NVML's index 1: some other GPU
+        "handle:0000:3b:00.0": (5, 2),  # cuda:0
+    }
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    summary = scripted_burst("cuda:1").stop()
+
+    assert summary.gpu_util_pct == pytest.approx(91.0)
+    assert summary.mem_busy_pct == pytest.approx(44.0)
+    assert ("by_pci", "0000:5e:00.0") in fake.calls
+    assert not [c for c in fake.calls if c[0] == "by_index"]
+
+
+def test_handle_lookup_takes_the_mig_instance_not_its_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A MIG slice shares its parent GPU's PCI address; the parent's handle would report every
+    tenant's memory. The instance's UUID from CUDA_VISIBLE_DEVICES names the slice itself."""
+    mig = "MIG-4f1c2d3e-aaaa-bbbb-cccc-0123456789ab"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mig)
+    monkeypatch.setattr(telemetry, "_pci_bus_id", PCI_BY_TORCH_INDEX.get)
+    fake = fake_nvml()
+    assert telemetry._nvml_handle(fake, 0) == f"handle:{mig}"
+    assert not [c for c in fake.calls if c[0] == "by_pci"]
 
 
 def test_handle_lookup_failure_falls_back_to_cpu_figures(
@@ -429,6 +484,80 @@ def test_throttle_bits_are_named() -> None:
     assert telemetry._throttle_names([0x20 | 0x800]) == ("sw_thermal_slowdown", "unknown_0x800")
 
 
+# --------------------------------------------------------------------------- plausibility
+
+
+def summary_of(**fields: Any) -> TelemetrySummary:
+    """A plausible NVML summary of a busy 700 W board, with `fields` replaced."""
+    base: dict[str, Any] = {
+        "source": "nvml",
+        "gpu_util_pct": 97.0,
+        "mem_busy_pct": 41.0,
+        "gpu_mem_used_mib": 30_000.0,
+        "power_w": 650.0,
+        "temp_c": 71.0,
+        "sm_clock_mhz": 1980.0,
+        "throttle_reasons": (),
+        "cpu_util_pct": 180.0,
+        "rss_peak_mib": 4000.0,
+        "samples": 40,
+        "note": None,
+        "power_limit_w": 700.0,
+    }
+    base.update(fields)
+    return TelemetrySummary(**base)
+
+
+def test_plausible_and_unknown_figures_have_no_problems() -> None:
+    assert telemetry_problems(summary_of()) == []
+    edges = summary_of(gpu_util_pct=100.0, mem_busy_pct=0.0, temp_c=0.0, power_w=700.0)
+    assert telemetry_problems(edges) == []
+    unknown = summary_of(
+        gpu_util_pct=None, mem_busy_pct=None, power_w=None, temp_c=None, power_limit_w=None
+    )
+    assert telemetry_problems(unknown) == []
+    # Within the +/-5 % that NVML documents for its power reading: not a problem.
+    assert telemetry_problems(summary_of(power_w=730.0)) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"gpu_util_pct": 101.0}, "gpu_util_pct=101%"),
+        ({"gpu_util_pct": -1.0}, "gpu_util_pct=-1%"),
+        ({"gpu_util_pct": float("nan")}, "gpu_util_pct=nan%"),
+        ({"mem_busy_pct": 255.0}, "mem_busy_pct=255%"),
+        ({"temp_c": 121.0}, "temp_c=121 C"),
+        ({"temp_c": -5.0}, "temp_c=-5 C"),
+        ({"power_w": 0.0}, "power_w=0 W is not > 0 W"),
+        ({"power_w": 800.0}, "power_w=800 W is above the board's enforced power limit of 700 W"),
+        ({"power_w": 700_000.0, "power_limit_w": None}, None),  # mW read as W, limit unknown
+    ],
+)
+def test_out_of_range_figures_are_named(fields: dict[str, Any], named: str | None) -> None:
+    problems = telemetry_problems(summary_of(**fields))
+    if named is None:  # no limit known: only the sign of power can be checked
+        assert problems == []
+        return
+    assert len(problems) == 1
+    assert named in problems[0] and "not trusted" in problems[0]
+
+
+def test_several_problems_are_all_listed() -> None:
+    problems = telemetry_problems(summary_of(gpu_util_pct=250.0, temp_c=400.0, power_w=-3.0))
+    assert [p.split("=")[0] for p in problems] == ["gpu_util_pct", "temp_c", "power_w"]
+
+
+@pytest.mark.usefixtures("no_visible_devices")
+def test_unsupported_power_limit_is_unknown_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = fake_nvml(power_limit_mw=[FakeNotSupported()], power_mw=[250_000])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    summary = scripted_burst().stop()
+    assert summary.power_limit_w is None
+    assert summary.power_w == pytest.approx(250.0)
+    assert telemetry_problems(summary) == []
+
+
 # --------------------------------------------------------------------------- GPU
 
 
@@ -453,3 +582,4 @@ def test_real_nvml_sees_a_busy_gpu() -> None:
     assert summary.sm_clock_mhz is not None and summary.sm_clock_mhz > 100
     assert summary.power_w is None or summary.power_w > 10
     assert summary.samples >= 10
+    assert telemetry_problems(summary) == []  # every figure in its physical range

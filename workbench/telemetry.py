@@ -1,10 +1,11 @@
 """Telemetry during a burst: an NVML sampler thread, with CPU figures always and as the fallback.
 
 A `Sampler` runs beside a burst on a daemon thread and takes one sample every `interval_s`
-(50 ms by default): NVML device utilization, memory-bandwidth activity, device memory in use,
-power, temperature, SM clock and clock-limiting ("throttle") reasons, plus the CPU time and RSS
-of this process and its children (DataLoader workers). The burst marks its measured window
-with `mark_window()`; `stop()` summarizes.
+(50 ms by default): NVML device utilization, the share of time device memory was busy, device
+memory in use, power, temperature, SM clock and clock-limiting ("throttle") reasons, plus the CPU
+time and RSS of this process and its children (DataLoader workers). The burst marks its measured
+window with `mark_window()`; `stop()` summarizes, and `telemetry_problems()` lists the figures
+that are out of their physical range (a number not to trust).
 
 Why a thread and these statistics:
 - NVML is polled, not event driven: the driver refreshes utilization over its own sample period
@@ -37,6 +38,7 @@ NVML is imported lazily (`pynvml`, from nvidia-ml-py) and initialized once per p
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import threading
@@ -51,7 +53,7 @@ import psutil
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Sampler", "TelemetrySummary", "nvml_status"]
+__all__ = ["Sampler", "TelemetrySummary", "nvml_status", "telemetry_problems"]
 
 _LOG = logging.getLogger("workbench")
 _MIB = 1024 * 1024
@@ -85,8 +87,9 @@ class TelemetrySummary:
     """Where GPU figures came from: "nvml", or "cpu" when there are none."""
     gpu_util_pct: float | None
     """NVML utilization.gpu (time a kernel was running), mean over the measured window."""
-    mem_bw_util_pct: float | None
-    """NVML utilization.memory (device memory read/write activity), window mean."""
+    mem_busy_pct: float | None
+    """NVML utilization.memory, window mean: the share of *time* device memory was being read or
+    written, not the share of its bandwidth used (a trickle of traffic can read 100)."""
     gpu_mem_used_mib: float | None
     """NVML device memory in use (all processes), max over the whole burst."""
     power_w: float | None
@@ -105,6 +108,8 @@ class TelemetrySummary:
     """Samples taken inside the measured window."""
     note: str | None
     """Why something is missing (NVML unavailable, a query that failed), else None."""
+    power_limit_w: float | None = None
+    """The board's enforced power limit (NVML), read once at start; None if unknown."""
 
 
 @dataclass(slots=True)
@@ -219,6 +224,14 @@ def _nvml_handle(nvml: ModuleType, index: int | None) -> Any:
     index, mapped through CUDA_VISIBLE_DEVICES, is the last resort.
     """
     idx = _torch_index(index)
+    entry = _visible_entry(idx)
+    if entry is not None and entry.startswith("MIG-"):
+        # A MIG instance shares its parent's PCI address: the parent's handle would report the
+        # whole GPU's memory (every tenant's). The instance's own UUID names just this slice.
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(entry)
+        except nvml.NVMLError:
+            pass
     bus_id = _pci_bus_id(idx)
     if bus_id is not None:
         try:
@@ -235,11 +248,16 @@ def _nvml_handle(nvml: ModuleType, index: int | None) -> Any:
     return _handle_from_visible_devices(nvml, idx)
 
 
-def _handle_from_visible_devices(nvml: ModuleType, idx: int) -> Any:
+def _visible_entry(idx: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry that torch's cuda:idx is, or None when unset or shorter."""
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
     visible = [v for v in visible if v]
-    if idx < len(visible):
-        entry = visible[idx]
+    return visible[idx] if idx < len(visible) else None
+
+
+def _handle_from_visible_devices(nvml: ModuleType, idx: int) -> Any:
+    entry = _visible_entry(idx)
+    if entry is not None:
         if entry.isdigit():
             return nvml.nvmlDeviceGetHandleByIndex(int(entry))
         if entry.startswith(("GPU-", "MIG-")):
@@ -272,6 +290,14 @@ class _NvmlProbe:
                 self._off.add(name)
             self.errors.setdefault(name, str(exc) or type(exc).__name__)
             return None
+
+    def power_limit_w(self) -> float | None:
+        """The board's enforced power limit in W (the lowest of the limits in force), or None."""
+        read = getattr(self._nvml, "nvmlDeviceGetEnforcedPowerLimit", None)
+        if read is None:
+            return None
+        limit_mw = self._query("power_limit", lambda: read(self._handle))
+        return None if limit_mw is None else limit_mw / 1000.0
 
     def read(self, sample: _Sample) -> None:
         nvml, h = self._nvml, self._handle
@@ -428,6 +454,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._summary: TelemetrySummary | None = None
         self._nvml: _NvmlProbe | None = None
+        self._power_limit_w: float | None = None
         self._tree: _ProcTree | None = None
         self._thread_cpu_s = 0.0
         self._thread_wall_s = 0.0
@@ -460,7 +487,9 @@ class Sampler:
                 self._notes.append(f"sampler thread still busy after {_JOIN_TIMEOUT_S:.0f} s")
         source = "nvml" if self._nvml is not None else "cpu"
         notes = self._notes + [f"NVML {k}: {v}" for k, v in self._nvml_errors().items()]
-        self._summary = _summarize(list(self._samples), self._window, source, notes)
+        self._summary = _summarize(
+            list(self._samples), self._window, source, notes, power_limit_w=self._power_limit_w
+        )
         return self._summary
 
     @property
@@ -530,6 +559,7 @@ class Sampler:
             )
             return
         self._nvml = _NvmlProbe(pynvml, handle)
+        self._power_limit_w = self._nvml.power_limit_w()
 
     def _take(self) -> None:
         sample = _Sample(t=time.perf_counter())
@@ -604,6 +634,8 @@ def _summarize(
     window: tuple[float, float] | None,
     source: str,
     notes: list[str],
+    *,
+    power_limit_w: float | None = None,
 ) -> TelemetrySummary:
     notes = list(notes)
     inside = _in_window(samples, window)
@@ -618,7 +650,7 @@ def _summarize(
     return TelemetrySummary(
         source=source,
         gpu_util_pct=_mean(_values(used, "gpu_util")),
-        mem_bw_util_pct=_mean(_values(used, "mem_util")),
+        mem_busy_pct=_mean(_values(used, "mem_util")),
         gpu_mem_used_mib=max(mem) if mem else None,
         power_w=_mean(_values(used, "power_w")),
         temp_c=max(temps) if temps else None,
@@ -628,4 +660,55 @@ def _summarize(
         rss_peak_mib=max(rss) if rss else None,
         samples=len(inside),
         note="; ".join(notes) if notes else None,
+        power_limit_w=power_limit_w,
     )
+
+
+# --------------------------------------------------------------------------- plausibility
+
+# nvml.h (nvmlDeviceGetPowerUsage) states +/-5 % accuracy of the draw (for Fermi and Kepler; it
+# gives none for newer parts, which report a 1 s average). A window mean more than that above the
+# enforced limit is no longer a reading error: the figure is not this board's.
+_POWER_READING_TOLERANCE = 0.05
+_TEMP_RANGE_C = (0.0, 120.0)
+
+
+def telemetry_problems(summary: TelemetrySummary) -> list[str]:
+    """Readable problems with figures outside their physical range; empty when all are plausible.
+
+    NVML's utilizations are percentages of time (0-100), power draw is positive and held at or
+    under the board's enforced limit, and a working GPU reads 0-120 C (they throttle near 90 and
+    shut down before 120). A value outside that came from the wrong device, the wrong unit or a
+    broken query: the burst reports it as suspect instead of letting it be saved. Unknown (None)
+    figures are not problems.
+    """
+    problems = [
+        p
+        for p in (
+            _out_of_range("gpu_util_pct", summary.gpu_util_pct, 0.0, 100.0, "%"),
+            _out_of_range("mem_busy_pct", summary.mem_busy_pct, 0.0, 100.0, "%"),
+            _out_of_range("temp_c", summary.temp_c, *_TEMP_RANGE_C, " C"),
+        )
+        if p is not None
+    ]
+    problems += _power_problems(summary.power_w, summary.power_limit_w)
+    return problems
+
+
+def _out_of_range(name: str, value: float | None, low: float, high: float, unit: str) -> str | None:
+    if value is None or (math.isfinite(value) and low <= value <= high):
+        return None
+    return f"{name}={value:g}{unit} is outside {low:g}-{high:g}{unit}: NVML figure not trusted"
+
+
+def _power_problems(power_w: float | None, limit_w: float | None) -> list[str]:
+    if power_w is None:
+        return []
+    if not math.isfinite(power_w) or power_w <= 0:
+        return [f"power_w={power_w:g} W is not > 0 W: NVML figure not trusted"]
+    if limit_w is not None and limit_w > 0 and power_w > limit_w * (1 + _POWER_READING_TOLERANCE):
+        return [
+            f"power_w={power_w:g} W is above the board's enforced power limit of {limit_w:g} W "
+            f"(+{_POWER_READING_TOLERANCE:.0%} reading tolerance): NVML figure not trusted"
+        ]
+    return []
