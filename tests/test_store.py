@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sqlite3
 import subprocess
@@ -187,6 +188,43 @@ def test_frame_of_empty_store(history: HistoryStore) -> None:
     assert list(frame.columns[:5]) == ["id", "created_at", "workload", "device", "status"]
     # the same columns a full frame has: code that reads a column never meets a KeyError
     assert {f.name for f in dataclasses.fields(BurstResult)} <= set(frame.columns)
+
+
+def test_old_rows_read_renamed_fields_under_their_new_names(
+    history: HistoryStore, db: Path
+) -> None:
+    """A row written before `mem_bw_util_pct` became `mem_busy_pct` (NVML's share of time the
+    memory was busy, not of bandwidth) is left as stored and reads back under the new name."""
+    old_row = burst(mem_bw_util_pct=37.5, gpu_util_pct=88.0)
+    sql(
+        db,
+        "INSERT INTO bursts (created_at, workload, device, status, samples_per_s, peak_mem_mib,"
+        " record) VALUES ('2026-01-02T03:04:05.000000+00:00', 'cnn', 'cuda:0', 'ok', 1234.5,"
+        f" 512.0, '{json.dumps(old_row)}')",
+    )
+    new_id = history.append(burst(mem_busy_pct=12.0))
+    both_id = history.append(burst(mem_bw_util_pct=99.0, mem_busy_pct=55.0))  # new name wins
+
+    old, new, both = history.records()
+    for got, expected in ((old, 37.5), (new, 12.0), (both, 55.0)):
+        assert got["mem_busy_pct"] == expected
+        assert "mem_bw_util_pct" not in got
+    assert history.get(old["id"]) == old and history.get(both_id)["mem_busy_pct"] == 55.0
+    assert history.get(new_id)["mem_busy_pct"] == 12.0
+    assert old["gpu_util_pct"] == 88.0  # the rest of the row as stored
+
+    frame = history.frame()
+    assert frame["mem_busy_pct"].tolist() == [37.5, 12.0, 55.0]
+    assert "mem_bw_util_pct" not in frame.columns
+    # the file itself is untouched: append-only
+    assert "mem_bw_util_pct" in sql(db, "SELECT record FROM bursts WHERE id = 1")[0][0]
+
+
+def test_store_renames_what_results_renames() -> None:
+    from workbench import results
+
+    assert store_mod._RENAMED == results.RENAMED
+    assert set(results.RENAMED.values()) <= {f.name for f in dataclasses.fields(BurstResult)}
 
 
 # -- paths ---------------------------------------------------------------------------------

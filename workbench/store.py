@@ -17,6 +17,9 @@ Why it is built this way:
   downgraded); older ones are migrated step by step through ``_MIGRATIONS`` inside one
   transaction, so a failed migration leaves the file as it was. A file that is not ours (not
   SQLite, or SQLite with other tables) is refused and never written to.
+- **Renamed fields** are renamed on the way out, never rewritten in the file (it is append-only
+  and may be shared with an older workbench): a row stored with ``mem_bw_util_pct`` reads back
+  as ``mem_busy_pct`` from ``records()``, ``get()`` and ``frame()``.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ _ADVICE = (
     f"for over {_BUSY_TIMEOUT_S:.0f} s; 'malformed' means the file is damaged: move it away."
 )
 _FRONT = ("id", "created_at", "workload", "device", "status")
+_RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
+"""Result fields renamed since rows were first stored, old -> new: the same table as
+``workbench.results.RENAMED``, kept here so that this module needs only the standard library."""
 
 # The latest schema, used as is for a new file. Plain statements, run one by one with
 # ``execute`` inside our own transaction (``executescript`` would commit on its own).
@@ -413,11 +419,27 @@ def _where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
 
 
 def _decode(row_id: int, created_at: str, text: str) -> dict[str, Any]:
-    return {**json.loads(text), "id": row_id, "created_at": created_at}
+    return {**_current_names(json.loads(text)), "id": row_id, "created_at": created_at}
+
+
+def _current_names(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with renamed fields under their current names, in the same place.
+
+    Where a row has both names (written by a version in between), the current one wins.
+    """
+    renamed: dict[str, Any] = {}
+    for key, value in record.items():
+        new = _RENAMED.get(key)
+        if new is None:
+            renamed[key] = value
+        elif new not in record:
+            renamed[new] = value
+    return renamed
 
 
 def _flatten(record: Mapping[str, Any]) -> dict[str, Any]:
     """One frame row: the front columns, then knobs and NCCL variables, then the rest."""
+    record = _current_names(record)  # also for dicts that never went through the store
     head = {column: record.get(column) for column in _FRONT}
     knobs = record.get("knobs")
     flat: dict[str, Any] = {}
