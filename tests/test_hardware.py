@@ -3,8 +3,11 @@ and the measured matmul ceiling."""
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import sys
+from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 import torch
@@ -205,12 +208,45 @@ def test_cudnn_version_formatting(monkeypatch: pytest.MonkeyPatch) -> None:
 # --------------------------------------------------------------------------- measured ceiling
 
 
+@pytest.fixture
+def matmul_flag() -> Iterator[None]:
+    """Leave torch's per-backend matmul precision flag as the test found it."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before
+
+
 def test_measure_matmul_flops_cpu_is_plausible() -> None:
-    before = torch.get_float32_matmul_precision()
-    flops = measure_matmul_flops("cpu", "fp32", seconds=0.2, n=256)
+    flops = measure_matmul_flops("cpu", "fp32", seconds=0.1)  # the CPU size: 1024
     assert 1e8 < flops < 1e14  # a CPU core or two: GFLOP/s to a few TFLOP/s
-    measure_matmul_flops("cpu", "tf32", seconds=0.05, n=64)
-    assert torch.get_float32_matmul_precision() == before  # restored
+    assert measure_matmul_flops("cpu", "bf16", seconds=0.05, n=64) > 0
+
+
+@pytest.mark.usefixtures("matmul_flag")
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_measure_matmul_flops_survives_the_new_tf32_api(precision: str) -> None:
+    """A user who switched TF32 on the torch >= 2.9 way has a state in which the legacy getter
+    raises ("mix of the legacy and new APIs"); the measurement must neither read it nor keep
+    its own setting."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        torch.get_float32_matmul_precision()  # the trap
+    assert measure_matmul_flops("cpu", precision, seconds=0.02, n=32) > 0
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"  # restored as it was
+
+
+@pytest.mark.usefixtures("matmul_flag")
+@pytest.mark.parametrize(
+    ("precision", "inside"), [("fp32", "ieee"), ("tf32", "tf32"), ("bf16", "none")]
+)
+def test_matmul_precision_flag_set_inside_and_restored(precision: str, inside: str) -> None:
+    torch.backends.cuda.matmul.fp32_precision = "none"  # follow the generic flag: the default
+    with hardware._fp32_matmul_precision(precision):
+        assert torch.backends.cuda.matmul.fp32_precision == inside
+    assert torch.backends.cuda.matmul.fp32_precision == "none"
+    with pytest.raises(KeyError), hardware._fp32_matmul_precision("tf32"):
+        raise KeyError("restored on the way out of an error too")
+    assert torch.backends.cuda.matmul.fp32_precision == "none"
 
 
 def test_measure_matmul_flops_rejects_bad_arguments() -> None:
@@ -218,6 +254,135 @@ def test_measure_matmul_flops_rejects_bad_arguments() -> None:
         measure_matmul_flops("cpu", "fp8")
     with pytest.raises(ValueError, match="seconds"):
         measure_matmul_flops("cpu", "fp32", seconds=0)
+    with pytest.raises(ValueError, match="n=0"):
+        measure_matmul_flops("cpu", "fp32", n=0)
+
+
+# A recorded fake of one CUDA stream: the host issues work (each launch costs it `launch_s`),
+# the GPU runs it in order, a kernel starting once both the GPU and its launch are ready; a CUDA
+# event's time is when the GPU reaches it. Enough to see what a timing loop really measures.
+
+
+class FakeGpu:
+    def __init__(self, flops_per_s: float, n: int, *, launch_s: float, first_call_s: float):
+        self.kernel_s = 2.0 * n**3 / flops_per_s
+        self.launch_s = launch_s
+        self.first_call_s = first_call_s  # host work of the first call (cuBLAS handle, heuristics)
+        self.host_s = self.gpu_s = self.busy_s = 0.0
+        self.calls = 0
+
+    def matmul(self) -> None:
+        self.host_s += self.launch_s + (self.first_call_s if self.calls == 0 else 0.0)
+        # Clocks still rising from idle for the first 0.1 s of work: kernels at half speed.
+        kernel_s = self.kernel_s * (2.0 if self.busy_s < 0.1 else 1.0)
+        self.gpu_s = max(self.gpu_s, self.host_s) + kernel_s
+        self.busy_s += kernel_s
+        self.calls += 1
+
+    def reach(self) -> float:
+        self.host_s += 1e-6
+        self.gpu_s = max(self.gpu_s, self.host_s)
+        return self.gpu_s
+
+
+@dataclasses.dataclass
+class FakeStream:
+    device: torch.device
+    gpu: FakeGpu
+
+
+class FakeEvent:
+    recorded: ClassVar[list[tuple[FakeStream, float]]] = []
+    waited: ClassVar[list[FakeStream]] = []
+    elapsed_ms: ClassVar[list[float]] = []
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.stream: FakeStream | None = None
+        self.at_s = 0.0
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        assert stream is not None, "an event without a stream goes on the current device's"
+        self.stream, self.at_s = stream, stream.gpu.reach()
+        FakeEvent.recorded.append((stream, self.at_s))
+
+    def synchronize(self) -> None:
+        assert self.stream is not None
+        self.stream.gpu.host_s = max(self.stream.gpu.host_s, self.stream.gpu.gpu_s)
+        FakeEvent.waited.append(self.stream)
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert end.stream is self.stream, "events of two streams cannot be compared"
+        FakeEvent.elapsed_ms.append((end.at_s - self.at_s) * 1000.0)
+        return FakeEvent.elapsed_ms[-1]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict[int, FakeStream]:
+    """torch.cuda.current_stream and Event, faked: two GPUs, each with its own stream."""
+    streams: dict[int, FakeStream] = {}
+
+    def current_stream(device: torch.device | None = None) -> FakeStream:
+        assert device is not None, "the current stream of which GPU?"
+        return streams[torch.device(device).index]
+
+    def synchronize(device: torch.device | None = None) -> None:
+        assert device is not None, "torch.cuda.synchronize() waits for the current device"
+        stream = streams[torch.device(device).index]
+        stream.gpu.host_s = max(stream.gpu.host_s, stream.gpu.gpu_s)
+        FakeEvent.waited.append(stream)
+
+    FakeEvent.recorded, FakeEvent.waited, FakeEvent.elapsed_ms = [], [], []
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    return streams
+
+
+B200_BF16 = 2.25e15  # the fastest dense peak in the table: the shortest kernel at a given n
+
+
+@pytest.mark.parametrize("launch_s", [2e-6, 10e-6, 30e-6])
+def test_cuda_ceiling_is_timed_by_events_on_the_devices_stream(
+    fake_cuda: dict[int, FakeStream], launch_s: float
+) -> None:
+    dev = torch.device("cuda", 1)
+    n = hardware._matmul_size(dev)
+    gpus = {i: FakeGpu(B200_BF16, n, launch_s=launch_s, first_call_s=0.3) for i in (0, 1)}
+    fake_cuda.update({i: FakeStream(torch.device("cuda", i), gpus[i]) for i in (0, 1)})
+
+    clock = hardware._clock(dev)
+    calls, elapsed_s = hardware._timed_calls(gpus[1].matmul, clock, 1.0)
+    measured = 2.0 * n**3 * calls / elapsed_s
+
+    # Launch overhead, the 0.3 s first call and the slow-clock start all stay out of the figure.
+    assert measured == pytest.approx(B200_BF16, rel=0.01)
+    assert 1.0 <= elapsed_s < 1.1
+    assert gpus[1].calls > calls  # warm-up calls ran and were not counted
+    assert gpus[1].kernel_s > 15 * launch_s  # each call long next to its launch ...
+    timed_chunks_ms = FakeEvent.elapsed_ms[-5:]
+    assert min(timed_chunks_ms) > 1000 * 30 * launch_s  # ... and each chunk many launches long
+    # Only cuda:1 was timed and waited for: the events sat on its stream.
+    assert {s.device for s, _ in FakeEvent.recorded} == {dev}
+    assert {s.device for s in FakeEvent.waited} == {dev}
+    assert gpus[0].calls == 0 and gpus[0].gpu_s == 0.0
+
+
+def test_the_fake_sees_a_launch_bound_size_read_low(fake_cuda: dict[int, FakeStream]) -> None:
+    """The same recorded stream with the old n=2048: a B200-class kernel is shorter than a
+    10 us launch, the GPU waits on the host and the ceiling reads low. The fake has teeth."""
+    gpu = FakeGpu(B200_BF16, 2048, launch_s=10e-6, first_call_s=0.3)
+    fake_cuda[0] = FakeStream(torch.device("cuda", 0), gpu)
+    calls, elapsed_s = hardware._timed_calls(
+        gpu.matmul, hardware._clock(torch.device("cuda", 0)), 1.0
+    )
+    assert 2.0 * 2048**3 * calls / elapsed_s < 0.8 * B200_BF16
+
+
+def test_matmul_size_is_big_on_cuda_and_quick_on_cpu() -> None:
+    assert hardware._matmul_size(torch.device("cuda", 0)) == 8192
+    assert hardware._matmul_size(torch.device("cpu")) <= 1024
+    assert isinstance(hardware._clock(torch.device("cpu")), hardware._Clock)
 
 
 # --------------------------------------------------------------------------- GPU
@@ -240,9 +405,19 @@ def test_resolve_and_describe_cuda() -> None:
 @pytest.mark.gpu
 @needs_cuda
 def test_measured_bf16_ceiling_is_below_the_table_peak() -> None:
-    flops = measure_matmul_flops("cuda", "bf16", seconds=1.0, n=4096)
+    flops = measure_matmul_flops("cuda", "bf16", seconds=1.0)  # n=8192 on CUDA
     assert flops > 1e12
     peak = peak_flops(torch.cuda.get_device_name(), "bf16")
     if peak is not None:
         assert flops < 1.05 * peak  # dense peak: a measurement cannot beat it
-        assert flops > 0.3 * peak  # and a healthy GPU gets well into it
+        assert flops > 0.5 * peak  # and a healthy GPU gets well into it
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_measured_ceiling_on_the_last_gpu_and_tf32_flag_restored() -> None:
+    last = torch.cuda.device_count() - 1
+    before = torch.backends.cuda.matmul.fp32_precision
+    flops = measure_matmul_flops(f"cuda:{last}", "tf32", seconds=0.5)
+    assert flops > 1e12
+    assert torch.backends.cuda.matmul.fp32_precision == before

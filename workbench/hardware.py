@@ -267,69 +267,159 @@ _MATMUL_DTYPES = {
 }
 
 
+_MATMUL_N_CUDA = 8192
+"""One CUDA matmul is 2 * 8192**3 = 1.1 TFLOP: 0.5 ms even at a B200's 2.25 PFLOP/s dense bf16,
+so a launch from Python (a few to 10 us) is under 2 % of it, and its output tiles fill every SM
+many times over. At n=2048 the call is 8-25 us on a Hopper or Blackwell part, as short as its
+launch, and with large tiles (256x128) it makes about one wave for 132 SMs: the ceiling reads
+low. Three 8192**2 operands take 384 MiB in bf16/fp16, 768 MiB in fp32."""
+_MATMUL_N_CPU = 1024
+"""2.1 GFLOP a call, tens of ms on a few cores: BLAS reaches its rate (on the 2-core development
+box fp32 read 46-55 GFLOP/s at 1024 against 17 at 512) and a measurement stays quick."""
+_CHUNK_S = 0.05
+"""Device time per timed chunk; the clock is read (and the device waited for) once per chunk."""
+_WARMUP_S = 0.2
+"""Device time run before the timed chunks: cuBLAS handle and kernel choice, caches, and the
+GPU's clocks rising from idle. Never counted."""
+_MAX_CHUNK_CALLS = 100_000
+
+
 def measure_matmul_flops(
     device: str | torch.device | None,
     precision: str,
     *,
     seconds: float = 1.0,
-    n: int = 2048,
+    n: int | None = None,
 ) -> float:
     """Measured dense-matmul ceiling in FLOP/s: n x n @ n x n repeated for about `seconds`.
 
-    The operands are in the precision's dtype (bf16/fp16 tensors, FP32 accumulation as cuBLAS
-    does by default); "fp32" turns TF32 off and "tf32" on, restoring the setting afterwards.
-    Warm-up calls come first (cuBLAS handle, kernel choice), then calls are issued in chunks
-    of about 50 ms, and CUDA is synchronized before each clock read: kernels are asynchronous,
-    so reading the clock without it would time the launches, not the math. Expect 60-90 % of
-    the datasheet peak on a GPU; it is what this device, at its clocks and power limit, gives.
+    `n` defaults to a size that saturates the device (8192 on CUDA, 1024 on a CPU). The operands
+    are in the precision's dtype (bf16/fp16 tensors, FP32 accumulation as cuBLAS does by
+    default); "fp32" turns TF32 off for CUDA matmuls and "tf32" on, restoring the flag after.
+    Warm-up (`_WARMUP_S` of device time) comes first and is not counted. The calls are then
+    issued back to back in chunks of about 50 ms and each chunk is timed on the device: on
+    CUDA by a pair of events on the stream the matmuls run on, so the time is the GPU's, not
+    the launches'. Expect 60-90 % of the datasheet peak on a GPU; it is what this device, at
+    its clocks and power limit, gives.
     """
     if precision not in _MATMUL_DTYPES:
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    if seconds <= 0 or n <= 0:
-        raise ValueError(f"seconds={seconds!r}, n={n!r}: both must be > 0")
+    if seconds <= 0 or (n is not None and n <= 0):
+        raise ValueError(
+            f"seconds={seconds!r}, n={n!r}: seconds must be > 0 and n > 0 (or None: sized for "
+            "the device)"
+        )
     dev = resolve_device(device)
+    size = _matmul_size(dev) if n is None else n
     dtype = _MATMUL_DTYPES[precision]
-    with _fp32_matmul_precision("high" if precision == "tf32" else "highest"), torch.no_grad():
-        a = torch.randn(n, n, device=dev, dtype=dtype)
-        b = torch.randn(n, n, device=dev, dtype=dtype)
+    with _fp32_matmul_precision(precision), torch.no_grad():
+        a = torch.randn(size, size, device=dev, dtype=dtype)
+        b = torch.randn(size, size, device=dev, dtype=dtype)
         out = torch.empty_like(a)
-        sync = _synchronizer(dev)
-        per_call = _time_calls(lambda: torch.mm(a, b, out=out), 2, sync)  # warm-up
-        per_call = _time_calls(lambda: torch.mm(a, b, out=out), 2, sync)
-        chunk = max(1, int(0.05 / max(per_call, 1e-9)))
-        calls, start, elapsed = 0, time.perf_counter(), 0.0
-        while elapsed < seconds:
-            for _ in range(chunk):
-                torch.mm(a, b, out=out)
-            sync()
-            calls += chunk
-            elapsed = time.perf_counter() - start
-    return 2.0 * n**3 * calls / elapsed
+        calls, elapsed_s = _timed_calls(lambda: torch.mm(a, b, out=out), _clock(dev), seconds)
+    return 2.0 * size**3 * calls / elapsed_s
 
 
-def _synchronizer(dev: torch.device) -> Callable[[], None]:
-    if dev.type == "cuda":
-        return lambda: torch.cuda.synchronize(dev)
-    return lambda: None  # CPU kernels run synchronously
+def _matmul_size(dev: torch.device) -> int:
+    return _MATMUL_N_CUDA if dev.type == "cuda" else _MATMUL_N_CPU
 
 
-def _time_calls(call: Callable[[], object], count: int, sync: Callable[[], None]) -> float:
-    sync()
-    start = time.perf_counter()
+class _Clock:
+    """Times work issued between `start()` and `stop()`; `stop()` waits for it to finish.
+
+    On a CPU the kernels run synchronously in the calling thread, so the host clock is the
+    device clock.
+    """
+
+    def start(self) -> None:
+        self._start_s = time.perf_counter()
+
+    def stop(self) -> float:
+        """Seconds since `start()`."""
+        return time.perf_counter() - self._start_s
+
+
+class _CudaEventClock(_Clock):
+    """Times the work on `dev`'s current stream with a pair of CUDA events.
+
+    The events go on the stream of the device the operands live on, which is where torch
+    launches their matmuls: `torch.cuda.Event.record()` without a stream would use the
+    *current device's* stream, the wrong GPU for cuda:1 when the current device is cuda:0.
+    `stop()` waits for the end event only, so other GPUs and streams do not count.
+    """
+
+    def __init__(self, dev: torch.device) -> None:
+        self._stream = torch.cuda.current_stream(dev)
+
+    def start(self) -> None:
+        self._begin = torch.cuda.Event(enable_timing=True)
+        self._begin.record(self._stream)
+
+    def stop(self) -> float:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record(self._stream)
+        end.synchronize()
+        return self._begin.elapsed_time(end) / 1000.0  # elapsed_time is in ms
+
+
+def _clock(dev: torch.device) -> _Clock:
+    return _CudaEventClock(dev) if dev.type == "cuda" else _Clock()
+
+
+def _timed_calls(call: Callable[[], object], clock: _Clock, seconds: float) -> tuple[int, float]:
+    """(calls counted, device seconds they took): warm-up first, then chunks until `seconds`."""
+    # The first call creates handles and picks kernels on the host while the device waits:
+    # its time sizes the first chunk, nothing more.
+    per_call_s = _time_chunk(call, clock, 1)
+    warm_s = 0.0
+    while warm_s < min(_WARMUP_S, seconds):
+        count = _chunk_calls(per_call_s)
+        chunk_s = _time_chunk(call, clock, count)
+        per_call_s, warm_s = chunk_s / count, warm_s + chunk_s
+    calls, elapsed_s = 0, 0.0
+    while elapsed_s < seconds:
+        count = _chunk_calls(per_call_s)
+        chunk_s = _time_chunk(call, clock, count)
+        per_call_s, calls, elapsed_s = chunk_s / count, calls + count, elapsed_s + chunk_s
+    return calls, elapsed_s
+
+
+def _chunk_calls(per_call_s: float) -> int:
+    return max(1, min(_MAX_CHUNK_CALLS, round(_CHUNK_S / max(per_call_s, 1e-9))))
+
+
+def _time_chunk(call: Callable[[], object], clock: _Clock, count: int) -> float:
+    clock.start()
     for _ in range(count):
         call()
-    sync()
-    return (time.perf_counter() - start) / count
+    return clock.stop()
 
 
 @contextlib.contextmanager
-def _fp32_matmul_precision(value: str) -> Iterator[None]:
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(value)
+def _fp32_matmul_precision(precision: str) -> Iterator[None]:
+    """TF32 on for "tf32", off for "fp32", for CUDA matmuls; the flag's own value restored after.
+
+    Set and read through the per-backend flag `torch.backends.cuda.matmul.fp32_precision`
+    (torch >= 2.9), the one cuBLAS reads. The legacy getters are never called: since 2.9
+    `torch.get_float32_matmul_precision()` and `...matmul.allow_tf32` raise ("mix of the legacy
+    and new APIs") once a user has set that flag to "tf32" while the legacy setting is at its
+    default. Older torch has only `allow_tf32`. bf16/fp16 leave every flag alone.
+    """
+    if precision not in ("fp32", "tf32"):
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    tf32 = precision == "tf32"
+    if hasattr(matmul, "fp32_precision"):
+        name, value = "fp32_precision", "tf32" if tf32 else "ieee"
+    else:
+        name, value = "allow_tf32", tf32
+    previous = getattr(matmul, name)  # "none" (follow torch.backends.fp32_precision) included
+    setattr(matmul, name, value)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(previous)
+        setattr(matmul, name, previous)
 
 
 # --------------------------------------------------------------------------- versions
