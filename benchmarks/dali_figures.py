@@ -3,7 +3,9 @@
 1. Loader alone: images/s delivered by the torch DataLoader and by DALI over the same files,
    with the same knobs (batch size, ``num_workers`` = torch worker processes = DALI threads),
    through ``run_loader_burst`` (warm-up outside a time-boxed window, no model).
-2. Training: ``cnn`` and ``resnet50`` samples/s with each loader (``run_burst``).
+2. Training: ``cnn`` and ``resnet50`` samples/s with each loader (``run_burst``), and the
+   device memory DALI's own pools held (``loader_device_mem_mib``): torch's ``peak_mem_mib``
+   never sees it, so a DALI speed-up is shown beside the memory it costs.
 
 Repeats are interleaved (every configuration once, then again) so that drift on a shared
 machine lands on all of them alike; each cell is the median of the repeats, with the min-max
@@ -72,8 +74,10 @@ def loader_figures(args: argparse.Namespace, workers: list[int]) -> list[dict[st
 
 
 def train_figures(args: argparse.Namespace, workers: list[int]) -> list[dict[str, Any]]:
-    """Training samples/s with each loader (cnn and resnet50 by default)."""
+    """Training samples/s with each loader (cnn and resnet50 by default), with the device
+    memory DALI's pools held beside each row (None on a CPU, or with the torch loader)."""
     configs = [(wl, w, ld) for wl in args.workloads for w in workers for ld in LOADERS]
+    loader_mem: dict[Any, list[float | None]] = {c: [] for c in configs}
 
     def measure(config: tuple[str, int, str]) -> float | None:
         wl, w, loader = config
@@ -92,10 +96,20 @@ def train_figures(args: argparse.Namespace, workers: list[int]) -> list[dict[str
         if not r.ok:
             print(f"  {config}: {r.status}: {r.error}", file=sys.stderr)
             return None
-        print(f"    no_effect: {r.no_effect}, data wait {_fmt(r.data_wait_pct)}%", file=sys.stderr)
+        held = getattr(r, "loader_device_mem_mib", None)
+        loader_mem[config].append(held)
+        print(f"    no_effect: {r.no_effect}, data wait {_fmt(r.data_wait_pct)}%, "
+              f"peak mem {_fmt(r.peak_mem_mib)} MiB, loader's own {_fmt(held)} MiB",
+              file=sys.stderr)  # fmt: skip
         return r.samples_per_s
 
-    return _rows(_repeat(configs, measure, args.repeats), ("workload", "workers", "loader"))
+    rows = _rows(_repeat(configs, measure, args.repeats), ("workload", "workers", "loader"))
+    for row in rows:
+        held = [
+            m for m in loader_mem[(row["workload"], row["workers"], row["loader"])] if m is not None
+        ]
+        row["loader_device_mem_mib"] = statistics.median(held) if held else None
+    return rows
 
 
 def _rows(values: dict[Any, list[float | None]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -127,8 +141,9 @@ def _table(title: str, rows: list[dict[str, Any]]) -> str:
         f"### {title}",
         "",
         "| workload | workers / threads | torch (median, range) | dali (median, range) "
-        "| dali/torch (medians) | dali/torch (median of paired rounds) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| dali/torch (medians) | dali/torch (median of paired rounds) "
+        "| DALI's device pools, MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -140,7 +155,8 @@ def _table(title: str, rows: list[dict[str, Any]]) -> str:
         )
         paired = paired_ratio(t.get("rounds", []), d.get("rounds", []))
         paired_text = f"{paired:.2f}x" if paired else "n/a"
-        lines.append(f"| {wl} | {w} | {_cell(t)} | {_cell(d)} | {ratio} | {paired_text} |")
+        held = _fmt(d.get("loader_device_mem_mib"))  # n/a: CPU decode, or not measured
+        lines.append(f"| {wl} | {w} | {_cell(t)} | {_cell(d)} | {ratio} | {paired_text} | {held} |")
     return "\n".join(lines)
 
 

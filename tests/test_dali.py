@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 from pathlib import Path
 
 import psutil
@@ -24,9 +25,13 @@ from workbench.knobs import KnobError
 from workbench.loaders import LoaderUnavailable
 from workbench.loaders.dali import (
     INSTALL_HINT,
+    DevicePoolMeter,
     augment_from_transform,
     dali_available,
     dali_no_effect,
+    decode_hints,
+    jpeg_size,
+    mixed_decoder_args,
     plan_pipeline,
     resolve_decode,
 )
@@ -36,6 +41,8 @@ from workbench.workloads import resolve_workload
 from workbench.workloads.vision import SmallConvNet
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+CUDA0 = torch.device("cuda", 0)  # a mixed plan is decided without touching CUDA
+MIB = 2**20
 
 
 def _needs_dali() -> None:
@@ -202,6 +209,184 @@ def test_without_dali_a_dali_burst_says_install_the_extra(tiny_data, tmp_path):
     assert doc["leaked"] == []
 
 
+# -- mixed decode's buffers, sized from the data (no GPU needed) -------------------------------
+
+
+def _jpeg(path: Path, size: tuple[int, int], mode: str = "RGB", **save) -> str:
+    from PIL import Image
+
+    Image.new(mode, size, 128).save(path, "JPEG", **save)
+    return str(path)
+
+
+def _frame_only_jpeg(path: Path, width: int, height: int) -> str:
+    """Start of image, an APP0 segment and a baseline frame header: all a header reader sees."""
+    app0 = b"\xff\xe0" + (16).to_bytes(2, "big") + b"JFIF\0" + bytes(9)
+    sof0 = b"\xff\xc0" + (17).to_bytes(2, "big") + b"\x08"
+    sof0 += height.to_bytes(2, "big") + width.to_bytes(2, "big") + b"\x03" + bytes(9)
+    path.write_bytes(b"\xff\xd8" + app0 + sof0)
+    return str(path)
+
+
+def test_jpeg_size_reads_the_frame_header_past_exif_of_every_kind(tmp_path):
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 30_000  # ImageDescription: a 30 KB APP1 segment before the frame
+    files = {
+        _jpeg(tmp_path / "baseline.jpg", (640, 480)): (640, 480),
+        _jpeg(tmp_path / "progressive.jpg", (301, 199), progressive=True): (301, 199),
+        _jpeg(tmp_path / "exif.jpg", (123, 77), exif=exif.tobytes()): (123, 77),
+        _jpeg(tmp_path / "grey.jpg", (90, 45), "L"): (90, 45),
+        _jpeg(tmp_path / "cmyk.jpg", (64, 48), "CMYK"): (64, 48),
+    }
+    assert {path: jpeg_size(path) for path in files} == files
+    png = tmp_path / "image.png"
+    Image.new("RGB", (10, 10)).save(png)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(Path(next(iter(files))).read_bytes()[:20])
+    assert jpeg_size(str(png)) is None and jpeg_size(str(cut)) is None
+    assert jpeg_size(str(tmp_path / "missing.jpg")) is None
+
+
+def test_a_mixed_plan_sizes_the_decoders_buffers_from_the_largest_jpeg(cnn):
+    plan = plan_pipeline(cnn, Knobs(loader="dali", dali_hw_decoder_load=0.8), CUDA0)
+    widths, heights = zip(*(_size(f) for f in plan.files), strict=True)
+    assert plan.decode == "mixed" and plan.hints is not None
+    assert (plan.hints.width, plan.hints.height) == (max(widths), max(heights))
+    assert plan.hints.files_read == len(plan.files) == 36
+    args = mixed_decoder_args(plan)
+    assert args["preallocate_width_hint"] == max(widths)
+    assert args["preallocate_height_hint"] == max(heights)
+    # 500x375 images are far below DALI's own paddings: those stay (never less than DALI's)
+    assert args["device_memory_padding"] == 16 * MIB and args["host_memory_padding"] == 8 * MIB
+    assert args["hw_decoder_load"] == 0.8
+    cpu = plan_pipeline(cnn, Knobs(loader="dali"), CPU)
+    assert cpu.hints is None and mixed_decoder_args(cpu) == {}  # no header read for CPU decode
+
+
+def test_decoder_paddings_grow_with_the_largest_image_up_to_imagenets(tmp_path):
+    photo = _frame_only_jpeg(tmp_path / "photo.jpg", 4000, 3000)  # 12 MP
+    small = _frame_only_jpeg(tmp_path / "small.jpg", 640, 480)
+    hints = decode_hints((small, photo))
+    assert (hints.width, hints.height) == (4000, 3000)  # the hardware hints: the image itself
+    assert hints.pixels == 4000 * 3008  # the paddings: whole 16-px blocks
+    assert hints.device_memory_padding == 9 * 4000 * 3008  # 3 samples x (2 B coeffs + 1 B plane)
+    assert hints.host_memory_padding == 6 * 4000 * 3008  # 3 samples x 2 B coefficients
+    huge = decode_hints((_frame_only_jpeg(tmp_path / "huge.jpg", 20_000, 20_000),))
+    assert huge.device_memory_padding == 211_025_920  # NVIDIA's ImageNet preallocation: the cap
+    assert huge.host_memory_padding == 140_544_512
+    assert huge.width == 20_000  # the hardware decoder's hint is the image itself
+    assert decode_hints((str(tmp_path / "none.png"),)) is None  # no JPEG: DALI's defaults
+
+
+def test_a_long_file_list_reads_an_even_sample_of_headers(tmp_path, monkeypatch):
+    from workbench.loaders import dali
+
+    one = _frame_only_jpeg(tmp_path / "a.jpg", 800, 600)
+    read: list[str] = []
+    monkeypatch.setattr(dali, "jpeg_size", lambda path: read.append(path) or (800, 600))
+    files = tuple(f"{one}#{i}" for i in range(10_000))
+    hints = decode_hints(files)
+    assert hints.files_read == len(read) <= 4096 and read[0] == files[0]
+    assert read[-1] in files[-4:]  # spread over the whole list, not its head
+    decode_hints(files)
+    assert len(read) == hints.files_read  # a sweep's next burst plans from the cache
+
+
+def test_the_real_mixed_pipeline_accepts_the_hints(cnn, monkeypatch):
+    """DALI checks argument names when the graph is defined, GPU or not: the hints reach the
+    mixed decoder under names DALI knows."""
+    _needs_dali()
+    import nvidia.dali.fn as fn
+
+    from workbench.loaders.dali import build_pipeline
+
+    seen: list[dict] = []
+    real = fn.decoders.image_random_crop
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fn.decoders, "image_random_crop", recording)
+    plan = plan_pipeline(cnn, Knobs(loader="dali"), CUDA0)
+    build_pipeline(plan)  # defined, not built: no GPU needed
+    (kwargs,) = seen
+    assert kwargs["device"] == "mixed"
+    assert kwargs["preallocate_width_hint"] == plan.hints.width
+    assert kwargs["device_memory_padding"] == plan.hints.device_memory_padding
+    assert kwargs["host_memory_padding"] == plan.hints.host_memory_padding
+
+
+# -- DALI's device memory: measured, and given back on close (recorded fake device) ------------
+
+
+class _FakeDevice:
+    """A GPU's free memory and DALI's pool, as cudaMemGetInfo and DALI's backend see them."""
+
+    def __init__(self, free_mib: float, pool_spare_mib: float = 0.0):
+        self.free = int(free_mib * MIB)
+        self.pool_spare = int(pool_spare_mib * MIB)  # blocks DALI holds but does not use
+        self.events: list[str] = []
+
+    def ReleaseUnusedMemory(self) -> None:  # DALI's name
+        self.events.append("release")
+        self.free += self.pool_spare
+        self.pool_spare = 0
+
+    def dali_takes(self, mib: float) -> None:
+        self.free -= int(mib * MIB)
+
+    def mem_get_info(self, device_id: int) -> tuple[int, int]:
+        self.events.append(f"read {device_id}")
+        return self.free, 141 * 1024 * MIB
+
+    def synchronize(self, device_id: int) -> None:
+        self.events.append(f"sync {device_id}")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch) -> _FakeDevice:
+    gpu = _FakeDevice(free_mib=80_000, pool_spare_mib=100)  # 100 MiB left by an earlier burst
+    monkeypatch.setattr(torch.cuda, "mem_get_info", gpu.mem_get_info)
+    monkeypatch.setattr(torch.cuda, "synchronize", gpu.synchronize)
+    return gpu
+
+
+def test_the_meter_reads_what_dali_took_and_gave_back(fake_gpu):
+    meter = DevicePoolMeter(0, backend=fake_gpu)
+    meter.build(lambda: fake_gpu.dali_takes(300))  # pipeline, decoder buffers, first batches
+    assert meter.build_mib == 300  # not 200: the earlier burst's spare blocks went back first
+    assert meter.peak_mib() == 300 and meter.released_mib is None
+    fake_gpu.dali_takes(200)  # the pool grows during the burst
+
+    def destroy() -> None:  # buffers go back to DALI's pool, not to the driver
+        fake_gpu.events.append("destroy")
+        fake_gpu.pool_spare += 500 * MIB
+
+    meter.teardown(destroy)
+    meter.teardown(destroy)  # idempotent: one destroy, one release
+    assert meter.released_mib == 500 and meter.peak_mib() == 500
+    assert fake_gpu.events[:3] == ["release", "sync 0", "read 0"]
+    close = fake_gpu.events[fake_gpu.events.index("destroy") - 2 :]
+    assert close == ["sync 0", "read 0", "destroy", "release", "sync 0", "read 0"]
+
+
+def test_a_reading_disturbed_by_another_process_is_unknown_not_zero(fake_gpu):
+    meter = DevicePoolMeter(0, backend=fake_gpu)
+    meter.build(lambda: fake_gpu.dali_takes(-1024))  # someone freed 1 GiB meanwhile
+    assert meter.build_mib is None and meter.peak_mib() is None
+
+
+def test_a_cpu_pipeline_reads_no_device_memory_and_touches_no_gpu(fake_gpu):
+    meter = DevicePoolMeter(None, backend=fake_gpu)
+    meter.build(lambda: None)
+    meter.teardown(lambda: None)
+    assert meter.peak_mib() is None
+    assert fake_gpu.events == ["release", "release"]  # pinned pools are released all the same
+
+
 # -- the CPU pipeline, for real ----------------------------------------------------------------
 
 
@@ -306,6 +491,33 @@ def test_close_frees_dalis_threads(cnn):
     assert psutil.Process().num_threads() <= before
 
 
+def test_close_destroys_the_pipeline_then_releases_dalis_pools_once(cnn, monkeypatch):
+    import nvidia.dali.backend as backend
+
+    stream = _stream(cnn, num_workers=2)
+    x, y = next(stream)
+    pipe = weakref.ref(stream._pipe)
+    gone_at_release: list[bool] = []
+    real = backend.ReleaseUnusedMemory
+
+    def recording() -> None:
+        gone_at_release.append(pipe() is None)  # its buffers are back in the pools by then
+        real()
+
+    monkeypatch.setattr(backend, "ReleaseUnusedMemory", recording)
+    del x, y
+    stream.close()
+    stream.close()
+    assert gone_at_release == [True]  # released once, after the pipeline was destroyed
+    assert stream.device_mem_mib() is None  # a CPU pipeline holds no device memory
+    with pytest.raises(StopIteration):
+        next(stream)
+    again = _stream(cnn, num_workers=2)  # the next burst builds and runs as usual
+    x, _ = next(again)
+    again.close()
+    assert x.shape == (5, 3, 64, 64)
+
+
 def test_a_cpu_dali_burst_runs_and_counts_every_sample(tiny_data):
     _needs_dali()
     r = run_burst("cnn", Knobs(loader="dali", batch_size=8, num_workers=0), data_dir=tiny_data,
@@ -401,3 +613,24 @@ def test_gpu_mixed_and_cpu_decode_give_the_same_pictures(tiny_data):
     assert full_frames
     for j in full_frames:  # nvJPEG and libjpeg-turbo upsample chroma differently: a little
         assert (x_cpu[j] - x_gpu[j]).abs().mean() < 0.05
+
+
+@pytest.mark.gpu
+def test_gpu_dali_memory_is_measured_and_given_back_on_close(cnn):
+    """The nvJPEG paddings are allocated when the pipeline is built (two threads: at least
+    2 x 16 MiB), and closing gives DALI's pools back: free memory returns to where it was."""
+    _needs_dali()
+    warm = _stream(cnn, device=CUDA0, batch_size=6, num_workers=2)  # DALI's kernels and handles
+    next(warm)
+    warm.close()
+    free_before, _ = torch.cuda.mem_get_info(0)
+    stream = _stream(cnn, device=CUDA0, batch_size=6, num_workers=2)
+    for _ in range(8):  # more than an epoch
+        x, _ = next(stream)
+    built = stream.device_mem_mib()
+    assert built is not None and built >= 2 * 16
+    del x
+    stream.close()
+    assert stream.device_mem_mib() >= built
+    free_after, _ = torch.cuda.mem_get_info(0)
+    assert (free_before - free_after) / MIB < 64  # no more than a stray block stays

@@ -27,14 +27,25 @@ What the pipeline does, and why each choice keeps it comparable with ``loader="t
   batches (unset: DALI's 2; note it is per pipeline, not per worker as in torch),
   ``dali_decode`` where JPEGs are decoded, ``dali_hw_decoder_load`` the share sent to the GPU's
   hardware JPEG decoder with mixed decode.
+- **Decoder buffers** (mixed decode): nvJPEG's per-thread buffers and the hardware decoder's
+  are sized up front from the largest JPEG in the file list (``DecodeHints``), so they are
+  allocated when the pipeline is built, not grown by a large image inside the measured window.
+- **Device memory**: DALI allocates from its own pools, which neither torch's allocator nor
+  ``torch.cuda.empty_cache()`` sees, and with DALI's default executor the batches themselves
+  are DALI buffers lent to torch (DLPack, no copy), so ``peak_mem_mib`` misses all of it. The
+  stream measures what DALI takes on the device (``device_mem_mib``), and ``close`` destroys
+  the pipeline and hands DALI's unused pool blocks, device and pinned, back to the driver:
+  pools outlive their pipeline, so otherwise the next burst meets a card DALI still holds.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -148,6 +159,8 @@ class DaliPlan:
     shard: tuple[int, int] | None = None
     """(rank, world_size): this rank reads its slice, all ranks one global shuffle."""
     seed: int = 0
+    hints: DecodeHints | None = None
+    """nvJPEG buffer sizes for mixed decode; None: DALI's defaults (CPU decode, no JPEG seen)."""
 
 
 def plan_pipeline(
@@ -185,6 +198,7 @@ def plan_pipeline(
         hw_decoder_load=knobs.dali_hw_decoder_load,
         channels_last=knobs.channels_last,
         shard=shard,
+        hints=decode_hints(files) if decode == "mixed" else None,
     )
 
 
@@ -265,6 +279,121 @@ def _crop_fields(crop: Any) -> dict[str, Any]:
 
 
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+
+
+# -- nvJPEG's buffers, sized from the data (mixed decode) -------------------------------------
+
+_HEADER_SAMPLE = 4096
+"""At most this many JPEG headers are read per file list (every file of a smaller list)."""
+_DALI_DEVICE_PADDING = 16 * 2**20
+_DALI_HOST_PADDING = 8 * 2**20
+"""DALI's own defaults for ``device_memory_padding`` / ``host_memory_padding`` (DALI 2.4)."""
+_IMAGENET_DEVICE_PADDING = 211_025_920
+_IMAGENET_HOST_PADDING = 140_544_512
+"""What NVIDIA's ResNet-50 DALI example preallocates for ImageNet's biggest sample: our cap."""
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # frame headers, not DHT/DAC
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeHints:
+    """Buffer sizes for mixed decode, from the largest JPEGs in the file list.
+
+    Why: nvJPEG keeps one device buffer and two pinned host buffers per decoder thread, and
+    the hardware decoder a batch of its own; each grows (a reallocation, with a device sync)
+    the first time its thread meets a larger image. With a shuffled dataset that first time
+    lands anywhere, the measured window included. Sized for the largest image up front, they
+    are allocated when the pipeline is built, during setup, and the window decodes into
+    buffers that no longer grow: the steady state a long run reaches anyway.
+    """
+
+    width: int
+    """Largest width seen (px): ``preallocate_width_hint`` of the hardware decoder."""
+    height: int
+    """Largest height seen (px): ``preallocate_height_hint``."""
+    pixels: int
+    """Pixels of the largest single image in whole 16x16 blocks (a JPEG's largest MCU): what
+    the nvJPEG paddings are sized for."""
+    files_read: int
+    """Headers read: every file of a list up to 4096 long, an even sample of a longer one (a
+    larger image outside the sample still grows its thread's buffer once, as with no hint)."""
+
+    @property
+    def device_memory_padding(self) -> int:
+        """Bytes per thread: int16 DCT coefficients plus the 8-bit planes, 3 bytes per sample,
+        3 samples per pixel (4:4:4, the worst case). NVIDIA's ImageNet figures keep the same
+        3:2 device:host ratio. Never below DALI's default, never above ImageNet's."""
+        return _clamp(3 * 3 * self.pixels, _DALI_DEVICE_PADDING, _IMAGENET_DEVICE_PADDING)
+
+    @property
+    def host_memory_padding(self) -> int:
+        """Pinned bytes per buffer: the int16 coefficients the host Huffman decoder writes,
+        2 bytes per sample, 3 samples per pixel. Never below DALI's default, never above
+        ImageNet's."""
+        return _clamp(2 * 3 * self.pixels, _DALI_HOST_PADDING, _IMAGENET_HOST_PADDING)
+
+
+def _blocks(px: int) -> int:
+    """``px`` rounded up to whole 16-px blocks."""
+    return -(-px // 16) * 16
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(value, high))
+
+
+@functools.lru_cache(maxsize=8)
+def decode_hints(files: tuple[str, ...]) -> DecodeHints | None:
+    """The largest JPEG dimensions in ``files`` (cached: a sweep plans the same list again);
+    None when no JPEG header could be read (DALI's defaults apply then)."""
+    step = max(1, math.ceil(len(files) / _HEADER_SAMPLE))
+    sample = files[::step]
+    sizes = [size for size in map(jpeg_size, sample) if size is not None]
+    if not sizes:
+        return None
+    return DecodeHints(
+        width=max(w for w, _ in sizes),
+        height=max(h for _, h in sizes),
+        pixels=max(_blocks(w) * _blocks(h) for w, h in sizes),
+        files_read=len(sample),
+    )
+
+
+def jpeg_size(path: str) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header; None for another format or a broken file.
+
+    Reads the markers before the frame header only (a few hundred bytes, EXIF skipped by its
+    length), so thousands of files take a fraction of a second once cached.
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != b"\xff\xd8":
+                return None
+            return _frame_size(f)
+    except OSError:
+        return None
+
+
+def _frame_size(f: Any) -> tuple[int, int] | None:
+    while True:
+        byte = f.read(1)
+        if byte != b"\xff":
+            return None
+        code = f.read(1)
+        while code == b"\xff":  # fill bytes before a marker
+            code = f.read(1)
+        if not code or code[0] in (0xD9, 0xDA):  # end of image, or scan data before any frame
+            return None
+        if code[0] == 0x01 or 0xD0 <= code[0] <= 0xD7:  # markers without a length
+            continue
+        length = int.from_bytes(f.read(2), "big")
+        if code[0] in _SOF_MARKERS:
+            frame = f.read(5)  # precision, height, width
+            if len(frame) < 5:
+                return None
+            return int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
+        if length < 2:
+            return None
+        f.seek(length - 2, 1)
 
 
 # -- the pipeline and the stream (DALI imported from here on) ---------------------------------
@@ -348,7 +477,6 @@ def _shard_args(shard: tuple[int, int] | None) -> dict[str, int]:
 def _decode(fn: Any, types: Any, jpegs: Any, plan: DaliPlan) -> Any:
     """Decode fused with RandomResizedCrop's random window (scale, ratio, 10 attempts, as
     torchvision), so only the cropped region is decoded where the format allows."""
-    extra = {"hw_decoder_load": plan.hw_decoder_load} if plan.decode == "mixed" else {}
     return fn.decoders.image_random_crop(
         jpegs,
         device=plan.decode,
@@ -356,8 +484,24 @@ def _decode(fn: Any, types: Any, jpegs: Any, plan: DaliPlan) -> Any:
         random_area=list(plan.augment.scale),
         random_aspect_ratio=list(plan.augment.ratio),
         num_attempts=10,
-        **extra,
+        **mixed_decoder_args(plan),
     )
+
+
+def mixed_decoder_args(plan: DaliPlan) -> dict[str, Any]:
+    """The decoder's mixed-only arguments: the hardware decoder's share and the buffer sizes
+    (``DecodeHints``); empty for CPU decode, where DALI ignores them."""
+    if plan.decode != "mixed":
+        return {}
+    args: dict[str, Any] = {"hw_decoder_load": plan.hw_decoder_load}
+    if plan.hints is not None:
+        args |= {
+            "device_memory_padding": plan.hints.device_memory_padding,
+            "host_memory_padding": plan.hints.host_memory_padding,
+            "preallocate_width_hint": plan.hints.width,
+            "preallocate_height_hint": plan.hints.height,
+        }
+    return args
 
 
 def _interp(types: Any, name: str) -> Any:
@@ -368,17 +512,94 @@ def _interp(types: Any, name: str) -> Any:
     }[name]
 
 
+_MIB = 2**20
+_T = TypeVar("_T")
+
+
+class DevicePoolMeter:
+    """What DALI holds on the device, read from the device's free memory around DALI's own
+    actions, and DALI's pools handed back on teardown.
+
+    DALI 2.4 has no call that reports its pools' size (its backend offers
+    ``ReleaseUnusedMemory`` and ``Preallocate*Memory``, no statistics; ``executor_statistics``
+    needs the old executor and covers operator outputs only), so the meter asks the driver
+    (``cudaMemGetInfo``) how much free memory DALI took and gave back:
+
+    - **build**: DALI's unused blocks are released first (a previous stream's batches that
+      died after its close), then free memory is read before and after the pipeline is built
+      and has produced its first batches. Nothing else runs in between: that drop is DALI's.
+    - **teardown**: read, destroy the pipeline (its buffers go back to DALI's pools, not to
+      the driver), ``ReleaseUnusedMemory`` (device and pinned pools give their free blocks
+      back), synchronize, read: the rise is what DALI held at the end of the burst.
+
+    Pools only grow while a pipeline runs, so the larger of the two is DALI's peak, from
+    below: blocks still lent to a batch the caller holds are not given back at teardown. Where
+    another process allocates or frees on the same GPU in those milliseconds the reading is
+    off by that much; a drop or rise of the wrong sign reads as unknown (None), never as 0.
+    A CPU pipeline (``device_id=None``) holds no device memory and reads None throughout.
+    """
+
+    def __init__(self, device_id: int | None, backend: Any) -> None:
+        self.device_id = device_id
+        self._backend = backend
+        self.build_mib: float | None = None
+        """Free device memory DALI took while its pipeline was built (MiB)."""
+        self.released_mib: float | None = None
+        """Free device memory DALI's teardown gave back (MiB); None until the teardown."""
+        self.torn_down = False
+
+    def build(self, make: Callable[[], _T]) -> _T:
+        """``make()`` the pipeline, measuring the device memory it takes."""
+        self._backend.ReleaseUnusedMemory()
+        before = self._free_bytes()
+        made = make()
+        self.build_mib = _mib(before, self._free_bytes(), sign=-1)
+        return made
+
+    def teardown(self, destroy: Callable[[], None]) -> None:
+        """``destroy()`` the pipeline, then release DALI's pools; once only."""
+        if self.torn_down:
+            return
+        self.torn_down = True
+        before = self._free_bytes()
+        destroy()
+        self._backend.ReleaseUnusedMemory()  # pools outlive pipelines: give their blocks back
+        self.released_mib = _mib(before, self._free_bytes(), sign=+1)
+
+    def peak_mib(self) -> float | None:
+        """The larger of the two readings known so far; None where neither is."""
+        known = [m for m in (self.build_mib, self.released_mib) if m is not None]
+        return max(known) if known else None
+
+    def _free_bytes(self) -> int | None:
+        if self.device_id is None:
+            return None
+        torch.cuda.synchronize(self.device_id)  # DALI's frees and allocations have landed
+        free, _total = torch.cuda.mem_get_info(self.device_id)
+        return int(free)
+
+
+def _mib(before: int | None, after: int | None, *, sign: int) -> float | None:
+    """``sign * (after - before)`` in MiB, or None where unknown or of the wrong sign."""
+    if before is None or after is None:
+        return None
+    delta = sign * (after - before)
+    return delta / _MIB if delta >= 0 else None
+
+
 class DaliStream:
     """Batches from DALI's PyTorch iterator as ``(input, target)``; a new epoch on exhaustion.
 
     Inputs are float32 NCHW (NHWC memory when ``channels_last``: DALI writes HWC and the
     permute is free), targets int64 of shape (batch,), as the torch loader yields them.
+    With DALI's default executor the inputs are DALI's own buffers, lent through DLPack (no
+    copy): device memory that torch's allocator statistics never see (``device_mem_mib``).
     """
 
     backend = "dali"
 
     def __init__(self, plan: DaliPlan, *, record_files: bool = False):
-        _, dali_torch = _import_dali()
+        dali, dali_torch = _import_dali()
         self.plan = plan
         self.decode = plan.decode
         self.on_device = plan.decode == "mixed"
@@ -386,14 +607,20 @@ class DaliStream:
         self.last_files: list[str] = []
         """File of each sample in the last batch (filled only with ``record_files``)."""
         self._record = record_files
-        self._pipe = build_pipeline(plan, with_source=record_files)
-        outputs = ["data", "label", *(["source"] if record_files else [])]
-        self._iter: Any = dali_torch.DALIGenericIterator(
+        self._meter = DevicePoolMeter(plan.device_id, dali.backend)
+        self._pipe: Any = None
+        self._iter: Any = self._meter.build(lambda: self._build(dali_torch))
+
+    def _build(self, dali_torch: Any) -> Any:
+        """The pipeline and its iterator, which builds it and runs it to a first batch."""
+        self._pipe = build_pipeline(self.plan, with_source=self._record)
+        outputs = ["data", "label", *(["source"] if self._record else [])]
+        return dali_torch.DALIGenericIterator(
             self._pipe,
             outputs,
             reader_name=_READER,
             last_batch_policy=dali_torch.LastBatchPolicy.DROP,
-            dynamic_shape=record_files,  # file names differ in length from batch to batch
+            dynamic_shape=self._record,  # file names differ in length from batch to batch
         )
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -416,8 +643,21 @@ class DaliStream:
             self.last_files = [bytes(r).rstrip(b"\0").decode() for r in rows]
         return x, y
 
+    def device_mem_mib(self) -> float | None:
+        """Device memory DALI's pools held at their peak in this stream (MiB, a lower bound;
+        see ``DevicePoolMeter``): what building the pipeline took, and once closed the larger
+        of that and what closing gave back. None for a CPU pipeline, or where unknown."""
+        return self._meter.peak_mib()
+
     def close(self) -> None:
-        """Free the pipeline now: its threads (and GPU buffers) go when it is deleted."""
+        """Destroy the pipeline (its threads stop) and give DALI's unused pool blocks, device
+        and pinned, back to the driver; idempotent. Batches still held by the caller keep
+        their blocks until they die: drop them before closing to free everything."""
+        self._meter.teardown(self._destroy)
+
+    def _destroy(self) -> None:
+        """Drop the last references: the iterator's and ours (the pipeline's destructor shuts
+        it down; ``nvidia.dali.Pipeline`` has no public close)."""
         self._iter = None
         self._pipe = None
 
@@ -438,11 +678,16 @@ __all__ = [
     "Augment",
     "DaliPlan",
     "DaliStream",
+    "DecodeHints",
+    "DevicePoolMeter",
     "augment_from_transform",
     "build_dali_stream",
     "build_pipeline",
     "dali_available",
     "dali_no_effect",
+    "decode_hints",
+    "jpeg_size",
+    "mixed_decoder_args",
     "mixed_refusal",
     "plan_pipeline",
     "resolve_decode",
