@@ -89,7 +89,7 @@ class TelemetrySummary:
     """NVML utilization.gpu (time a kernel was running), mean over the measured window."""
     mem_busy_pct: float | None
     """NVML utilization.memory, window mean: the share of *time* device memory was being read or
-    written, not the share of its bandwidth used (a trickle of traffic can read 100)."""
+    written, not the share of its bandwidth used (light but steady traffic can read high)."""
     gpu_mem_used_mib: float | None
     """NVML device memory in use (all processes), max over the whole burst."""
     power_w: float | None
