@@ -1,141 +1,211 @@
-"""The GPU check: one script, under 5 minutes on a CUDA machine, one table.
+"""The GPU check: the GPU paths on first contact, in the few minutes a lent GPU gives.
 
-Runs bursts across precision modes, pin_memory, channels_last, compile and a workers sweep on
-resnet50 and gpt, plus the synthetic (compute-only) ceiling, a deliberate OOM, a one-rank
-torchrun job on the NCCL path and the all-reduce benchmark, and checks that NVML telemetry and
-MFU are filled in. Needs only the engine's dependencies (torch,
-nvidia-ml-py, pyyaml, psutil, pandas): no UI packages, no DALI, no network.
+Runs the rows of ``gpu_rows.py`` riskiest first: compile (default and max-autotune, TF32, two
+in a row), every precision, an OOM then a full-size burst, a one-rank torchrun job with an NCCL
+variable on cuda:0, a profiled burst, cudnn_benchmark in both orders, grad_accum with fp16,
+NVML on real data, the all-reduce benchmark. Every burst is also checked for its self-checks,
+its event-timed steps against the host-clock window, and the TF32 state after it.
 
-Usage: python benchmarks/gpu_check.py [--seconds S] [--quick] [--json FILE]
-Exit code 0 when every check passed, 1 otherwise (the table says which).
+Time: ``--budget-s`` (default 245) counts from start-up, data set build included. Before each
+row, a row whose estimate no longer fits is skipped and says so; the estimates sum to less
+than the default budget, so on paper nothing is skipped. ``--json FILE`` is rewritten after
+every row (temporary file, then ``os.replace``) with every row so far, so a run killed by a
+timeout keeps what it measured, and names the row it was in.
+
+Needs only the engine's dependencies (torch, nvidia-ml-py, pyyaml, psutil, pandas): no UI
+packages, no DALI, no network. Usage:
+    python benchmarks/gpu_check.py [--budget-s S] [--seconds S] [--json FILE]
+Exit code 0 when no row failed (skipped rows are listed, not failed), 1 otherwise.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
-import tempfile
 import time
 
-import torch
+_STARTED = time.monotonic()  # the budget counts the imports too
 
-from workbench import Knobs, hardware, run_burst
-from workbench.data import ensure_datasets
-from workbench.distributed import comm_bench
-from workbench.telemetry import nvml_status
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from collections.abc import Callable, Iterable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
+import torch  # noqa: E402
 
-def _r50(**kw) -> Knobs:
-    """resnet50 at batch 128 with 8 persistent workers (as a training run keeps them)."""
-    base = {"batch_size": 128, "num_workers": 8, "persistent_workers": True, "precision": "bf16"}
-    base.update(kw)
-    if base["num_workers"] == 0 or base.get("loader") == "synthetic":
-        base.pop("persistent_workers")
-        base["num_workers"] = 0
-    return Knobs(**base)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_rows, run as a script or loaded
+from gpu_rows import ROWS, SECONDS, SETUP_EST_S, Row, RowRun, Tools, step_sum_gap  # noqa: E402
 
+from workbench.data import ensure_datasets  # noqa: E402
+from workbench.telemetry import nvml_status  # noqa: E402
 
-def _gpt(**kw) -> Knobs:
-    return Knobs(**{"batch_size": 32, "num_workers": 2, "precision": "bf16", **kw})
+DEFAULT_BUDGET_S = 245.0
+"""What gpu_session.sh gives the check on paper: its 350 s deadline less pytest -m gpu (85 s),
+10 s of grace for the last row running past its estimate and 10 s of its own start-up."""
 
-
-ROWS: list[tuple[str, str, Knobs]] = [
-    ("resnet50", "fp32", _r50(precision="fp32")),
-    ("resnet50", "tf32", _r50(precision="tf32")),
-    ("resnet50", "bf16", _r50()),
-    ("resnet50", "fp16 + GradScaler", _r50(precision="fp16")),
-    ("resnet50", "bf16 + pin_memory", _r50(pin_memory=True)),
-    ("resnet50", "bf16 + channels_last", _r50(channels_last=True, pin_memory=True)),
-    ("resnet50", "bf16 synthetic ceiling", _r50(channels_last=True, loader="synthetic")),
-    ("resnet50", "workers=0", _r50(num_workers=0)),
-    ("resnet50", "workers=4", _r50(num_workers=4)),
-    ("resnet50", "workers=12", _r50(num_workers=12)),
-    ("gpt", "fp32", _gpt(precision="fp32")),
-    ("gpt", "bf16", _gpt()),
-    ("gpt", "bf16 + compile", _gpt(compile="default")),
-    # several hundred GiB of fp32 activations, yet fewer samples than the token file holds
-    ("gpt", "OOM on purpose", Knobs(batch_size=8192, precision="fp32")),
-    ("gpt", "after the OOM", _gpt()),
-    ("resnet50", "torchrun 1 rank, NCCL_ALGO", _r50(nccl={"NCCL_ALGO": "Ring"})),
-]
-
-QUICK = {"fp32", "bf16", "bf16 synthetic ceiling", "workers=0", "OOM on purpose", "after the OOM",
-         "torchrun 1 rank, NCCL_ALGO"}  # fmt: skip
+Clock = Callable[[], float]
+Write = Callable[[list[dict[str, Any]], str | None], None]
 
 
-def check(label: str, r) -> list[str]:
-    """What must hold for a row; returns the failures."""
-    problems = []
-    if label == "OOM on purpose":
-        return [] if r.status == "oom" else [f"expected oom, got {r.status}"]
-    if r.status != "ok":
-        return [f"{r.status}: {r.error}"]
-    if r.telemetry != "nvml" or r.gpu_util_pct is None or r.power_w is None:
-        problems.append("NVML telemetry missing")
-    if r.mfu_pct is None and hardware.peak_flops(r.device_name or "", r.knobs.precision):
-        problems.append("MFU missing although the peak is known")
-    if r.peak_mem_mib is None or r.peak_reserved_mib is None:
-        problems.append("CUDA memory missing")
-    if r.knobs.compile != "off" and not r.compile_s:
-        problems.append("compile_s missing")
-    if r.knobs.nccl and (r.backend != "nccl" or len(r.ranks) != r.knobs.world_size):
-        problems.append(f"expected a torchrun NCCL job, got backend {r.backend}")
-    return problems
+def plan(rows: Iterable[Row] = ROWS) -> list[Row]:
+    """Riskiest first; a tie keeps the listed order."""
+    return sorted(rows, key=lambda r: r.risk)
 
 
-def main() -> int:
+def planned_s(rows: Iterable[Row] = ROWS, setup_s: float = SETUP_EST_S) -> float:
+    """The whole check on paper: set-up and every row's estimate."""
+    return setup_s + sum(r.est_s for r in rows)
+
+
+def run_rows(
+    rows: Sequence[Row],
+    budget_s: float,
+    write: Write,
+    *,
+    make_run: Callable[[], RowRun] = RowRun,
+    clock: Clock = time.monotonic,
+    started: float | None = None,
+    say: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Run ``rows`` in order within ``budget_s`` (counted from ``started``); returns a record
+    per row. Before each row, one whose estimate exceeds what is left is skipped and says so.
+    ``write(records, running)`` gets every record so far before a row starts (``running`` =
+    its label) and after it ends (``running`` = None): a run killed mid-row keeps the rest."""
+    started = clock() if started is None else started
+    records: list[dict[str, Any]] = []
+    for row in rows:
+        left_s = budget_s - (clock() - started)
+        if row.est_s > left_s:
+            reason = f"would not fit (est {row.est_s:.0f} s, {max(left_s, 0):.0f} s left)"
+            say(f"{row.label}: skipped: {reason}")
+            records.append(_record(row, "skipped", reason=reason))
+            write(records, None)
+            continue
+        write(records, row.label)
+        records.append(_run_one(row, make_run(), clock, say))
+        write(records, None)
+    return records
+
+
+def _run_one(row: Row, run: RowRun, clock: Clock, say: Callable[[str], None]) -> dict[str, Any]:
+    t0 = clock()
+    try:
+        row.run(run)
+    except Exception as exc:  # a row that crashes is a failed row; the next one still runs
+        run.expect("ran without raising", False, f"{type(exc).__name__}: {exc}")
+    wall_s = clock() - t0
+    shown: set[str] = set()
+    for label, r in run.bursts:
+        own = [p for p in run.problems if p.startswith(f"{label}: ")]
+        shown.update(own)
+        say(table_line(f"{row.label}: {label}", r, own))
+    for line in run.text:
+        say(line)
+    status = "failed" if run.problems else "passed"
+    rest = [p for p in run.problems if p not in shown]
+    said = "FAILED" if run.problems else "passed"
+    say(
+        f"= {row.label}: {said} in {wall_s:.0f} s (est {row.est_s:.0f} s), "
+        f"{len(run.checks)} checks" + (f": {'; '.join(rest)}" if rest else "")
+    )
+    return _record(row, status, run=run, wall_s=wall_s)
+
+
+def _record(row: Row, status: str, *, run: RowRun | None = None, wall_s: float | None = None,
+            reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+    rec: dict[str, Any] = {"label": row.label, "risk": row.risk, "est_s": row.est_s,
+                           "status": status, "wall_s": wall_s, "reason": reason}  # fmt: skip
+    if run is not None:
+        rec["checks"] = [c.to_dict() for c in run.checks]
+        rec["problems"] = run.problems
+        rec["facts"] = run.facts
+        rec["bursts"] = [{"label": label, **r.to_dict()} for label, r in run.bursts]
+    return rec
+
+
+def json_writer(path: str | os.PathLike[str] | None, meta: dict[str, Any]) -> Write:
+    """A ``write`` for ``run_rows`` that replaces ``path`` atomically each time (a reader, or
+    a kill, never sees half a file); no path, no file."""
+
+    def write(records: list[dict[str, Any]], running: str | None) -> None:
+        if path is None:
+            return
+        doc = {**meta, "running": running, "rows": records, "summary": summary(records)}
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        os.replace(tmp, target)
+
+    return write
+
+
+def summary(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for rec in records:
+        counts[rec["status"]] += 1
+    return counts
+
+
+def summary_line(records: Sequence[dict[str, Any]], wall_s: float) -> str:
+    c = summary(records)
+    return (f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped of "
+            f"{len(records)} rows, in {wall_s:.0f} s")  # fmt: skip
+
+
+HEADER = (f"| {'row: burst':<52} | {'status':<6} | {'samples/s':>9} | {'step ms':>7} | "
+          f"{'IQR':>5} | {'sum/win':>7} | {'peak MiB':>8} | {'util %':>6} | {'W':>4} | "
+          f"{'MFU %':>5} | {'compile s':>9} | check")  # fmt: skip
+
+
+def table_line(label: str, r, problems: list[str]) -> str:
+    """One burst: its figures, and its own problems (or ok) in the last column. ``sum/win``
+    is how far the event-timed steps are from the host-clock window, in percent."""
+
+    def f(x: float | None, spec: str = ".1f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    gap = step_sum_gap(r)
+    return (f"| {label:<52} | {r.status:<6} | {f(r.samples_per_s):>9} | {f(r.step_ms_p50):>7} | "
+            f"{f(r.step_ms_iqr):>5} | {f(None if gap is None else 100 * gap, '.2f'):>7} | "
+            f"{f(r.peak_mem_mib, '.0f'):>8} | {f(r.gpu_util_pct, '.0f'):>6} | "
+            f"{f(r.power_w, '.0f'):>4} | {f(r.mfu_pct):>5} | {f(r.compile_s):>9} | "
+            f"{'ok' if not problems else '; '.join(problems)}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--quick", action="store_true", help="a few rows only")
-    ap.add_argument("--json", help="also write every BurstResult to this file")
-    args = ap.parse_args()
+    ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                    help="wall seconds for the whole check, start-up included")  # fmt: skip
+    ap.add_argument("--seconds", type=float, default=SECONDS, help="each burst's window")
+    ap.add_argument("--json", help="rewritten after every row with every row so far")
+    args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; nothing to check", file=sys.stderr)
         return 1
     os.environ.setdefault("WORKBENCH_HOME", tempfile.mkdtemp(prefix="wb-gpu-"))
-    t0 = time.perf_counter()
-    # 200 images a class: at batch 128 an epoch is 15 steps, so the workers rows measure
-    # steady loading rather than epoch ends (workers persist across epochs, as in training).
-    paths = ensure_datasets(images_per_class=200, progress=lambda m: print(m, file=sys.stderr))
-    print(f"# GPU check: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA "
-          f"{torch.version.cuda}, NVML: {nvml_status() or 'ok'}, data built/reused in "
-          f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
-    header = (f"| {'workload':<8} | {'knobs':<24} | {'status':<6} | {'samples/s':>9} | "
-              f"{'step ms':>7} | {'IQR':>5} | {'wait %':>6} | {'peak MiB':>8} | {'util %':>6} |"
-              f" {'W':>4} | {'MFU %':>5} | {'warm s':>6} | check")  # fmt: skip
-    print(header)
-    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|---")
-    results, failures = [], 0
-    for workload, label, knobs in ROWS:
-        if args.quick and label not in QUICK:
-            continue
-        r = run_burst(workload, knobs, seconds=args.seconds, data_dir=paths.root, record=False)
-        problems = check(label, r)
-        failures += bool(problems)
-        results.append(r.to_dict())
-        print(_row(workload, label, r, problems), flush=True)
-    comm = comm_bench(torch.cuda.device_count(), timeout_s=120)
-    print("\n" + comm.table())
-    comm_ok = comm.ok and all(row["correct"] for row in comm.rows)
-    print(f"\n{len(results) - failures}/{len(results)} rows passed, comm benchmark "
-          f"{'ok' if comm_ok else 'FAILED'}, in {time.perf_counter() - t0:.0f} s")  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f)
-    return 1 if failures or not comm_ok else 0
-
-
-def _row(workload: str, label: str, r, problems: list[str]) -> str:
-    def f(x, spec=".1f"):
-        return "-" if x is None else format(x, spec)
-
-    return (f"| {workload:<8} | {label:<24} | {r.status:<6} | {f(r.samples_per_s):>9} | "
-            f"{f(r.step_ms_p50):>7} | {f(r.step_ms_iqr):>5} | {f(r.data_wait_pct):>6} | "
-            f"{f(r.peak_mem_mib, '.0f'):>8} | {f(r.gpu_util_pct, '.0f'):>6} | "
-            f"{f(r.power_w, '.0f'):>4} | {f(r.mfu_pct):>5} | {f(r.warmup_s):>6} | "
-            f"{'ok' if not problems else '; '.join(problems)}")  # fmt: skip
+    rows = plan()
+    print(f"# plan: setup {SETUP_EST_S:.0f} s + {len(rows)} rows = {planned_s(rows):.0f} s on "
+          f"paper, budget {args.budget_s:.0f} s")  # fmt: skip
+    # 40 images a class: resnet50 at batch 128 gets 3 steps an epoch (persistent workers)
+    paths = ensure_datasets(images_per_class=40, progress=lambda m: print(m, file=sys.stderr))
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "nvml": nvml_status() or "ok",
+            "budget_s": args.budget_s, "planned_s": planned_s(rows)}  # fmt: skip
+    print(
+        f"# GPU check: {meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, NVML: "
+        f"{meta['nvml']}, data ready {time.monotonic() - _STARTED:.0f} s after start"
+    )
+    print(HEADER)
+    print("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|---")
+    tools = Tools()
+    records = run_rows(rows, args.budget_s, json_writer(args.json, meta),
+                       make_run=lambda: RowRun(paths.root, args.seconds, tools),
+                       started=_STARTED)  # fmt: skip
+    print(summary_line(records, time.monotonic() - _STARTED))
+    return 1 if summary(records)["failed"] else 0
 
 
 if __name__ == "__main__":
