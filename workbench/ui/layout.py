@@ -34,12 +34,14 @@ class PanelWidgets:
         self.progress = _with_class(w.FloatProgress(min=0.0, max=1.0), "wb-progress")
         self.result = _with_class(w.HTML(), "wb-result")
         self.message = _with_class(w.HTML(), "wb-message")
+        self.suspect = _with_class(w.HTML(), "wb-suspect")  # failed self-checks, loudly
         self.history = _with_class(w.HTML(), "wb-history")
         self.charts = {n: _with_class(alt.JupyterChart(_placeholder()), f"wb-chart-{n}")
                        for n in CHARTS}  # fmt: skip
         self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),
                                         self._buttons(bench), self._status_row(),
-                                        self.message, self.result, self._charts_box(),
+                                        self.message, self.suspect, self.result,
+                                        self._charts_box(),
                                         self.history]), "wb-panel")  # fmt: skip
 
     def _header(self, bench: Bench) -> w.Widget:

@@ -106,6 +106,24 @@ def result_html(r: BurstResult) -> str:
     return html.escape(f"burst #{r.id}: {knobs} -> {tail}")
 
 
+def suspect_html(what: str, checks: list[str]) -> str:
+    """A loud box when a measurement's own self-checks failed, naming each one; empty when
+    all passed. A suspect number looks like any other in the charts, so the warning must not
+    be quiet: it stands on its own line, below the message, until a newer measurement.
+    ``what``: "burst #12", "the comm benchmark"."""
+    if not checks:
+        return ""
+    items = "".join(f"<li>{html.escape(str(check))}</li>" for check in checks)
+    head = f"&#9888; do not trust {html.escape(what)}: {len(checks)} self-check"
+    head += "s failed" if len(checks) != 1 else " failed"
+    return (f'<div style="{_SUSPECT_STYLE}"><b>{head}</b>'
+            f'<ul style="margin:2px 0 0 0">{items}</ul></div>')  # fmt: skip
+
+
+_SUSPECT_STYLE = ("color:#7a0000;background:#fff3cd;border-left:5px solid #b00020;"
+                  "padding:4px 8px;margin:2px 0")  # fmt: skip
+
+
 def comm_label(res: Any) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in res.nccl.items()) or "defaults"
     return f"{res.world_size} rank(s), {settings}"
