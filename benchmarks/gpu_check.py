@@ -14,7 +14,8 @@ timeout keeps what it measured, and names the row it was in.
 
 Needs only the engine's dependencies (torch, nvidia-ml-py, pyyaml, psutil, pandas): no UI
 packages, no DALI, no network. Usage:
-    python benchmarks/gpu_check.py [--budget-s S] [--seconds S] [--json FILE]
+    python benchmarks/gpu_check.py [--budget-s S] [--seconds S] [--json FILE] [--plan]
+``--plan`` prints the rows in order with their estimates (the README's table) and exits.
 Exit code 0 when no row failed (skipped rows are listed, not failed), 1 otherwise.
 """
 
@@ -36,7 +37,16 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_rows, run as a script or loaded
-from gpu_rows import ROWS, SECONDS, SETUP_EST_S, Row, RowRun, Tools, step_sum_gap  # noqa: E402
+from gpu_rows import (  # noqa: E402
+    ROWS,
+    SECONDS,
+    SETUP_EST_S,
+    SETUP_WHY,
+    Row,
+    RowRun,
+    Tools,
+    step_sum_gap,
+)
 
 from workbench.data import ensure_datasets  # noqa: E402
 from workbench.telemetry import nvml_status  # noqa: E402
@@ -57,6 +67,15 @@ def plan(rows: Iterable[Row] = ROWS) -> list[Row]:
 def planned_s(rows: Iterable[Row] = ROWS, setup_s: float = SETUP_EST_S) -> float:
     """The whole check on paper: set-up and every row's estimate."""
     return setup_s + sum(r.est_s for r in rows)
+
+
+def plan_table(rows: Sequence[Row]) -> str:
+    """The plan as the README's Markdown table: each row's estimate and how it was reached."""
+    lines = ["| risk | row | est s | why |", "| ---: | --- | ---: | --- |",
+             f"| - | set-up | {SETUP_EST_S:.0f} | {SETUP_WHY} |"]  # fmt: skip
+    lines += [f"| {r.risk} | {r.label} | {r.est_s:.0f} | {r.why} |" for r in rows]
+    lines.append(f"| | total | {planned_s(rows):.0f} | default budget {DEFAULT_BUDGET_S:.0f} s |")
+    return "\n".join(lines)
 
 
 def run_rows(
@@ -181,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall seconds for the whole check, start-up included")  # fmt: skip
     ap.add_argument("--seconds", type=float, default=SECONDS, help="each burst's window")
     ap.add_argument("--json", help="rewritten after every row with every row so far")
+    ap.add_argument("--plan", action="store_true", help="print the plan and its estimates")
     args = ap.parse_args(argv)
+    if args.plan:
+        print(plan_table(plan()))
+        return 0
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; nothing to check", file=sys.stderr)
         return 1
@@ -189,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = plan()
     print(f"# plan: setup {SETUP_EST_S:.0f} s + {len(rows)} rows = {planned_s(rows):.0f} s on "
           f"paper, budget {args.budget_s:.0f} s")  # fmt: skip
-    # 40 images a class: resnet50 at batch 128 gets 3 steps an epoch (persistent workers)
-    paths = ensure_datasets(images_per_class=40, progress=lambda m: print(m, file=sys.stderr))
+    # Any complete build is used as it is (a build with other sizes is never replaced); on a
+    # fresh box the default one (800 JPEGs) is made, and pytest -m gpu then reuses it.
+    paths = ensure_datasets(progress=lambda m: print(m, file=sys.stderr))
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "nvml": nvml_status() or "ok",
             "budget_s": args.budget_s, "planned_s": planned_s(rows)}  # fmt: skip

@@ -4,8 +4,8 @@
 # Runs with the machine's own Python ($PYTHON, default python: torch, nvidia-ml-py, pyyaml,
 # psutil, pandas, pytest; no UI packages, no DALI, no network). The plan, on paper:
 #   ~10 s     nvidia-smi, the DALI probe (and listing DALI's gpu tests when it fails)
-#   245 s     the GPU check's --budget-s: its set-up and rows are estimated at 242 s (README,
-#             "GPU check"); a row that would not fit in what is left is skipped and says so
+#   245 s     the GPU check's --budget-s: set-up and rows are 238 s on paper (the table:
+#             `gpu_check.py --plan`); a row that would not fit what is left is skipped, and says so
 #   +10 s     grace for the last row to run past its estimate, then `timeout` stops the check
 #   85 s      the tests marked `gpu` (whatever time is left, at least this)
 #   +5 s      kill grace (timeout -k) of the last step: 355 s at most, under 6 minutes

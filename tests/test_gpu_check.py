@@ -49,6 +49,15 @@ def test_rows_run_riskiest_first_each_with_an_estimate_and_why(gpu_check):
     assert gpu_check.planned_s(planned) == gpu_check.SETUP_EST_S + sum(r.est_s for r in planned)
 
 
+def test_the_plan_prints_as_a_table_without_a_gpu(gpu_check, capsys):
+    assert gpu_check.main(["--plan"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| risk | row | est s | why |"
+    assert lines[3].startswith("| 1 | compile default, max-autotune (tf32) | 95 | ")
+    assert lines[-1] == f"| | total | {gpu_check.planned_s():.0f} | default budget 245 s |"
+    assert len(lines) == 3 + len(gpu_check.plan()) + 1
+
+
 def test_the_six_minute_session_fits_on_paper(gpu_check):
     """The session's arithmetic, read from the script: the check's budget covers the rows'
     estimates, and budget + grace + pytest + start-up + kill grace stay under 6 minutes."""
