@@ -3,7 +3,7 @@ test_distributed.py)."""
 
 import pytest
 
-from workbench.comm import CommResult, bus_factor, parse_sizes
+from workbench.comm import CommResult, bus_factor, parse_sizes, wrong_sums
 from workbench.knobs import KnobError
 
 
@@ -44,3 +44,14 @@ def test_one_rank_says_why_busbw_is_zero_and_failures_say_what_happened():
     assert "nothing crosses a link" in one.table()
     failed = CommResult(status="error", error="rank 1: boom")
     assert failed.table() == "comm error: rank 1: boom" and not failed.ok
+
+
+def test_a_wrong_sum_is_named_by_size_and_shown_in_the_table():
+    rows = [_row(8192, 50.0), dict(_row(2**20, 900.0), correct=False)]
+    assert wrong_sums(rows[:1]) == []
+    (note,) = wrong_sums(rows)
+    assert note.startswith("all-reduce gave a wrong sum at 1 MiB:") and "8 KiB" not in note
+    res = CommResult(world_size=2, backend="nccl", device="cuda", rows=rows, suspect=[note])
+    lines = res.table().splitlines()
+    assert lines[2].endswith("yes") and lines[3].endswith("NO")
+    assert lines[-1] == f"SUSPECT: {note}" and res.to_dict()["suspect"] == [note]

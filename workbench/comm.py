@@ -9,13 +9,19 @@ loop's time over its count, averaged over the ranks. From it:
   2(n-1)/n times), comparable with a link's rated bandwidth and across rank counts. With one
   rank nothing crosses a link, so busbw is 0, as nccl-tests prints it.
 
-Each size is also checked once for a correct sum (each rank contributes rank + 1). This module
-runs in the torchrun ranks (``run_rank``); ``CommResult`` is what the caller gets back.
+Each size is also checked once for a correct sum (each rank contributes rank + 1); a size whose
+sum came out wrong is named in ``CommResult.suspect``: its bandwidth is that of a transport that
+corrupts data, not a number to tune by. This module runs in the torchrun ranks (``run_rank``);
+``CommResult`` is what the caller gets back.
+
+For the test suite only: ``WORKBENCH_COMM_FAULT_RANK=N`` in the job's environment makes rank N
+contribute one more than it should, so the wrong-sum path runs in a real job.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +35,7 @@ CPU_SIZES = tuple(8 * 1024 * 4**i for i in range(6))  # 8 KiB .. 8 MiB: gloo on 
 _WARMUP_CALLS = 3
 _TARGET_LOOP_S = 0.05
 _MAX_CALLS = 1000
+FAULT_RANK_ENV = "WORKBENCH_COMM_FAULT_RANK"
 
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30,
@@ -72,10 +79,17 @@ def run_rank(sizes_bytes: list[int], dev: torch.device, control) -> dict[str, An
 
 
 def _check_sum(count: int, dev: torch.device, world: int) -> bool:
-    buf = torch.full((count,), float(dist.get_rank() + 1), dtype=torch.float32, device=dev)
+    """Every element must come back as 1 + 2 + ... + world: small integers, exact in float32."""
+    buf = torch.full((count,), _contribution(dist.get_rank()), dtype=torch.float32, device=dev)
     dist.all_reduce(buf)
     expected = world * (world + 1) / 2
     return bool(torch.all(buf == expected).item())
+
+
+def _contribution(rank: int) -> float:
+    """rank + 1; one more on the rank that the test suite's fault variable names."""
+    fault = os.environ.get(FAULT_RANK_ENV, "")
+    return float(rank + 1 + (1 if fault.strip() == str(rank) else 0))
 
 
 def _agree_calls(count: int, dev: torch.device, control) -> int:
@@ -134,7 +148,12 @@ class CommResult:
     device_name: str | None = None
     nccl: dict[str, str] = field(default_factory=dict)
     nccl_flags: dict[str, str] = field(default_factory=dict)
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """Every NCCL_* variable the ranks ran with: the knobs (``nccl``) and any already in the
+    launching process's environment (NVIDIA's containers set some), which act just the same."""
     no_effect: dict[str, str] = field(default_factory=dict)
+    suspect: list[str] = field(default_factory=list)
+    """Self-checks that failed (a wrong sum): numbers not to trust. Empty when all passed."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float | None = None
     created_at: str | None = None
@@ -176,7 +195,18 @@ class CommResult:
             )
         if self.world_size == 1:
             lines.append("one rank: nothing crosses a link, so busbw is 0 (as nccl-tests shows)")
+        lines += [f"SUSPECT: {note}" for note in self.suspect]
         return "\n".join(lines)
+
+
+def wrong_sums(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``suspect`` entry for rows whose all-reduce gave a wrong sum (none: empty)."""
+    bad = [_size(r["size_bytes"]) for r in rows if not r["correct"]]
+    if not bad:
+        return []
+    return [f"all-reduce gave a wrong sum at {', '.join(bad)}: data is corrupted between the "
+            "ranks (a link, driver or NCCL setting); these bandwidths measure a broken "
+            "transport"]  # fmt: skip
 
 
 def _size(n: int) -> str:
