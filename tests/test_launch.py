@@ -60,8 +60,9 @@ def test_events_are_read_line_by_line_and_a_half_written_line_waits(tmp_path):
 
 
 def test_job_spec_round_trips_through_its_file(tmp_path):
-    spec = JobSpec(mode="burst", out_dir=str(tmp_path), device="cpu", parent_pid=1,
-                   timeout_s=9.0, workload="cnn", knobs={"batch_size": 8})  # fmt: skip
+    spec = JobSpec(mode="burst", out_dir=str(tmp_path), device="cuda", parent_pid=1,
+                   timeout_s=9.0, workload="cnn", knobs={"batch_size": 8},
+                   device_indices=[1, 2])  # fmt: skip
     assert JobSpec.read(spec.write()) == spec
     assert json.loads((tmp_path / "job.json").read_text())["workload"] == "cnn"
 

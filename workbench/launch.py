@@ -17,8 +17,9 @@ Process hygiene, the part that must never fail:
   would miss them: :func:`stop_process_tree` collects torchrun's descendants (and the pids
   the ranks reported) first, asks torchrun to stop (SIGTERM: it then stops its ranks), and
   kills whatever is left after a grace period;
-- each rank also watches the parent process and exits if it disappears (see
-  ``workbench.dist_worker``), so even a killed kernel leaves no orphans behind.
+- each rank also watches the parent process and exits if it disappears or is a zombie not
+  yet reaped (see ``workbench.dist_worker``), so even a killed kernel leaves no orphans
+  behind: torchrun ends the job when its ranks exit.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class JobSpec:
     device: str  # "cuda" or "cpu"
     parent_pid: int
     timeout_s: float
+    device_indices: list[int] = field(default_factory=list)
+    """The CUDA index of each local rank (``job_devices``); empty on a CPU."""
     workload: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
     seconds: float = 3.0
