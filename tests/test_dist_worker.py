@@ -1,9 +1,14 @@
 """Merging the ranks' numbers into one job result (the rank code itself runs in
 test_distributed.py, under torchrun)."""
 
+import subprocess
+import sys
+import time
+
+import psutil
 import pytest
 
-from workbench.dist_worker import merge_ranks
+from workbench.dist_worker import is_alive, merge_ranks
 
 
 def _row(rank, samples, measured_s, mem, wait):
@@ -34,3 +39,17 @@ def test_cpu_ranks_share_the_host_so_memory_adds_up_and_tokens_follow_samples():
     assert out["peak_mem_mib"] == 610.0
     assert out["tokens_per_s"] == pytest.approx(160.0 * 256)
     assert out["mfu_pct"] is None
+
+
+def test_a_killed_launcher_is_dead_to_its_ranks_even_before_it_is_reaped():
+    # A killed kernel stays a zombie until its parent waits for it; signal 0 still answers.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    launcher = psutil.Process(proc.pid)
+    assert is_alive(launcher)
+    proc.kill()
+    deadline = time.monotonic() + 10
+    while launcher.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert launcher.status() == psutil.STATUS_ZOMBIE and not is_alive(launcher)
+    proc.wait()
+    assert not is_alive(launcher) and not is_alive(None)

@@ -7,6 +7,11 @@ event file. Rank 0 gathers every rank's numbers and writes the job's result.
 
 A rank that fails writes its error and exits at once with ``os._exit``: tearing down a process
 group whose peer is gone can block, and torchrun stops the other ranks when one exits non-zero.
+
+For the test suite only: with ``WORKBENCH_COUNT_GRAD_SYNCS=1`` in the job's environment each
+rank counts DDP's gradient all-reduce rounds (a comm hook) and its optimizer steps, and adds
+both to its row, so a test can check one all-reduce per optimizer step under ``grad_accum`` in
+a real job. The hook is a Python call per bucket: never on in a burst whose numbers count.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from workbench import hardware
 from workbench.burst import BurstPlan, BurstProgress, describe_error, is_oom_error, measure_here
@@ -33,6 +41,8 @@ from workbench.training import DDP_KNOBS
 from workbench.workloads import resolve_workload
 
 _PROGRESS_EVERY_S = 0.25
+_WATCH_EVERY_S = 1.0
+COUNT_GRAD_SYNCS_ENV = "WORKBENCH_COUNT_GRAD_SYNCS"
 
 
 class RankFailed(RuntimeError):
@@ -55,6 +65,7 @@ class DdpCoordinator:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.knobs, self.dev, self._on_phase = knobs, dev, on_phase
         self.control = dist.new_group(backend="gloo")
+        self.sync_counts: dict[str, int] = {}
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -62,11 +73,14 @@ class DdpCoordinator:
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         self._on_phase("ddp")  # DDP's constructor broadcasts the weights: a wait for all ranks
-        return DistributedDataParallel(
+        ddp = DistributedDataParallel(
             model,
             device_ids=[self.dev.index] if self.dev.type == "cuda" else None,
             **{name: getattr(self.knobs, name) for name in DDP_KNOBS},  # as ddp_kwargs() says
         )
+        if os.environ.get(COUNT_GRAD_SYNCS_ENV) == "1":
+            self.sync_counts = count_grad_syncs(ddp)
+        return ddp
 
     def agree_stop(self, stop_here: bool) -> bool:
         """Rank 0's decision, broadcast: one small host-side message per step (~0.1 ms)."""
@@ -82,6 +96,28 @@ class DdpCoordinator:
         out = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(obj, out, dst=0, group=self.control)
         return out
+
+
+def count_grad_syncs(ddp: DistributedDataParallel) -> dict[str, int]:
+    """Counters, live: ``grad_sync_rounds`` (backward passes whose gradients DDP all-reduced:
+    the round's last bucket) and ``optimizer_steps`` (every optimizer of this process).
+
+    The hook all-reduces as DDP's own default does (``allreduce_hook``): the count is of the
+    real collectives, in the real job. See the module docstring: for the test suite only.
+    """
+    counts = {"grad_sync_rounds": 0, "optimizer_steps": 0}
+
+    def hook(state, bucket):  # no annotations: DDP compares them with the class, not text
+        if bucket.is_last():
+            counts["grad_sync_rounds"] += 1
+        return default_hooks.allreduce_hook(None, bucket)
+
+    def on_step(optimizer: object, args: object, kwargs: object) -> None:
+        counts["optimizer_steps"] += 1
+
+    ddp.register_comm_hook(None, hook)
+    register_optimizer_step_post_hook(on_step)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
-    dev = _device(spec.device)
+    dev = rank_device(spec, int(os.environ.get("LOCAL_RANK", "0")))
     events.write("phase", phase="init")
     backend = backend_for(dev.type)
     dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s),
@@ -125,12 +161,19 @@ def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
     return _burst(spec, dev, backend, events)
 
 
-def _device(kind: str) -> torch.device:
-    if kind == "cuda":
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+def rank_device(spec: JobSpec, local_rank: int) -> torch.device:
+    """This rank's device: the GPU the job was launched for at ``local_rank``, not simply
+    ``cuda:LOCAL_RANK`` (a job asked for ``cuda:1`` would run on GPU 0). Made current, so that
+    whatever allocates on "the" CUDA device (a library, a default stream) uses it too."""
+    if spec.device != "cuda":
+        return torch.device("cpu")
+    if not 0 <= local_rank < len(spec.device_indices):
+        named = spec.device_indices
+        raise RuntimeError(f"LOCAL_RANK={local_rank}: the job names a GPU for local ranks "
+                           f"0..{len(named) - 1} only ({named})")  # fmt: skip
+    index = spec.device_indices[local_rank]
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def _burst(spec: JobSpec, dev: torch.device, backend: str, events: EventLog) -> dict[str, Any]:
@@ -143,7 +186,7 @@ def _burst(spec: JobSpec, dev: torch.device, backend: str, events: EventLog) -> 
     result = measure_here(wl, knobs, dev, plan)
     if result.status != "ok":
         raise RankFailed(result.status, result.error)
-    rows = coord.gather(_rank_row(result, coord.rank, dev))
+    rows = coord.gather({**_rank_row(result, coord.rank, dev), **coord.sync_counts})
     if rows is None:
         return {}
     return merge_ranks(result.to_dict(), rows, backend, dev.type)
@@ -227,27 +270,41 @@ def _watch_parent(parent_pid: int, timeout_s: float) -> None:
     """End this rank if the process that launched the job is gone, or long past its deadline.
 
     torchrun stops its ranks when *it* is stopped, but not when the kernel above it is killed
-    (SIGKILL leaves torchrun running); this thread makes sure no rank outlives the kernel.
+    (SIGKILL leaves torchrun running); this thread makes sure no rank outlives the kernel, and
+    torchrun, which ends its job when a rank fails, follows. The rank exits with 3.
     """
     deadline = time.monotonic() + timeout_s + 60.0
+    launcher = _process(parent_pid)
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
-            if not _alive(parent_pid) or time.monotonic() > deadline:
+            if not is_alive(launcher) or time.monotonic() > deadline:
                 os._exit(3)
+            time.sleep(_WATCH_EVERY_S)
 
     threading.Thread(target=watch, name="workbench-parent-watch", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def _process(pid: int) -> psutil.Process | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def is_alive(proc: psutil.Process | None) -> bool:
+    """Still the same process (psutil compares its start time: a reused pid is not it), and
+    not a zombie: a killed kernel stays one until the server above it reaps it, which can take
+    seconds or, with a careless parent, forever, and signal 0 answers for a zombie as for the
+    living."""
+    if proc is None:
         return False
-    except PermissionError:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # not ours to inspect: alive, as far as we can tell
         return True
-    return True
 
 
 if __name__ == "__main__":

@@ -27,15 +27,15 @@ import torch
 
 from workbench import hardware, nccl
 from workbench.burst import BurstProgress, record_result
-from workbench.comm import CPU_SIZES, GPU_SIZES, CommResult
+from workbench.comm import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
 from workbench.knobs import KnobError, Knobs
 from workbench.launch import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.results import BurstResult
 from workbench.training import NCCL_ON_GLOO
 from workbench.workloads import default_workload_name, importable_name
 
-__all__ = ["comm_bench", "default_timeout_s", "needs_processes", "run_distributed_burst",
-           "worker_env"]  # fmt: skip
+__all__ = ["comm_bench", "default_timeout_s", "job_devices", "needs_processes",
+           "run_distributed_burst", "worker_env"]  # fmt: skip
 
 _SETUP_ALLOWANCE_S = 120.0  # torchrun + one torch import per rank + model and loader set-up
 
@@ -71,17 +71,32 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
 
 
 def check_world_size(world_size: int, device: torch.device) -> None:
-    """One rank per GPU on a GPU machine; on a CPU at most one rank per core."""
+    """One rank per GPU on a GPU machine, from ``device`` on; on a CPU at most one per core."""
     if device.type == "cuda":
-        have = torch.cuda.device_count()
-        if world_size > have:
-            allowed = f"1..{have}: one rank per GPU, and this machine has {have}"
+        have, first = torch.cuda.device_count(), device.index or 0
+        if first + world_size > have:
+            allowed = (f"1..{have - first}: one rank per GPU from {device} on, and this "
+                       f"machine has {have} (cuda:0 to cuda:{have - 1})")  # fmt: skip
             raise KnobError("world_size", world_size, allowed)
         return
     cores = os.cpu_count() or 1
     if world_size > cores:
         raise KnobError("world_size", world_size,
                         f"1..{cores} on this CPU (one rank per core; it has {cores})")  # fmt: skip
+
+
+def job_devices(device: torch.device, world_size: int) -> list[int]:
+    """The CUDA index each local rank runs on: ``device``'s own, and the ones after it.
+
+    A rank must not take ``cuda:LOCAL_RANK`` by itself: a job asked for ``cuda:1`` would run
+    on GPU 0 and report it as asked. The indices are this process's numbering (after its
+    ``CUDA_VISIBLE_DEVICES``), which the ranks inherit with its environment, so each rank's
+    ``device`` names the GPU that really ran. Empty on a CPU.
+    """
+    if device.type != "cuda":
+        return []
+    first = device.index or 0
+    return list(range(first, first + world_size))
 
 
 def run_distributed_burst(
@@ -119,9 +134,9 @@ def run_distributed_burst(
     out_dir = Path(tempfile.mkdtemp(prefix="workbench-job-"))
     spec = JobSpec(
         mode="burst", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
-        timeout_s=timeout_s, workload=name, knobs=knobs.to_dict(), seconds=float(seconds),
-        min_steps=min_steps, warmup_steps=warmup_steps,
-        data_dir=str(data_dir) if data_dir is not None else None,
+        device_indices=job_devices(dev, knobs.world_size), timeout_s=timeout_s, workload=name,
+        knobs=knobs.to_dict(), seconds=float(seconds), min_steps=min_steps,
+        warmup_steps=warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
     )  # fmt: skip
     try:
         job = TorchrunJob(spec, knobs.world_size, worker_env(knobs.nccl, knobs.world_size), port)
@@ -196,7 +211,8 @@ def comm_bench(
     port: int | None = None,
     cancel: threading.Event | None = None,
 ) -> CommResult:
-    """All-reduce over message sizes on ``world_size`` ranks (default: every GPU; 2 on a CPU).
+    """All-reduce over message sizes on ``world_size`` ranks (default: every GPU from
+    ``device`` on; 2 on a CPU).
 
     ``knobs.nccl`` variables reach the ranks as for a burst. ``sizes`` in bytes (default
     8 KiB to 256 MiB on a GPU, to 8 MiB on a CPU). The result's ``table()`` prints what
@@ -204,21 +220,29 @@ def comm_bench(
     """
     knobs = knobs or Knobs()
     dev = hardware.resolve_device(device)
-    world_size = world_size or (torch.cuda.device_count() if dev.type == "cuda" else 2)
+    world_size = world_size or _default_comm_ranks(dev)
     knobs = knobs.replace(world_size=world_size)
     check_world_size(world_size, dev)
     check_port(port)
     sizes_bytes = _check_sizes(sizes, dev)
     out_dir = Path(tempfile.mkdtemp(prefix="workbench-comm-"))
     spec = JobSpec(mode="comm", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
-                   timeout_s=float(timeout_s), sizes_bytes=sizes_bytes)  # fmt: skip
+                   device_indices=job_devices(dev, world_size), timeout_s=float(timeout_s),
+                   sizes_bytes=sizes_bytes)  # fmt: skip
+    env = worker_env(knobs.nccl, world_size)
     try:
-        outcome = TorchrunJob(spec, world_size, worker_env(knobs.nccl, world_size), port).run(
-            cancel
-        )
+        outcome = TorchrunJob(spec, world_size, env, port).run(cancel)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    return _comm_result(outcome, knobs, dev)
+    result = _comm_result(outcome, knobs, dev)
+    result.nccl_env = {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")}
+    return result
+
+
+def _default_comm_ranks(dev: torch.device) -> int:
+    if dev.type != "cuda":
+        return 2
+    return torch.cuda.device_count() - (dev.index or 0)
 
 
 def _check_sizes(sizes: Any, dev: torch.device) -> list[int]:
@@ -246,6 +270,7 @@ def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommRe
         result.no_effect["nccl"] = NCCL_ON_GLOO
     if outcome.result is not None:
         result.rows = outcome.result.get("rows", [])
+        result.suspect = wrong_sums(result.rows)
     return result
 
 
