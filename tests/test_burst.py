@@ -11,6 +11,8 @@ import pytest
 import torch
 from workloads_for_tests import (
     crashing_workload,
+    eager_only_workload,
+    hoarding_workload,
     hungry_workload,
     layout_workload,
     stuck_workload,
@@ -18,8 +20,9 @@ from workloads_for_tests import (
 )
 
 from workbench import Knobs, run_burst
-from workbench.burst import BurstInterrupted, BurstPlan, describe_error, is_oom_error, measure_here
+from workbench.burst import BurstInterrupted, BurstPlan, measure_here
 from workbench.coordinator import Solo
+from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import KnobError
 from workbench.store import open_store
 
@@ -121,6 +124,20 @@ def test_oom_is_a_result_and_the_next_burst_runs(store_path):
     assert statuses[before:] == ["oom", "ok"]
 
 
+def test_an_oom_holding_real_memory_gives_it_back_and_the_same_size_runs_again():
+    # The failing forward holds 512 MiB of touched memory when the allocator refuses; the
+    # traceback keeps that frame alive until the burst lets go of it.
+    wl = hoarding_workload(mib=512)
+    rss_before_mib = psutil.Process().memory_info().rss / 2**20
+    r = run_burst(wl, Knobs(batch_size=16), **FAST)
+    assert r.status == "oom", r.error
+    assert r.peak_mem_mib > rss_before_mib + 400  # it really held the memory when it failed
+    assert psutil.Process().memory_info().rss / 2**20 < rss_before_mib + 150  # given back
+    again = run_burst(wl, Knobs(batch_size=16), **FAST)  # the same batch size: full size
+    assert again.ok, again.error
+    assert again.peak_mem_mib > rss_before_mib + 400
+
+
 def test_worker_crash_is_an_error_result_and_no_orphans():
     r = run_burst(crashing_workload(), Knobs(batch_size=4, num_workers=1), **FAST)
     assert r.status == "error"
@@ -191,10 +208,17 @@ def test_cancel_event_stops_at_a_step_boundary():
 
 
 def test_ctrl_c_stops_at_step_boundary_and_shuts_workers_down(tiny_data, store_path):
-    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    sent = []
+
+    def interrupt_once_measuring(p):  # no timer: nothing can fire later, into another test
+        if p.phase == "measuring" and p.steps == 2 and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGINT))
+
     with pytest.raises(KeyboardInterrupt) as stopped:  # BurstInterrupted is one
         run_burst("cnn", Knobs(batch_size=4, num_workers=2), data_dir=tiny_data, seconds=60,
-                  warmup_steps=1, store=store_path)  # fmt: skip
+                  warmup_steps=1, store=store_path,
+                  progress=interrupt_once_measuring)  # fmt: skip
+    assert stopped.value.result.steps <= 4  # stopped at a step boundary soon after
     assert _children() == []
     assert open_store(store_path).records()[-1]["status"] == "cancelled"
     # the interrupt carries the stopped burst: a caller running many bursts keeps it
@@ -298,25 +322,6 @@ def test_backend_flags_are_restored_after_a_burst():
     assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark) == before
 
 
-def test_backend_flags_set_inside_and_restore_after():
-    # The flags are process-global and readable without a GPU, so the CUDA branch's set and
-    # restore is checked here directly (a CPU burst never touches them).
-    from workbench.training import _read_flags, backend_flags
-
-    def tf32_and_benchmark() -> tuple[set[bool], bool]:
-        f = _read_flags()  # torch >= 2.9 names a mode, older torch has booleans
-        modes = [v for k, v in f.items() if k != "benchmark"]
-        return {m in ("tf32", True) for m in modes}, f["benchmark"]
-
-    before = _read_flags()
-    with backend_flags(Knobs(precision="tf32", cudnn_benchmark=True), torch.device("cuda")):
-        assert tf32_and_benchmark() == ({True}, True)
-    assert _read_flags() == before
-    with backend_flags(Knobs(precision="fp32"), torch.device("cuda")):
-        assert tf32_and_benchmark() == ({False}, False)  # fp32 is IEEE fp32: no TF32 anywhere
-    assert _read_flags() == before
-
-
 def test_error_helpers():
     assert is_oom_error(torch.OutOfMemoryError("CUDA out of memory"))
     assert is_oom_error(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
@@ -407,3 +412,86 @@ def test_ddp_all_reduces_once_per_optimizer_step(grad_accum, static_graph, patte
     synced = coord.wrapped[0].synced
     assert len(synced) % grad_accum == 0 and len(synced) >= 3 * grad_accum
     assert synced == pattern * (len(synced) // grad_accum)
+
+
+def test_every_burst_runs_on_a_fresh_thread_of_its_own():
+    # cuDNN's plan cache is thread-local and blind to cudnn.benchmark: a new thread per burst
+    # keeps one burst's plans from deciding the next one's.
+    threads = []
+
+    def note_thread(p):
+        threads.append(threading.get_ident())
+
+    for _ in range(2):
+        assert run_burst(tensor_workload(), Knobs(batch_size=8), progress=note_thread, **FAST).ok
+    first, second = threads[0], threads[-1]
+    assert threading.get_ident() not in threads
+    assert set(threads) == {first, second} and first != second
+
+
+def test_the_flop_sample_holds_no_batch():
+    from workbench.burst import _shape_sample
+
+    x, y = torch.randn(64, 16), torch.randint(0, 2, (64,))
+    sx, sy = _shape_sample(x, y)
+    assert sx.device.type == sy.device.type == "meta"  # a view x[:2] keeps all 64 alive
+    assert sx.shape == (2, 16) and sy.shape == (2,) and sx.dtype == x.dtype
+
+
+def test_two_compile_bursts_in_a_row_both_compile():
+    # Without a clean compiler the second reuses the first's compiled code: no graph, and a
+    # compile_s that measures nothing.
+    window = {"seconds": 0.3, "warmup_steps": 2, "record": False}
+    runs = [run_burst(tensor_workload(), Knobs(batch_size=b, compile="default"), **window)
+            for b in (8, 8)]  # fmt: skip
+    for r in runs:
+        assert r.ok, r.error
+        assert r.compile_graphs >= 1 and "compile" not in r.no_effect
+        assert r.compile_s > 20 * r.step_ms_p50 / 1e3
+        assert r.compile_window_graphs == 0 and r.suspect == []
+
+
+def test_a_compile_that_captured_nothing_says_it_ran_eagerly():
+    r = run_burst(eager_only_workload(), Knobs(batch_size=8, compile="default"), **FAST)
+    assert r.ok, r.error
+    assert r.compile_graphs == 0
+    assert r.no_effect["compile"].startswith("torch.compile fell back to eager")
+
+
+def test_a_burst_whose_clocks_disagree_is_suspect(monkeypatch):
+    # The window's clock and the per-step clock are two clocks on a GPU (host and CUDA
+    # events): break the per-step one and the burst must say so.
+    from workbench.timing import StepTimer
+
+    real_finish = StepTimer.finish
+
+    def half_speed_events(self):
+        samples = real_finish(self)
+        samples.step_ms = [ms / 2 for ms in samples.step_ms]
+        return samples
+
+    monkeypatch.setattr(StepTimer, "finish", half_speed_events)
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), **FAST)
+    assert r.ok and any("step times add up" in s for s in r.suspect), r.suspect
+    assert "SUSPECT" in r.summary()
+
+
+def test_an_honest_burst_passes_every_self_check():
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), **FAST)
+    assert r.ok and r.suspect == []
+
+
+def test_noisy_steps_set_the_noisy_flag():
+    # a swappable clock with seeded noise, as torch.utils.benchmark tests its timer
+    import random
+
+    rng, now = random.Random(0), [0.0]
+
+    def jittery() -> float:
+        now[0] += rng.choice([0.001, 0.02])
+        return now[0]
+
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), clock=jittery, seconds=1.0,
+                  min_steps=20, warmup_steps=1, record=False)  # fmt: skip
+    assert r.noisy is True and r.step_ms_iqr / r.step_ms_p50 > 0.10
+    assert "NOISY" in r.summary()

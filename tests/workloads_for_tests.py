@@ -194,3 +194,48 @@ def rank1_hangs() -> Workload:
         return base.model()
 
     return Workload(name="rank1-hangs", model=model, dataset=base.dataset)
+
+
+class _Hoarder(nn.Module):
+    """Holds ``mib`` MiB of touched memory (as activations would) in every forward; the first
+    model built by its workload then asks for 16 TiB *while holding it*: an OOM that fails
+    with real memory in use, which the burst must give back. Later models train normally at
+    the same batch size ("full size")."""
+
+    def __init__(self, mib: int, fail: bool):
+        super().__init__()
+        self.mib, self.fail = mib, fail
+        self.fc = nn.Linear(16, 2)
+
+    def forward(self, x):
+        held = torch.ones(self.mib * 2**20 // 4)  # ones, not empty: RSS counts touched pages
+        if self.fail:
+            torch.empty(2**44, dtype=torch.uint8)
+        return self.fc(x) + held[:1] * 0
+
+
+def hoarding_workload(mib: int = 512) -> Workload:
+    built: list[int] = []
+
+    def model() -> nn.Module:
+        built.append(1)
+        return _Hoarder(mib, fail=len(built) == 1)
+
+    return Workload(name="hoarder", model=model, dataset=tensor_workload().dataset)
+
+
+class _NotCompilable(nn.Module):
+    """A model Dynamo is told to leave alone: torch.compile captures no graph and runs it
+    eagerly, the silent fallback a burst must report."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 2)
+
+    @torch._dynamo.disable
+    def forward(self, x):
+        return self.fc(x)
+
+
+def eager_only_workload() -> Workload:
+    return Workload(name="eager-only", model=_NotCompilable, dataset=tensor_workload().dataset)

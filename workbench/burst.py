@@ -16,8 +16,13 @@ The method (DESIGN.md, "Measurement method"):
 One burst at a time: a burst waits for the process's burst slot (``workbench.slot``), and
 takes it from whoever holds it (a panel's burst, a tune), who is told to stop first.
 
+Each burst runs on a thread of its own, under its own device (``_on_own_thread``), and checks
+its own numbers (``workbench.selfcheck``): what fails lands in ``suspect``.
+
 Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the next burst runs
-at full size), any other exception inside the burst gives ``status="error"`` with the reason.
+at full size), any other exception inside the burst gives ``status="error"`` with the reason; a
+device fault that breaks the CUDA context for good says so, and every later burst in the process
+says to restart it.
 Bad arguments (an invalid knob, an unknown workload, a missing data folder) raise before any
 work starts. A first Ctrl-C stops the burst at the next step boundary, shuts the loader's
 workers down and raises ``BurstInterrupted`` (a KeyboardInterrupt carrying the result); a
@@ -26,6 +31,7 @@ second one interrupts at once.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import threading
@@ -38,15 +44,17 @@ from typing import Any
 
 import torch
 
-from workbench import hardware
+from workbench import compiler, hardware
 from workbench.coordinator import Coordinator, Solo
+from workbench.failures import cuda_health, describe_error, is_oom_error, note_failure  # noqa: F401 (dist_worker imports them from here)
 from workbench.knobs import KnobError, Knobs
 from workbench.loaders import BatchStream, build_loader
 from workbench.nccl import flags as nccl_flags
 from workbench.results import BurstResult, spread
+from workbench.selfcheck import burst_problems
 from workbench.signals import graceful_sigint
 from workbench.slot import exclusive
-from workbench.telemetry import Sampler, TelemetrySummary
+from workbench.telemetry import Sampler, TelemetrySummary, telemetry_problems
 from workbench.timing import StepSamples, StepTimer, synchronize
 from workbench.training import (
     TrainState,
@@ -55,6 +63,7 @@ from workbench.training import (
     micro_step,
     no_effect,
     optimizer_step,
+    precision_state,
     to_device,
 )
 from workbench.workloads import (
@@ -104,6 +113,10 @@ class _Measured:
     final_loss: float | None
     epochs: int
     cancelled: bool
+    ran_on: str | None = None
+    """The device the model's parameters were on, named as the result names devices."""
+    compile_report: compiler.CompileReport | None = None
+    loader_device_mem_mib: float | None = None
 
 
 def run_burst(
@@ -165,22 +178,75 @@ class BurstInterrupted(KeyboardInterrupt):
 
 def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
     """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded."""
-    result = _new_result(wl, knobs, dev, plan.seconds)
-    _free_memory(dev, reset_peak=True, collect=False)
-    sampler = Sampler(dev).start()
-    measured = None
+    return _on_own_thread(lambda: _measure_on_device(wl, knobs, dev, plan), plan.stop)
+
+
+def _on_own_thread(run: Callable[[], BurstResult], stop: threading.Event) -> BurstResult:
+    """Run a burst on a new thread and wait for it.
+
+    Why a thread of its own: cuDNN keeps its chosen convolution plans in a *thread-local*
+    cache whose key leaves out ``cudnn.benchmark`` (aten/src/ATen/native/cudnn/Conv_v8.cpp), so
+    in one thread an earlier ``cudnn_benchmark=False`` burst makes a later ``True`` burst reuse
+    the heuristic plans (and the reverse): the A/B would depend on the order of the bursts. A new
+    thread starts with an empty cache. CUDA's current device is per thread too. The progress
+    callbacks run on this thread. If the caller is interrupted while it waits (a second Ctrl-C),
+    the burst is told to stop and stops at its next step boundary.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = run()
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="workbench-burst", daemon=True)
+    thread.start()
     try:
-        with backend_flags(knobs, dev):
-            measured = _guarded(wl, knobs, dev, plan, result)
-    finally:
+        thread.join()
+    except BaseException:
+        stop.set()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _measure_on_device(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan
+) -> BurstResult:
+    result = _new_result(wl, knobs, dev, plan.seconds)
+    broken = cuda_health(dev)
+    if broken is not None:
+        result.status, result.error = "error", broken
+        return result
+    flags_before = precision_state()
+    with _device_scope(dev):
+        _free_memory(dev, reset_peak=True, collect=False)
+        sampler = Sampler(dev).start()
+        measured = None
+        try:
+            with backend_flags(knobs, dev), compiler.clean_compiler(knobs.compile != "off"):
+                measured = _guarded(wl, knobs, dev, plan, result)
+        finally:
+            if measured is not None:
+                sampler.mark_window(*measured.wall_window)
+            telemetry = sampler.stop()
+            _free_memory(dev, reset_peak=False, collect=result.status != "ok")
         if measured is not None:
-            sampler.mark_window(*measured.wall_window)
-        telemetry = sampler.stop()
-        _free_memory(dev, reset_peak=False, collect=result.status != "ok")
-    if measured is not None:
-        _fill_measurement(result, measured, wl, knobs)
-    _fill_memory_and_telemetry(result, dev, telemetry)
+            _fill_measurement(result, measured, wl, knobs)
+        _fill_memory_and_telemetry(result, dev, telemetry)
+    step_ms = measured.timing.step_ms if measured is not None else []
+    ran_on = measured.ran_on if measured is not None else None
+    checks = (flags_before, precision_state(), ran_on, telemetry_problems(telemetry))
+    result.suspect = burst_problems(result, step_ms, *checks)
     return result
+
+
+def _device_scope(dev: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Make the burst's GPU the current device of this thread (streams, events, the pinning
+    thread of the DataLoader and library handles all follow the current device)."""
+    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
 
 
 def _as_job(
@@ -254,31 +320,8 @@ def _guarded(
         raise
     except Exception as exc:  # a failed burst is a result; the traceback frames die here
         result.status = "oom" if is_oom_error(exc) else "error"
-        result.error = describe_error(exc)
+        result.error = note_failure(exc)
         return None
-
-
-def is_oom_error(exc: BaseException) -> bool:
-    """CUDA OOM, a failed CPU allocation, or Python's MemoryError."""
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in text or "can't allocate memory" in text
-    )
-
-
-def describe_error(exc: BaseException) -> str:
-    """One readable line: the exception type and its last line.
-
-    Exceptions from DataLoader workers arrive wrapped ("Caught X in DataLoader worker process
-    0. Original Traceback ..."); their last line is the original error, file name included.
-    """
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    last = lines[-1] if lines else ""
-    if len(lines) > 1 and ": " in last and " " not in last.split(": ", 1)[0]:
-        return last  # already "Type: message" from a worker's traceback
-    return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 
 def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> _Measured:
@@ -288,14 +331,37 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
         setup_s = plan.clock() - t0
+        counts = [compiler.read_counts()] if knobs.compile != "off" else None
         warmup_s, compile_s, sample = _warm_up(state, stream, knobs, dev, plan)
         flops = count_train_flops(wl, *sample) if sample is not None else None
+        if counts is not None:
+            counts.append(compiler.read_counts())
         measured = _window(state, stream, knobs, dev, plan)
+        if counts is not None:
+            measured.compile_report = compiler.report(*counts, compiler.read_counts())
+        measured.ran_on = _device_name(next(state.model.parameters(), None), dev)
     finally:
         stream.close()
+    measured.loader_device_mem_mib = _loader_device_mem(
+        stream
+    )  # DALI's figure is final once closed
     measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
     measured.flops_per_sample = flops
     return measured
+
+
+def _device_name(param: torch.Tensor | None, dev: torch.device) -> str | None:
+    """Where the model's parameters are, named as results name devices ("cuda:1")."""
+    if param is None:
+        return None
+    where = param.device
+    return f"cuda:{where.index}" if where.type == "cuda" else str(where)
+
+
+def _loader_device_mem(stream: BatchStream) -> float | None:
+    """Device memory the loader's own pools hold (DALI's), outside torch's allocator."""
+    read = getattr(stream, "device_mem_mib", None)
+    return read() if callable(read) else None
 
 
 def _warm_up(
@@ -312,13 +378,20 @@ def _warm_up(
         x, y = _train_one_step(state, stream, knobs, dev, None)
         synchronize(dev)
         step_s.append(plan.clock() - t)
-        sample = (x[:2].detach(), y[:2].detach())
+        sample = _shape_sample(x, y)
         _report(plan, "warmup", plan.clock() - start, len(step_s))
     compile_s = None
     if knobs.compile != "off" and step_s:
         rest = sorted(step_s[1:])
         compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
     return plan.clock() - start, compile_s, sample
+
+
+def _shape_sample(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two samples' shapes and dtypes on the meta device, for the FLOP count: a slice such as
+    ``x[:2]`` is a view that would keep the whole last warm-up batch alive through the window
+    (and in the peak memory)."""
+    return x[:2].to("meta"), y[:2].to("meta")
 
 
 def _train_one_step(
@@ -399,6 +472,8 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.setup_s, r.warmup_s, r.compile_s = m.setup_s, m.warmup_s, m.compile_s
     r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
+    r.loader_device_mem_mib = m.loader_device_mem_mib
+    _fill_compile(r, m.compile_report)
     if m.steps == 0 or m.measured_s <= 0:
         return
     r.samples_per_s = m.samples / m.measured_s
@@ -406,6 +481,15 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
         r.tokens_per_s = r.samples_per_s * wl.tokens_per_sample
     _fill_step_stats(r, m.timing, m.measured_s)
     _fill_flops(r, m.flops_per_sample, knobs)
+
+
+def _fill_compile(r: BurstResult, report: compiler.CompileReport | None) -> None:
+    if report is None:
+        return
+    r.compile_graphs, r.compile_graph_breaks = report.graphs, report.graph_breaks
+    r.compile_window_graphs = report.window_graphs
+    if report.fallback:
+        r.no_effect["compile"] = f"torch.compile fell back to eager: {report.fallback}"
 
 
 def _fill_step_stats(r: BurstResult, t: StepSamples, measured_s: float) -> None:
@@ -438,7 +522,7 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
     else:
         r.peak_mem_mib = t.rss_peak_mib
     r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
-    r.gpu_mem_used_mib, r.mem_bw_util_pct = t.gpu_mem_used_mib, t.mem_bw_util_pct
+    r.gpu_mem_used_mib, r.mem_busy_pct = t.gpu_mem_used_mib, t.mem_busy_pct
     r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)
     r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source
 

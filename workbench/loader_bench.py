@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from workbench import hardware
-from workbench.burst import describe_error, is_oom_error
+from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import KnobError, Knobs
 from workbench.loaders import BatchStream, build_loader
 from workbench.results import spread

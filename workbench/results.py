@@ -21,6 +21,8 @@ KNOB_ERROR = re.compile(r"^(?:rank \d+: )?KnobError: (?P<message>(?P<knob>\w+)=.
 """A failed burst's ``error`` when a knob did not suit the workload: the exception type, then
 its message ("KnobError: batch_size=64 is not allowed: ..."), after the rank that failed
 first for a torchrun job ("rank 0: KnobError: ...")."""
+RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
+"""Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
 
 
@@ -74,6 +76,9 @@ class BurstResult:
     mfu_pct: float | None = None
     noisy: bool | None = None
     no_effect: dict[str, str] = field(default_factory=dict)
+    suspect: list[str] = field(default_factory=list)
+    """Self-checks this burst failed (``workbench.selfcheck``), each a sentence: a number here
+    is not to be trusted. Empty when every check passed."""
     # -- beyond the contract --
     id: int | None = None
     created_at: str | None = None
@@ -82,6 +87,12 @@ class BurstResult:
     samples: int = 0
     setup_s: float | None = None
     compile_s: float | None = None
+    compile_graphs: int | None = None
+    """Graphs torch.compile compiled in this burst (each compile burst starts from a clean
+    compiler); 0 means it ran eagerly, and ``no_effect["compile"]`` says why."""
+    compile_graph_breaks: int | None = None
+    compile_window_graphs: int | None = None
+    """Graphs compiled inside the measured window (a recompile there is a self-check failure)."""
     data_wait_ms_p50: float | None = None
     h2d_ms_p50: float | None = None
     compute_ms_p50: float | None = None
@@ -91,7 +102,12 @@ class BurstResult:
     peak_tflops: float | None = None
     device_mem_mib: float | None = None
     gpu_mem_used_mib: float | None = None
-    mem_bw_util_pct: float | None = None
+    mem_busy_pct: float | None = None
+    """NVML's memory utilization: the share of *time* device memory was being read or
+    written, not a share of the bandwidth (stored history's ``mem_bw_util_pct`` reads as this)."""
+    loader_device_mem_mib: float | None = None
+    """Device memory the loader's own pools held (DALI's), outside PyTorch's allocator and so
+    outside ``peak_mem_mib``; None where the loader holds none or cannot say."""
     sm_clock_mhz: float | None = None
     throttle_reasons: list[str] = field(default_factory=list)
     cpu_util_pct: float | None = None
@@ -145,6 +161,7 @@ class BurstResult:
     def from_dict(cls, data: dict[str, Any]) -> BurstResult:
         """Rebuild from ``to_dict()`` output (e.g. a history row); unknown keys are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
+        data = {**{new: data[old] for old, new in RENAMED.items() if old in data}, **data}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["knobs"] = Knobs.from_dict(data.get("knobs") or {})
         return cls(**kwargs)
@@ -152,7 +169,8 @@ class BurstResult:
     def summary(self) -> str:
         """One line a person can read."""
         if self.status != "ok":
-            return f"{self.workload} {self.status}: {self.error}"
+            failed = f"{self.workload} {self.status}: {self.error}"
+            return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
         parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
         if self.tokens_per_s is not None:
             parts.append(f"{_num(self.tokens_per_s)} tokens/s")
@@ -163,7 +181,10 @@ class BurstResult:
             parts.append(f"MFU {self.mfu_pct:.1f}%")
         if self.noisy:
             parts.append("NOISY")
-        return ", ".join(parts)
+        line = ", ".join(parts)
+        if self.suspect:
+            line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
+        return line
 
 
 def _finite(value: Any) -> Any:

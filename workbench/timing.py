@@ -6,6 +6,11 @@ took. CUDA events are recorded into the stream and timestamp the device's own ti
 without stopping the host; they are read once, after the window's closing synchronize. On a
 CPU every op runs synchronously and the host clock is the truth.
 
+Which device: events are recorded on the current stream *of the burst's device* and the
+window closes with a synchronize *of that device*. CUDA's current device is per thread and
+defaults to 0, so without naming the device a burst on ``cuda:1`` (or one run from a thread
+whose current device is another GPU) would time an idle GPU and end its window unsynchronized.
+
 What is recorded per optimizer step: the step time (start of one step to start of the next,
 on the device timeline: includes any time the device sat idle waiting for data), the time the
 host was blocked waiting for the next batch (``data_wait``), and the host-to-device copy.
@@ -37,6 +42,8 @@ class StepTimer:
 
     def __init__(self, device: torch.device, clock: Callable[[], float]):
         self._cuda = device.type == "cuda"
+        self._device = device
+        self._stream = torch.cuda.current_stream(device) if self._cuda else None
         self._clock = clock
         self._marks: list[object] = []  # step-start marks: CUDA events or host times
         self._copies: list[tuple[object, object]] = []
@@ -46,7 +53,7 @@ class StepTimer:
     def _mark(self) -> object:
         if self._cuda:
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(self._stream)
             return event
         return self._clock()
 
@@ -72,7 +79,7 @@ class StepTimer:
         """Close the last step and convert marks to milliseconds (after the final sync)."""
         self._marks.append(self._mark())
         if self._cuda:
-            synchronize(torch.device("cuda"))
+            synchronize(self._device)
             pairs = zip(self._marks, self._marks[1:], strict=False)
             self.samples.step_ms = [a.elapsed_time(b) for a, b in pairs]  # type: ignore[attr-defined]
             self.samples.h2d_ms = [a.elapsed_time(b) for a, b in self._copies]  # type: ignore[attr-defined]

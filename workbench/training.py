@@ -10,6 +10,7 @@ a burst never leaves the user's kernel in a different numeric mode.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,11 @@ def micro_step(state: TrainState, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 
 def optimizer_step(state: TrainState) -> None:
+    """One optimizer step. With fp16's GradScaler and an optimizer that is not ``fused``,
+    ``scaler.step`` reads the inf/NaN flag on the host (``.item()``), a device sync per step
+    that bf16 rows do not pay. It stays in the measurement on purpose: a training loop with the
+    same optimizer pays it too. A fused optimizer (``fused=True``) takes the flag on the device
+    and has no such sync."""
     if state.scaler is not None:
         state.scaler.step(state.optimizer)
         state.scaler.update()
@@ -136,7 +142,7 @@ def optimizer_step(state: TrainState) -> None:
 
 @contextlib.contextmanager
 def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
-    """Set TF32 and cudnn.benchmark for the burst; restore the previous values after.
+    """Set TF32 and cudnn.benchmark for the burst; restore the previous values exactly after.
 
     ``fp32`` means IEEE fp32 everywhere: PyTorch's own default lets cuDNN convolutions use
     TF32, which would make "fp32 vs tf32" compare TF32 with TF32 for conv nets.
@@ -159,39 +165,105 @@ def apply_backend_flags(knobs: Knobs) -> dict[str, Any]:
     no-op in effect on a CPU. Returns what was set.
     """
     fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
-    _write_flags(fp32_mode, knobs.cudnn_benchmark)
+    _write_flags(fp32_mode == "tf32", knobs.cudnn_benchmark)
     return {"fp32_precision": fp32_mode, "cudnn_benchmark": knobs.cudnn_benchmark}
+
+
+# Why both TF32 APIs are written: since torch 2.9 the fp32 math mode has a new per-backend API
+# (``torch.backends.cuda.matmul.fp32_precision = "tf32"``) beside the legacy one
+# (``torch.set_float32_matmul_precision``, ``cudnn.allow_tf32``). Setting only the new one
+# leaves the legacy state behind, and the legacy readers then *raise* ("mix of the legacy and
+# new APIs"): ``torch.get_float32_matmul_precision()``, which Inductor's max-autotune and our
+# matmul ceiling call, and ``allow_tf32``. Writing the legacy switches first and the new
+# per-operator ones after keeps every reader coherent, and the new ones also override a
+# generic ``torch.backends.fp32_precision`` a user may have set.
+_NEW_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def _new_api_objects() -> dict[str, Any]:
+    """Every object with an ``fp32_precision`` switch: the legacy setters write some of them
+    (``set_float32_matmul_precision`` also sets oneDNN's matmul), so all are saved."""
+    b = torch.backends
+    found = {
+        "generic": b, "cuda.matmul": b.cuda.matmul, "cudnn": b.cudnn, "cudnn.conv": b.cudnn.conv,
+        "cudnn.rnn": b.cudnn.rnn, "mkldnn": b.mkldnn, "mkldnn.matmul": b.mkldnn.matmul,
+        "mkldnn.conv": b.mkldnn.conv, "mkldnn.rnn": b.mkldnn.rnn,
+    }  # fmt: skip
+    return {name: obj for name, obj in found.items() if hasattr(obj, "fp32_precision")}
+
+
+def _read_or_none(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except RuntimeError:  # the legacy reader refuses a mixed state
+        return None
 
 
 def _read_flags() -> dict[str, Any]:
     b = torch.backends
-    if hasattr(b.cuda.matmul, "fp32_precision"):
-        flags = {"matmul": b.cuda.matmul.fp32_precision, "conv": b.cudnn.conv.fp32_precision}
-    else:  # torch < 2.9: the legacy switches
-        flags = {"matmul_tf32": b.cuda.matmul.allow_tf32, "conv_tf32": b.cudnn.allow_tf32}
-    flags["benchmark"] = b.cudnn.benchmark
+    flags: dict[str, Any] = {
+        "legacy_matmul": _read_or_none(torch.get_float32_matmul_precision),
+        "legacy_cudnn": _read_or_none(lambda: b.cudnn.allow_tf32),
+        "benchmark": b.cudnn.benchmark,
+        "readers": precision_state(),
+    }
+    if _NEW_API:
+        flags["new"] = {n: o.fp32_precision for n, o in _new_api_objects().items()}
     return flags
 
 
-def _write_flags(fp32_mode: str, benchmark: bool) -> None:
+def _write_flags(tf32: bool, benchmark: bool) -> None:
     b = torch.backends
-    if hasattr(b.cuda.matmul, "fp32_precision"):
-        b.cuda.matmul.fp32_precision = fp32_mode
-        b.cudnn.conv.fp32_precision = fp32_mode
-    else:
-        b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = fp32_mode == "tf32"
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    b.cudnn.allow_tf32 = tf32
+    if _NEW_API:
+        mode = "tf32" if tf32 else "ieee"
+        b.cuda.matmul.fp32_precision = mode
+        b.cudnn.conv.fp32_precision = b.cudnn.rnn.fp32_precision = mode
     b.cudnn.benchmark = benchmark
 
 
 def _restore_flags(saved: dict[str, Any]) -> None:
+    """Legacy switches first (they also write some per-operator ones), then every per-operator
+    value as it was: the user's own setting comes back exactly, whichever API made it.
+
+    A user who set only the new API is in a state the legacy readers refuse, so the legacy
+    values cannot be read; the candidates are tried until every reader reads as before (the
+    first, torch's default "highest", is what such a user has)."""
     b = torch.backends
-    if "matmul" in saved:
-        b.cuda.matmul.fp32_precision = saved["matmul"]
-        b.cudnn.conv.fp32_precision = saved["conv"]
-    else:
-        b.cuda.matmul.allow_tf32 = saved["matmul_tf32"]
-        b.cudnn.allow_tf32 = saved["conv_tf32"]
-    b.cudnn.benchmark = saved["benchmark"]
+    matmuls = [saved["legacy_matmul"]] if saved["legacy_matmul"] else ["highest", "high", "medium"]
+    cudnns = [saved["legacy_cudnn"]] if saved["legacy_cudnn"] is not None else [True, False]
+    for matmul, cudnn in itertools.product(matmuls, cudnns):
+        torch.set_float32_matmul_precision(matmul)
+        b.cudnn.allow_tf32 = cudnn
+        for name, obj in _new_api_objects().items():
+            if name in saved.get("new", {}):
+                obj.fp32_precision = saved["new"][name]
+        b.cudnn.benchmark = saved["benchmark"]
+        if precision_state() == saved["readers"]:
+            return
+
+
+def precision_state() -> dict[str, Any]:
+    """What every reader of the fp32 math mode and of cudnn.benchmark returns now, as a user's
+    code (or Inductor) would read it; a reader that raises reads as ``"error: ..."``. Equal
+    before and after a burst, or the burst changed the user's numerics (a self-check)."""
+    b = torch.backends
+    readers: dict[str, Callable[[], Any]] = {
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+        "cuda.matmul.allow_tf32": lambda: b.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+        "cudnn.benchmark": lambda: b.cudnn.benchmark,
+    }
+    for name, obj in _new_api_objects().items():
+        readers[f"{name}.fp32_precision"] = lambda obj=obj: obj.fp32_precision
+    state: dict[str, Any] = {}
+    for name, read in readers.items():
+        try:
+            state[name] = read()
+        except RuntimeError as exc:
+            state[name] = f"error: {str(exc).splitlines()[0][:80]}"
+    return state
 
 
 def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
