@@ -25,6 +25,24 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_HISTORY", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _workload_registry():
+    """Workloads a test registers by name are gone after it: no test sees another's."""
+    from workbench import workloads
+
+    saved = dict(workloads._REGISTRY)
+    yield
+    workloads._REGISTRY.clear()
+    workloads._REGISTRY.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_nccl(monkeypatch):
+    """NVIDIA's containers set NCCL_* variables; tests assert on the ones they set."""
+    for name in [n for n in os.environ if n.startswith("NCCL_")]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """A small data root (images/ and tokens/) shared by the whole session."""
