@@ -13,7 +13,7 @@ CONTRACT_FIELDS = {
     "status", "error", "workload", "device", "knobs", "samples_per_s", "tokens_per_s",
     "step_ms_p50", "step_ms_iqr", "steps", "measured_s", "warmup_s", "data_wait_pct",
     "peak_mem_mib", "peak_reserved_mib", "gpu_util_pct", "power_w", "temp_c", "mfu_pct",
-    "noisy", "no_effect",
+    "noisy", "no_effect", "suspect",
 }
 # fmt: on
 
@@ -39,6 +39,7 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
     assert set(doc) >= CONTRACT_FIELDS, f"missing: {CONTRACT_FIELDS - set(doc)}"
     # unknown is null, never 0: a CPU has no GPU figures, an image workload has no tokens
     assert [doc[k] for k in ("tokens_per_s", "power_w", "temp_c", "mfu_pct")] == [None] * 4
+    assert doc["suspect"] == []  # every self-check passed
     h = _run("history", "--store", str(store), "--json")
     assert h.returncode == 0
     rows = json.loads(h.stdout)
@@ -220,3 +221,11 @@ def test_ctrl_c_in_a_terminal_stops_a_data_build_without_a_traceback(tmp_path):
     assert code == 130, err
     assert "Traceback" not in err
     assert alive == []
+
+
+def test_a_suspect_burst_says_so_in_the_text_output():
+    from workbench.cli import _format_result
+    from workbench.results import BurstResult
+
+    r = BurstResult(workload="cnn", suspect=["the step times add up to 1 ms but ..."])
+    assert "SUSPECT            the step times add up to 1 ms but ..." in _format_result(r.to_dict())

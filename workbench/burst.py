@@ -46,7 +46,7 @@ import torch
 
 from workbench import compiler, hardware
 from workbench.coordinator import Coordinator, Solo
-from workbench.failures import cuda_health, describe_error, is_oom_error, note_failure  # noqa: F401 (dist_worker imports them from here)
+from workbench.failures import cuda_health, is_oom_error, note_failure
 from workbench.knobs import KnobError, Knobs
 from workbench.loaders import BatchStream, build_loader
 from workbench.nccl import flags as nccl_flags

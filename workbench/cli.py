@@ -200,8 +200,9 @@ _SHOWN = [
     ("status", ""), ("error", ""), ("workload", ""), ("device", ""), ("device_name", ""),
     ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_ms_p50", "ms"),
     ("step_ms_iqr", "ms"), ("noisy", ""), ("steps", ""), ("measured_s", "s"), ("warmup_s", "s"),
-    ("compile_s", "s"), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
-    ("peak_reserved_mib", "MiB"), ("gpu_util_pct", "%"), ("power_w", "W"), ("temp_c", "C"),
+    ("compile_s", "s"), ("compile_graphs", ""), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
+    ("peak_reserved_mib", "MiB"), ("loader_device_mem_mib", "MiB"), ("gpu_util_pct", "%"),
+    ("power_w", "W"), ("temp_c", "C"),
     ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("telemetry", ""),
 ]  # fmt: skip
 
@@ -212,6 +213,8 @@ def _format_result(d: dict[str, Any]) -> str:
     lines.append(f"{'knobs':<18} {changed}")
     for knob, why in (d.get("no_effect") or {}).items():
         lines.append(f"{'no effect':<18} {knob}: {why}")
+    for problem in d.get("suspect") or []:
+        lines.append(f"{'SUSPECT':<18} {problem}")
     for name, why in (d.get("nccl_flags") or {}).items():
         lines.append(f"{'note':<18} {name}: {why}")
     for row in d.get("ranks") or []:
@@ -471,7 +474,7 @@ def _cmd_comm(args: argparse.Namespace) -> int:
 
         plots.save(plots.comm(res.frame()), args.plot)
     print(json.dumps(res.to_dict()) if args.json else res.table())
-    return EXIT_OK if res.ok else EXIT_FAILED
+    return EXIT_OK if res.ok and not res.suspect else EXIT_FAILED  # a wrong sum is a failure
 
 
 _COMMANDS = {

@@ -34,7 +34,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from workbench import hardware
-from workbench.burst import BurstPlan, BurstProgress, describe_error, is_oom_error, measure_here
+from workbench.burst import BurstPlan, BurstProgress, measure_here
+from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import Knobs
 from workbench.launch import EventLog, JobSpec, backend_for
 from workbench.training import DDP_KNOBS
