@@ -41,6 +41,13 @@ def test_cpu_ranks_share_the_host_so_memory_adds_up_and_tokens_follow_samples():
     assert out["mfu_pct"] is None
 
 
+def test_a_ranks_failed_self_check_is_the_jobs_and_names_the_rank():
+    rows = [_row(0, 80, 1.0, 300.0, 0.0), _row(1, 80, 1.0, 310.0, 0.0)]
+    rows[1]["suspect"] = ["the result names cuda:1 but the model ran on cuda:0"]
+    out = merge_ranks(dict(RANK0, suspect=[]), rows, "nccl", "cuda")
+    assert out["suspect"] == ["rank 1: the result names cuda:1 but the model ran on cuda:0"]
+
+
 def test_a_killed_launcher_is_dead_to_its_ranks_even_before_it_is_reaped():
     # A killed kernel stays a zombie until its parent waits for it; signal 0 still answers.
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -227,6 +227,7 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
         "gpu_util_pct": r.gpu_util_pct,
         "power_w": r.power_w,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "suspect": list(r.suspect),
     }
 
 
@@ -253,6 +254,7 @@ def merge_ranks(
     waits = [row["data_wait_pct"] for row in rows if row["data_wait_pct"] is not None]
     out["data_wait_pct"] = sum(waits) / len(waits) if waits else None
     _merge_flops(out, len(rows))
+    out["suspect"] = [f"rank {row['rank']}: {p}" for row in rows for p in row.get("suspect", [])]
     return out
 
 
