@@ -9,6 +9,14 @@ clipped to the ``workbench.window`` mark. The host's parts are made disjoint in 
 nothing runs asynchronously), then *running operators*; the rest is *other* (Python, framework
 glue, starting a new epoch's workers). *Device busy* is the union of kernels, copies and memsets
 on the GPU; on a CPU the operators run on the host itself, so it equals the operator share.
+
+Marks (the window, the steps, the DataLoader's waits) are read from the host's annotations
+only (category ``user_annotation``). On CUDA, Kineto also writes a ``gpu_user_annotation``
+twin of every ``record_function`` range under which kernels or copies were launched: same
+name, on the GPU stream's row, spanning the first to the last of that work on the device
+(``GenericActivityProfiler::GpuUserEventMap``). Counted too, each step would count twice
+(half the ``step_ms``), and a DataLoader range's twin would add device time to the host's
+"loading data".
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ WINDOW_MARK = "workbench.window"
 STEP_MARK = "workbench.step#"
 DRAIN_MARK = "workbench.window-end"  # after the last step: the closing synchronize
 DATA_MARK = "enumerate(DataLoader)#"  # torch.utils.data annotates every __next__ with this
+# record_function ranges on the host; on CUDA, Kineto adds "gpu_user_annotation" twins
+HOST_MARK_CATEGORY = "user_annotation"
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _NOT_OPERATORS = (WINDOW_MARK, STEP_MARK, DRAIN_MARK, DATA_MARK, "ProfilerStep#", "Optimizer.")
@@ -132,7 +142,7 @@ def time_shares(events: Sequence[dict[str, Any]], device_type: str) -> TimeShare
     the device, then operators); the rest is "other". Intervals are clipped to the window.
     """
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e and "ts" in e]
-    marks = [e for e in complete if e.get("name") == WINDOW_MARK]
+    marks = [e for e in complete if _is_host_mark(e) and e.get("name") == WINDOW_MARK]
     if marks:
         window = _span(marks[0])
     else:
@@ -146,7 +156,7 @@ def time_shares(events: Sequence[dict[str, Any]], device_type: str) -> TimeShare
     def union(pick: Callable[[dict[str, Any]], bool]) -> list[Interval]:
         return _merge(_clip((_span(e) for e in complete if pick(e)), window))
 
-    data = union(lambda e: str(e.get("name", "")).startswith(DATA_MARK))
+    data = union(lambda e: _is_host_mark(e, DATA_MARK))
     sync = union(lambda e: e.get("cat") in _RUNTIME_CATEGORIES and _is_sync(e)) if cuda else []
     ops = union(lambda e: e.get("cat") == "cpu_op")
     busy = union(lambda e: e.get("cat") in DEVICE_CATEGORIES) if cuda else []
@@ -160,7 +170,7 @@ def time_shares(events: Sequence[dict[str, Any]], device_type: str) -> TimeShare
     wait_pct = _total(wait) * pct if cuda else None
     ops_pct = _total(running) * pct
     other = max(0.0, 100.0 - data_pct - (wait_pct or 0.0) - ops_pct)
-    steps = sum(1 for e in complete if str(e.get("name", "")).startswith(STEP_MARK))
+    steps = sum(1 for e in complete if _is_host_mark(e, STEP_MARK))
     return TimeShares(
         window_ms=length / 1e3,
         steps=steps,
@@ -171,6 +181,12 @@ def time_shares(events: Sequence[dict[str, Any]], device_type: str) -> TimeShare
         device_busy_pct=(_total(busy) * pct if seen_device else None) if cuda else ops_pct,
         device_type="cuda" if cuda else "cpu",
     )
+
+
+def _is_host_mark(event: dict[str, Any], prefix: str = "") -> bool:
+    """A ``record_function`` range on the host named ``prefix...``, not its GPU twin."""
+    name = str(event.get("name", ""))
+    return event.get("cat") == HOST_MARK_CATEGORY and name.startswith(prefix)
 
 
 def _is_sync(event: dict[str, Any]) -> bool:
@@ -233,6 +249,7 @@ def empty_shares() -> pd.DataFrame:
 __all__ = [
     "DATA_MARK",
     "DRAIN_MARK",
+    "HOST_MARK_CATEGORY",
     "STEP_MARK",
     "WINDOW_MARK",
     "TimeShares",
