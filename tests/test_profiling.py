@@ -7,12 +7,16 @@ import json
 import random
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import workbench as wb
+from workbench.burst import BurstProgress
 from workbench.knobs import KnobError
 from workbench.profile_analysis import (
     DATA_MARK,
@@ -24,7 +28,9 @@ from workbench.profile_analysis import (
     time_shares,
     top_operators,
 )
-from workbench.profiling import _check_single_process, nsys_command
+from workbench.profiling import _check_single_process, _Recorder, nsys_command
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +88,7 @@ def test_trace_is_valid_chrome_json_with_the_window_marked(cpu_profile):
     names = [e.get("name", "") for e in events]
     assert names.count(WINDOW_MARK) == 1
     steps = [n for n in names if n.startswith(STEP_MARK)]
-    assert len(steps) == cpu_profile.shares.steps
+    assert len(steps) == cpu_profile.shares.steps == cpu_profile.burst.steps  # every step
     assert any(e.get("cat") == "cpu_op" and e.get("ph") == "X" for e in events)
     assert any(n.startswith(DATA_MARK) for n in names)
     assert str(path) in cpu_profile.summary()
@@ -116,7 +122,7 @@ def test_profiling_does_not_record_by_default(cpu_profile):
     [
         ({"knobs": wb.Knobs(world_size=2)}, "world_size"),
         ({"top": 0}, "top"),
-        ({"min_steps": 1}, "min_steps"),
+        ({"min_steps": 0}, "min_steps"),
         ({"seconds": 0}, "seconds"),
         ({"trace": "trace.txt"}, "trace"),
     ],
@@ -137,7 +143,141 @@ def test_nccl_variables_are_refused_on_a_gpu_only():
     assert err.value.knob == "nccl"
 
 
+# -- the profiler's start: before the window, which it profiles whole --------------------------
+
+
+def _spy_on_the_profiler(monkeypatch, log):
+    """Log when torch.profiler prepares (Kineto/CUPTI start: the expensive part), starts and
+    stops recording, on the host clock the burst uses."""
+    for name in ("prepare_trace", "start_trace", "stop_trace"):
+        real = getattr(torch.profiler.profile, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            log.append((_name, time.perf_counter(), None))
+            out = _real(self, *args, **kwargs)
+            log.append((f"{_name} done", time.perf_counter(), None))
+            return out
+
+        monkeypatch.setattr(torch.profiler.profile, name, spy)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_profiler_starts_before_the_window_and_profiles_every_step(
+    device, tiny_data, tmp_path, monkeypatch
+):
+    log: list = []
+    _spy_on_the_profiler(monkeypatch, log)
+
+    def progress(report: BurstProgress) -> None:
+        log.append((report.phase, time.perf_counter(), report))
+
+    p = wb.profile_burst("cnn", wb.Knobs(batch_size=8), seconds=0.2, min_steps=3,
+                         warmup_steps=2, device=device, data_dir=tiny_data,
+                         trace=tmp_path / "t.json", progress=progress)  # fmt: skip
+    assert p.ok, p.error
+    at = {name: t for name, t, _ in reversed(log)}  # first time each name was logged
+    done = next(r for name, _, r in log if name == "done")  # sent once the window's clock stopped
+    window_start = at["done"] - done.elapsed_s  # the burst's clock is perf_counter
+    warmup = [t for name, t, r in log if name == "warmup"]
+    # Kineto's start runs between the two warm-up steps, so the last one runs under the tracer
+    assert warmup[0] <= at["prepare_trace"] and at["prepare_trace done"] <= warmup[1]
+    assert at["start_trace done"] <= window_start  # recording starts before the clock does
+    assert at["stop_trace"] >= at["done"]  # and stops after it stopped
+    assert p.profiler_start_ms is not None and p.profiler_start_ms > 0
+    events = json.loads(p.trace_path.read_text())["traceEvents"]
+    marks = [e for e in events if e.get("cat") == "user_annotation"]
+    assert len([e for e in marks if e["name"].startswith(STEP_MARK)]) == p.burst.steps
+    assert p.shares.steps == p.burst.steps == done.steps  # the window's every step, once
+
+
+def test_a_profiler_started_on_the_bursts_thread_is_ended_from_the_callers(capfd):
+    """A failed burst sends no ``done``, so the caller stops the profiler, from another thread
+    than the burst's own. torch finds no session of that thread's to stop there, and Kineto's
+    stayed open (CUPTI tracing every later burst on a GPU) until the next profile cancelled it,
+    which torch reports as a disable that found no session."""
+    rec = _Recorder(torch.device("cpu"), 1.0, 1, 0, None)
+
+    def burst_thread() -> None:
+        rec(BurstProgress("setup", 0.0, 1.0, 0))  # prepared
+        rec.window_edge()  # recording; then the step fails: no more reports
+
+    thread = threading.Thread(target=burst_thread)
+    thread.start()
+    thread.join()
+    rec.finish()
+    capfd.readouterr()
+    with torch.profiler.profile() as prof:  # the next profile here finds no session to cancel
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    assert "no active profiling session" not in capfd.readouterr().err
+    assert "aten::mm" in {e.key for e in prof.key_averages()}
+
+
+def test_a_burst_that_fails_in_the_window_leaves_no_profiler_running(tmp_path, capfd):
+    from workloads_for_tests import tensor_workload
+
+    calls = itertools.count()
+
+    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if next(calls) == 2:  # the warm-up step and the window's first step pass
+            raise RuntimeError("the second step fails")
+        return torch.nn.functional.cross_entropy(output, target)
+
+    base = tensor_workload()
+    failing = wb.Workload(name="fails", model=base.model, dataset=base.dataset, loss=loss)
+    p = wb.profile_burst(failing, seconds=0.2, min_steps=3, warmup_steps=1, device="cpu",
+                         trace=tmp_path / "t.json")  # fmt: skip
+    assert p.status == "error" and "the second step fails" in p.error and p.shares is None
+    capfd.readouterr()
+    with torch.profiler.profile() as prof:  # finds no session left open to cancel
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    assert "no active profiling session" not in capfd.readouterr().err
+    assert "aten::mm" in {e.key for e in prof.key_averages()}
+
+
 # -- time shares from a trace: the CUDA arithmetic, checked without a GPU ----------------------
+
+
+def _kineto_cuda_events() -> list[dict]:
+    """A CUDA trace as Kineto writes it (tests/fixtures/kineto_cuda_trace.json): three steps of
+    1 ms in a 3 ms window, the last 0.1 ms its closing cudaDeviceSynchronize. Each step: 0.1 ms
+    in the DataLoader, a copy and two forward kernels launched from the main thread, a
+    backward kernel from the autograd thread, the optimizer's kernel; the device is busy
+    0.15-0.9 ms of each step. Kineto's gpu_user_annotation twins of the step and optimizer
+    ranges sit on the stream's row, spanning the work launched under them."""
+    return json.loads((FIXTURES / "kineto_cuda_trace.json").read_text())["traceEvents"]
+
+
+def test_kinetos_gpu_twins_of_the_step_marks_do_not_count_as_steps():
+    events = _kineto_cuda_events()
+    twins = {e["name"] for e in events if e.get("cat") == "gpu_user_annotation"}
+    assert twins == {f"{STEP_MARK}0", f"{STEP_MARK}1", f"{STEP_MARK}2", "Optimizer.step#SGD.step"}
+    s = time_shares(events, "cuda")
+    assert s.steps == 3 and s.window_ms == pytest.approx(3.0)
+    assert s.step_ms == pytest.approx(1.0)  # not 0.5: each step counted once
+    assert s.data_pct == pytest.approx(10.0)
+    assert s.device_wait_pct == pytest.approx(3.0)
+    assert s.ops_pct == pytest.approx(52.0)  # 40 + 240 + 180 (autograd thread) + 60 us a step
+    assert s.other_pct == pytest.approx(35.0)
+    assert s.device_busy_pct == pytest.approx(75.0)  # twins are not device work either
+
+
+def test_a_data_loader_ranges_gpu_twin_is_not_loading_time():
+    """A collate_fn that runs kernels (num_workers=0) gives the DataLoader's range a twin on
+    the device, later than the host's range: device time, not the host loading data."""
+    next_batch = DATA_MARK + "_SingleProcessDataLoaderIter.__next__"
+    events = [
+        _x(WINDOW_MARK, "user_annotation", 0, 1000),
+        _x(f"{STEP_MARK}0", "user_annotation", 0, 1000),
+        _x(next_batch, "user_annotation", 0, 200),
+        _x("cudaLaunchKernel", "cuda_runtime", 100, 10),
+        _x("aten::mm", "cpu_op", 300, 400),
+        _x("collate kernel", "kernel", 250, 200, tid=7),
+        _x(next_batch, "gpu_user_annotation", 250, 200, tid=7),
+    ]
+    s = time_shares(events, "cuda")
+    assert s.data_pct == pytest.approx(20.0)  # the host's 0..200 only
+    assert s.ops_pct == pytest.approx(40.0)  # 300..700: none of it taken for loading data
+    assert s.steps == 1 and s.device_busy_pct == pytest.approx(20.0)
 
 
 def _x(name, cat, ts, dur, tid=1):
@@ -313,6 +453,10 @@ def test_gpu_profile_sees_kernels(tiny_data, tmp_path):
     assert p.operators.attrs["sort_by"] == "device_ms" and p.operators["device_ms"].iloc[0] > 0
     events = json.loads(p.trace_path.read_text())["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events)
+    steps = [e for e in events if str(e.get("name", "")).startswith(STEP_MARK)]
+    host = [e for e in steps if e.get("cat") == "user_annotation"]
+    assert s.steps == len(host) == p.burst.steps  # Kineto's gpu twins in `steps` not counted
+    assert s.step_ms == pytest.approx(s.window_ms / p.burst.steps)
 
 
 def test_profile_chart_is_a_pure_function_of_its_frames():

@@ -1,8 +1,15 @@
 """``profile_burst``: where the time of a training step goes, measured by torch.profiler.
 
-The burst is the engine's own (``run_burst``: same loader, model, optimizer and warm-up); the
-profiler is switched on only for the measured window, from the end of its first step (set-up,
-warm-up and the FLOP count are outside it) to its closing synchronize. Three things come out:
+The burst is the engine's own (``run_burst``'s loop: same loader, model, optimizer and
+warm-up), and the profiled window is exactly its measured window: every step of it, from the
+opening synchronize to the closing one (set-up, warm-up and the FLOP count are outside it).
+
+The profiler's start-up is not. Its first start initialises Kineto and, on a GPU, CUPTI (tens
+to hundreds of milliseconds), and the first steps traced after it run slower while the tracer
+warms up (Kineto's own comment says so, ``GenericActivityProfiler::configure``). So the
+profiler is prepared (torch.profiler's *warmup* action: CUPTI on, nothing kept) before the
+burst's last warm-up step, and only switched to recording where the window opens. Three
+things come out:
 
 - **Top operators by self time** (``torch.profiler``'s own ``key_averages``): host self time
   of each operator, and on CUDA the device time of the kernels it launched, which is what the
@@ -25,6 +32,7 @@ import json
 import os
 import shlex
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +43,16 @@ import pandas as pd
 import torch
 
 from workbench import hardware
-from workbench.burst import BurstProgress, check_burst_args, run_burst
+from workbench.burst import (
+    BurstInterrupted,
+    BurstPlan,
+    BurstProgress,
+    check_burst_args,
+    measure_here,
+    record_result,
+    run_burst,
+)
+from workbench.coordinator import Solo
 from workbench.knobs import KnobError, Knobs
 from workbench.profile_analysis import (
     DRAIN_MARK,
@@ -49,6 +66,8 @@ from workbench.profile_analysis import (
     top_operators,
 )
 from workbench.results import BurstResult
+from workbench.signals import graceful_sigint
+from workbench.slot import exclusive
 from workbench.workloads import Workload, default_workload_name, resolve_workload
 
 if TYPE_CHECKING:
@@ -72,6 +91,8 @@ class ProfileResult:
     trace_path: Path | None
     nsys_command: str
     notes: list[str] = field(default_factory=list)
+    profiler_start_ms: float | None = None
+    """The profiler's one-off start (Kineto, CUPTI on a GPU), paid before the window."""
 
     @property
     def ok(self) -> bool:
@@ -112,6 +133,7 @@ class ProfileResult:
                 f"    {row.operator:<40} {row.self_ms:9.1f} ms self ({row.self_pct:4.1f}%)"
                 f"{dev}, {row.calls} calls"
             )
+        lines.append(f"  profiler start-up {_num(self.profiler_start_ms)} ms, before the window")
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"trace: {self.trace_path}  (open in https://ui.perfetto.dev)")
         lines.append(f"nsys:  {self.nsys_command}")
@@ -137,6 +159,7 @@ class ProfileResult:
             "trace_path": str(self.trace_path) if self.trace_path else None,
             "nsys_command": self.nsys_command,
             "notes": list(self.notes),
+            "profiler_start_ms": self.profiler_start_ms,
             "burst": self.burst.to_dict(),
         }
 
@@ -166,9 +189,6 @@ def profile_burst(
     ``nsys profile`` line should run. Bad input raises a KnobError naming it, before any work.
     """
     check_burst_args(seconds, min_steps, warmup_steps)
-    if min_steps < 2:
-        raise KnobError("min_steps", min_steps, "an integer >= 2 (the window's first step is "
-                        "not profiled: it starts the profiler)")  # fmt: skip
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise KnobError("top", top, "an integer >= 1 (operators kept in the table)")
     knobs = Knobs() if knobs is None else knobs
@@ -189,14 +209,33 @@ def profile_burst(
         script=script,
         output=trace_path.with_suffix(""),
     )
-    recorder = _Recorder(dev, seconds, min_steps, progress)
+    recorder = _Recorder(dev, seconds, min_steps, warmup_steps, progress)
+    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel or threading.Event(), recorder,
+                     time.perf_counter, _WindowEdges(recorder))  # fmt: skip
     try:
-        burst = run_burst(wl, knobs, seconds=seconds, min_steps=min_steps,
-                          warmup_steps=warmup_steps, device=dev, record=record, store=store,
-                          cancel=cancel, progress=recorder)  # fmt: skip
+        burst = _run_profiled(wl, knobs, dev, plan, record=record, store=store)
     finally:
         recorder.finish()
     return _result(wl, knobs, dev, burst, recorder, trace_path, top, nsys)
+
+
+def _run_profiled(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, *, record: bool, store: object
+) -> BurstResult:
+    """``run_burst`` for one process, with ``plan``'s coordinator telling the profiler where
+    the window opens and closes: the same loop (``measure_here``), burst slot, Ctrl-C handling
+    and history. (A progress callback hears of a step only after it ran: too late to profile
+    the window's first step, or to keep the profiler's start out of the window.)"""
+    with exclusive(plan.stop) as got, graceful_sigint(plan.stop) as sigint:
+        burst = measure_here(wl, knobs, dev, plan) if got else None
+    if burst is None:  # superseded while it waited for the slot: run_burst says so, records it
+        return run_burst(wl, knobs, seconds=plan.seconds, min_steps=plan.min_steps,
+                         warmup_steps=plan.warmup_steps, device=dev, record=record,
+                         store=store, cancel=plan.stop)  # fmt: skip
+    record_result(burst, record, store)
+    if sigint.fired:
+        raise BurstInterrupted(burst)
+    return burst
 
 
 def _check_single_process(knobs: Knobs, dev: torch.device) -> None:
@@ -237,44 +276,76 @@ def _trace_path(trace: str | Path | None, workload: str) -> Path:
 
 
 class _Recorder:
-    """The burst's progress callback that switches the profiler on for the window.
+    """The burst's progress callback that prepares the profiler and marks the window's steps.
 
-    ``measuring`` is reported after each step of the window: the first report starts the
-    profiler, the following ones close one step mark and open the next. The step whose report
+    Prepared (Kineto/CUPTI started, nothing kept) where the burst's last warm-up step begins,
+    so that step runs under the warm tracer; before the burst's set-up when it has at most one
+    warm-up step. Recording starts at the window's opening edge (``window_edge``, from the
+    coordinator's barrier, after the opening synchronize), where step mark 0 opens; each
+    ``measuring`` report, sent after a step, closes its mark and opens the next. The step that
     meets the burst's stop rule (``seconds`` elapsed and ``min_steps`` done) is the last, so
-    what follows it is marked as the window's end (the closing synchronize). ``done`` stops.
+    what follows it is marked as the window's end (the closing synchronize), up to the closing
+    edge. ``done``, sent after the burst has read its clock, stops the profiler.
     """
 
-    def __init__(self, dev: torch.device, seconds: float, min_steps: int, inner: Any) -> None:
+    def __init__(
+        self, dev: torch.device, seconds: float, min_steps: int, warmup_steps: int, inner: Any
+    ) -> None:
         self.cuda = dev.type == "cuda"
-        self.seconds, self.min_steps, self.inner = seconds, min_steps, inner
+        self.seconds, self.min_steps, self.warmup_steps = seconds, min_steps, warmup_steps
+        self.inner = inner
         self.prof: torch.profiler.profile | None = None
+        self.start_ms: float | None = None  # the profiler's one-off start (prepare)
         self.steps = 0
+        self.window = "before"  # before -> open -> closed
         self._marks: list[Any] = []  # open record_function contexts, innermost last
+        self._thread: int | None = None  # the thread that started the profiler
         self.stopped = False
 
     def __call__(self, p: BurstProgress) -> None:
         if self.inner is not None:
             self.inner(p)
-        if p.phase == "measuring" and not self.stopped:
-            if self.prof is None:
-                self._start()
-            else:
-                self._close_mark()
-                self.steps += 1
+        if self.stopped:
+            return
+        before_last_warmup = p.steps == self.warmup_steps - 1
+        if (p.phase == "warmup" and before_last_warmup) or (
+            p.phase == "setup" and self.warmup_steps <= 1
+        ):
+            self._prepare()
+        elif p.phase == "measuring" and self.window == "open":
+            self._close_mark()
+            self.steps += 1
             last = p.elapsed_s >= self.seconds and p.steps >= self.min_steps
             self._open_mark(DRAIN_MARK if last else f"{STEP_MARK}{self.steps}")
         elif p.phase == "done":
             self.finish()
 
-    def _start(self) -> None:
+    def window_edge(self) -> None:
+        """The window opens (first call) or closes (second): marks only, no clock is read."""
+        if self.window == "before" and not self.stopped:
+            self._prepare()
+            assert self.prof is not None
+            self.prof.step()  # warm-up -> record: torch.profiler's start_trace
+            self._open_mark(WINDOW_MARK)
+            self._open_mark(f"{STEP_MARK}0")
+            self.window = "open"
+        elif self.window == "open":
+            while self._marks:
+                self._close_mark()
+            self.window = "closed"
+
+    def _prepare(self) -> None:
+        if self.prof is not None:
+            return
         _quiet_kineto(self.cuda)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.prof = torch.profiler.profile(activities=activities)
-        self.prof.start()
-        self._open_mark(WINDOW_MARK)
+        self.prof = torch.profiler.profile(activities=activities, schedule=_warm_then_record)
+        self._thread = threading.get_ident()
+        t0 = time.perf_counter()
+        self.prof.start()  # schedule step 0 is WARMUP: prepare_trace, the expensive part
+        self.start_ms = (time.perf_counter() - t0) * 1e3
 
     def _open_mark(self, name: str) -> None:
         mark = torch.profiler.record_function(name)
@@ -286,14 +357,52 @@ class _Recorder:
             self._marks.pop().__exit__(None, None, None)
 
     def finish(self) -> None:
-        """Close the marks and stop the profiler (idempotent; also after a failed burst)."""
+        """Close the marks and stop the profiler (idempotent; also after a failed burst).
+
+        torch keeps a profiler's state per thread: stopped from another thread than the one
+        that started it (the burst's own thread, when a failed burst sent no ``done``), it
+        finds nothing to stop and leaves Kineto's session, CUPTI tracing included, running
+        into every later burst. A short profile on this thread then ends it: starting a
+        session resets Kineto's, stopping it switches CUPTI off.
+        """
         if self.stopped:
             return
         self.stopped = True
         while self._marks:
             self._close_mark()
-        if self.prof is not None:
+        if self.prof is None:
+            return
+        if self._thread == threading.get_ident():
             self.prof.stop()
+        else:
+            _end_stray_session(self.cuda)
+
+
+class _WindowEdges(Solo):
+    """One process (nothing to agree on), whose two barriers, where the burst's window opens
+    (after its opening synchronize, before its clock starts) and closes (after the closing
+    synchronize, before its clock stops), switch the profiled window on and off."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+
+    def barrier(self) -> None:
+        self.recorder.window_edge()
+
+
+def _end_stray_session(cuda: bool) -> None:
+    """Start and stop an empty profile here, ending a session another thread left open."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities):
+        pass
+
+
+def _warm_then_record(step: int) -> torch.profiler.ProfilerAction:
+    """torch.profiler's schedule: ``start()`` (step 0) only warms up; ``step()`` records."""
+    action = torch.profiler.ProfilerAction
+    return action.WARMUP if step == 0 else action.RECORD
 
 
 def _quiet_kineto(cuda: bool) -> None:
@@ -325,6 +434,7 @@ def _result(
         operators=empty_operators(),
         trace_path=None,
         nsys_command=nsys,
+        profiler_start_ms=rec.start_ms,
     )
     if burst.status != "ok" or rec.prof is None or rec.steps == 0:
         if burst.status == "ok":  # cancelled before a whole step was profiled
