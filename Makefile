@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint format data bench gpu-check clean
+.PHONY: lab test lint format data bench gpu-check gpu-session clean
 
 # The dali extra installs NVIDIA DALI where it has wheels (Linux x86_64; its markers skip it
 # elsewhere), so the DALI tests run on its CPU pipeline, GPU or not.
@@ -43,6 +43,10 @@ bench: $(STAMP)
 
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py
+
+# On a lent GPU box: the machine's own Python (no venv, no UI packages), under 6 minutes.
+gpu-session:
+	bash benchmarks/gpu_session.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
