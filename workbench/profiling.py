@@ -4,9 +4,10 @@ The burst is the engine's own (``run_burst``'s loop: same loader, model, optimiz
 warm-up), and the profiled window is exactly its measured window: every step of it, from the
 opening synchronize to the closing one (set-up, warm-up and the FLOP count are outside it).
 
-The profiler's start-up is not. Its first start initialises Kineto and, on a GPU, CUPTI (tens
-to hundreds of milliseconds), and the first steps traced after it run slower while the tracer
-warms up (Kineto's own comment says so, ``GenericActivityProfiler::configure``). So the
+The profiler's start-up is not. Its first start initialises Kineto and, on a GPU, CUPTI, and
+the first steps traced after it run slower while the tracer warms up (Kineto's own comment
+says so, ``GenericActivityProfiler::configure``); before any training step has run, it also
+imports ``torch._inductor`` (``prepare_trace``; 1.9-4.3 s on our CPU test box). So the
 profiler is prepared (torch.profiler's *warmup* action: CUPTI on, nothing kept) before the
 burst's last warm-up step, and only switched to recording where the window opens. Three
 things come out:
