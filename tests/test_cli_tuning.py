@@ -46,6 +46,18 @@ def test_tune_writes_the_best_measured_config(tmp_path, capsys):
     assert doc["best"]["batch_size"] in (8, 16, 32)  # 32: the start, the default knobs
 
 
+def test_tune_json_has_the_speedup_with_its_interval_and_the_start_runs(tmp_path, capsys):
+    out = tmp_path / "tuned.yaml"
+    code = main(["tune", "--workload", "tiny", "--space", "batch_size=16,64", "--budget", "6",
+                 "--seconds", "0.2", "--no-record", "--out", str(out), "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["start_runs"] >= 2  # twice first, again at the end
+    assert {"speedup", "speedup_low", "speedup_high"} <= set(doc) and doc["speedup"] > 0
+    if doc["best"] != doc["start"]:
+        assert doc["speedup_low"] <= doc["speedup"] <= doc["speedup_high"]
+    assert "source: tune" in out.read_text()  # the saved config quotes the tune's median
+
+
 def test_tune_text_output_says_what_it_wrote(tmp_path, capsys):
     out = tmp_path / "tuned.yaml"
     code = main(["tune", "--workload", "tiny", "--space", "batch_size=16", "--budget", "2",

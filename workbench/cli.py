@@ -368,7 +368,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     t = tune(args.workload, space, budget=args.budget, memory_margin=args.margin, base=start,
              seconds=args.seconds, device=args.device, data_dir=args.data,
              record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
-    written = save_config(t.best_result, out) if t.best_result is not None else None
+    written = save_config(t, out) if t.best_result is not None else None  # the median claimed
     if args.json:
         print(json.dumps({**t.to_dict(), "out": str(written) if written else None}))
     else:

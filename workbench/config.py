@@ -55,7 +55,8 @@ class ConfigWarning(UserWarning):
 def save_config(
     knobs_or_result: Any, path: str | Path, *, env: Mapping[str, str] | None = None
 ) -> Path:
-    """Write Knobs, a BurstResult (with what it measured), a TuneResult (its best burst) or a
+    """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
+    best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
     TunedConfig (a loaded one: re-saving gives the same bytes) to ``path`` as YAML.
 
     ``env`` adds variables beside the NCCL knobs, e.g. ``{"PYTORCH_CUDA_ALLOC_CONF":
@@ -84,7 +85,10 @@ def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedCo
     if isinstance(obj, Knobs):
         return TunedConfig(obj, extra, provenance.from_knobs())
     if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
-        obj = obj.best_result
+        if not hasattr(obj, "bursts"):
+            obj = obj.best_result  # a TuneResult's shape without its runs: its best burst
+        else:
+            return TunedConfig(obj.best, extra, provenance.from_tune(obj))
     if isinstance(obj, BurstResult):
         if obj.status != "ok":
             problem = f"the burst ended with status {obj.status!r} ({obj.error})"
@@ -337,6 +341,6 @@ def _sections(cfg: TunedConfig) -> list[Section]:
 
 
 def _provenance_note(prov: Mapping[str, Any]) -> str:
-    if prov.get("source") == "burst":
+    if prov.get("source") in ("burst", "tune"):  # a tune's: the median of its runs
         return _NOTES["provenance"]
     return _NOTES["provenance"] + "\n" + _NOT_MEASURED

@@ -10,6 +10,7 @@ can warn about it instead of failing, because the knobs remain a sound first gue
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from workbench.configfile import ConfigError, check_keys
 
-KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured")
+KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune")
 DEVICE_KEYS = ("type", "name", "memory_mib")
 MEASURED_KEYS = (
     "status",
@@ -32,6 +33,11 @@ MEASURED_KEYS = (
     "noisy",
 )
 _NUMBERS = set(MEASURED_KEYS) - {"status", "noisy"}
+TUNE_KEYS = ("runs", "samples_per_s_runs", "speedup", "speedup_low", "speedup_high",
+             "start_runs", "noise_pct", "bursts")  # fmt: skip
+"""A tuned config's claim: the median of ``runs`` (each listed), the speed-up over the start
+with its interval and the start's runs, the noise measured and the bursts the tune ran."""
+_TUNE_COUNTS = ("runs", "start_runs", "bursts")
 
 
 def from_result(result: Any) -> dict[str, Any]:
@@ -49,7 +55,42 @@ def from_result(result: Any) -> dict[str, Any]:
         },
         "versions": _versions(r.get("versions") or {}, "provenance.versions", None),
         "measured": {k: _measured_value(k, r.get(k)) for k in MEASURED_KEYS},
+        "tune": None,
     }
+
+
+def from_tune(tuned: Any) -> dict[str, Any]:
+    """Provenance of a TuneResult's best: what the tune *claimed*, not its luckiest burst.
+
+    ``measured`` holds the medians over the best config's finished runs (samples/s, tokens/s,
+    step time, data wait) and the highest peak among them; ``tune`` lists those runs and the
+    speed-up with its interval. Device, versions, date and burst id come from the run closest
+    to the median (``best_result``).
+    """
+    prov = from_result(tuned.best_result)
+    runs = [r for r in tuned.bursts if r.knobs == tuned.best and r.ok and r.samples_per_s]
+    measured = dict(prov["measured"])
+    for key in ("samples_per_s", "tokens_per_s", "step_ms_p50", "step_ms_iqr", "data_wait_pct",
+                "mfu_pct"):  # fmt: skip
+        values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
+        measured[key] = _round(statistics.median(values)) if values else measured[key]
+    for key in ("peak_mem_mib", "peak_reserved_mib"):
+        values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
+        measured[key] = _round(max(values)) if values else measured[key]
+    measured["noisy"] = any(r.noisy for r in runs) if runs else measured["noisy"]
+    prov["measured"] = measured
+    prov["source"] = "tune"
+    prov["tune"] = {
+        "runs": len(runs),
+        "samples_per_s_runs": [_round(r.samples_per_s) for r in runs],
+        "speedup": _round(tuned.speedup),
+        "speedup_low": _round(tuned.speedup_low),
+        "speedup_high": _round(tuned.speedup_high),
+        "start_runs": tuned.start_runs,
+        "noise_pct": _round(tuned.noise_pct),
+        "bursts": len(tuned.bursts),
+    }
+    return prov
 
 
 def from_knobs(device: Any = None) -> dict[str, Any]:
@@ -74,6 +115,7 @@ def from_knobs(device: Any = None) -> dict[str, Any]:
         },
         "versions": _versions(versions(), "provenance.versions", None),
         "measured": None,
+        "tune": None,
     }
 
 
@@ -103,7 +145,27 @@ def normalize(data: Any, path: str | Path | None) -> dict[str, Any]:
         },
         "versions": _versions(data.get("versions") or {}, "provenance.versions", path),
         "measured": measured,
+        "tune": _tune(data.get("tune"), path),
     }
+
+
+def _tune(data: Any, path: str | Path | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    _expect_mapping(data, "provenance.tune", path)
+    check_keys(path, "provenance.tune", data, TUNE_KEYS)
+    out: dict[str, Any] = {}
+    for key in TUNE_KEYS:
+        where, value = f"provenance.tune.{key}", data.get(key)
+        if key in _TUNE_COUNTS:
+            out[key] = _int(value, where, path)
+        elif key == "samples_per_s_runs":
+            if not isinstance(value, list):
+                raise ConfigError(path, where, f"expected a list of numbers, got {value!r}")
+            out[key] = [_number(v, where, path) for v in value]
+        else:
+            out[key] = _number(value, where, path)
+    return out
 
 
 # --------------------------------------------------------------------------- this machine
@@ -166,14 +228,20 @@ def differences(prov: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
 
 def summary(prov: Mapping[str, Any]) -> str:
     """One line: what was measured, where and when."""
-    if prov.get("source") != "burst":
+    if prov.get("source") not in ("burst", "tune"):
         name = (prov.get("device") or {}).get("name")
         on = f" on {name}" if name else ""
         return f"saved {prov.get('date') or '(date unknown)'}{on} without a measurement"
     device = prov.get("device") or {}
     m = prov.get("measured") or {}
     parts = [f"{prov.get('workload')} on {device.get('name')} ({device.get('type')})"]
-    parts.append(f"{_fmt(m.get('samples_per_s'))} samples/s")
+    tune = prov.get("tune") or {}
+    of_runs = f" (median of {tune['runs']} runs)" if tune.get("runs") else ""
+    parts.append(f"{_fmt(m.get('samples_per_s'))} samples/s{of_runs}")
+    if tune.get("speedup") is not None:
+        low, high = tune.get("speedup_low"), tune.get("speedup_high")
+        interval = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
+        parts.append(f"{tune['speedup']:.2f}x{interval} the start ({tune.get('start_runs')} runs)")
     parts.append(f"step {_fmt(m.get('step_ms_p50'))} ms")
     parts.append(f"peak {_fmt(m.get('peak_mem_mib'))} MiB")
     parts.append(f"torch {(prov.get('versions') or {}).get('torch')}")

@@ -10,7 +10,8 @@ each config, the budget) and the moves. Why each move is what it is:
   budget runs out; a config already measured is never measured again during the rounds.
 - **Ordered knobs climb, choices are tried.** For numbers (workers, prefetch, ...) the search
   walks from the current value to its neighbours and keeps going while the throughput is not
-  clearly worse (``CLIMB_TOLERANCE``); it turns back only if going up found nothing. Choices
+  clearly worse (``tune_noise.clearly_slower``: by more than the noise measured so far); it
+  turns back only if going up found nothing. Choices
   (precision, compile, booleans) are few: each is measured.
 - **Batch size is OOM-safe and answers with a measured size.** It grows through the listed
   sizes until a burst runs out of memory, fails, or peaks above the memory limit; if the
@@ -41,16 +42,12 @@ from typing import Any
 
 import torch
 
+from workbench import tune_noise
 from workbench.knobs import SPECS, KnobError, Knobs
 from workbench.results import BurstResult
 from workbench.sweeps import with_knob
 from workbench.training import no_effect
 from workbench.workloads import Workload
-
-CLIMB_TOLERANCE = 0.05
-"""A climb keeps going while a step is at most 5% slower than the best on its line: single
-bursts on a busy machine differ by that much, and stopping at a noise dip would end the climb
-one value too early. Re-measurement at the end sorts out what the climb kept."""
 
 CLIMB_PATIENCE = 1
 """How many clearly slower values in a row a climb over workers or prefetch depth steps past
@@ -97,7 +94,8 @@ class Search:
         on_burst: Callable[[BurstResult, str], None] | None = None,
     ):
         self._run, self.space, self.budget = run, space, budget
-        self.cap = budget  # the coordinate phase runs under a lower cap, keeping a reserve
+        self.reserve: Callable[[], int] = lambda: 0
+        """Bursts kept back from the moves for the confirmation (the tuner sizes it)."""
         self.limit_mib, self.device, self.workload = limit_mib, device, workload
         self.cancel, self.on_burst = cancel, on_burst
         self.bursts: list[BurstResult] = []
@@ -110,11 +108,31 @@ class Search:
 
     @property
     def halted(self) -> bool:
-        """No more bursts: the cap is reached, or the search was stopped (a set cancel event
-        is recorded here as ``stopped="cancelled"``)."""
+        """No more bursts: the budget less the reserve is spent, or the search was stopped (a
+        set cancel event is recorded here as ``stopped="cancelled"``)."""
         if self.cancel.is_set() and self.stopped is None:
             self.stopped = "cancelled"
-        return self.stopped is not None or len(self.bursts) >= self.cap
+        return self.stopped is not None or len(self.bursts) >= self.budget - self.reserve()
+
+    def noise(self) -> tuple[float | None, int]:
+        """Relative noise of one burst measured so far, and its degrees of freedom
+        (``tune_noise.pooled_noise`` over every config's finished runs)."""
+        groups = [[r.samples_per_s or 0.0 for r in runs if r.ok] for runs in self.runs.values()]
+        return tune_noise.pooled_noise(groups)
+
+    def noise_or_prior(self) -> float:
+        """The measured noise, or ``tune_noise.PRIOR_NOISE`` until something ran twice."""
+        noise, _ = self.noise()
+        return tune_noise.PRIOR_NOISE if noise is None else noise
+
+    def clearly_slower(self, m: Measured, than: Measured) -> bool:
+        """``m`` reads below ``than`` by more than the noise allows (both must score)."""
+        return tune_noise.clearly_slower(m.score or 0.0, _ok_runs(m), than.score or 0.0,
+                                         _ok_runs(than), self.noise_or_prior())  # fmt: skip
+
+    def clearly_faster(self, m: Measured, than: Measured) -> bool:
+        return tune_noise.clearly_faster(m.score or 0.0, _ok_runs(m), than.score or 0.0,
+                                         _ok_runs(than), self.noise_or_prior())  # fmt: skip
 
     def measure(self, knobs: Knobs, stage: str, *, again: bool = False) -> Measured | None:
         """The config's measurement, running a burst unless it has one (or ``again``).
@@ -204,9 +222,9 @@ def joint_steps(search: Search, current: Knobs) -> Knobs:
     """Measure the diagonal neighbours of ``current``: every pair of ordered knobs of the
     same group (workers x prefetch depth, ...), each moved one step up or down its values.
     Returns the best of them if it beats ``current`` by more than the noise
-    (``CLIMB_TOLERANCE``), else ``current``. Stops when the budget does."""
+    (``Search.clearly_faster``), else ``current``. Stops when the budget does."""
     ordered = [n for n in search.space if n != "batch_size" and _is_ordered(n)]
-    best, top = current, search.score(current)
+    best, top = current, search.measured(current)
     for a, b in itertools.combinations(ordered, 2):
         if SPECS[a].group != SPECS[b].group:
             continue
@@ -218,8 +236,9 @@ def joint_steps(search: Search, current: Knobs) -> Knobs:
             m = search.measure(knobs, f"{a} and {b} together")
             if m is None:
                 return best
-            if m.score is not None and (top is None or m.score > top * (1 + CLIMB_TOLERANCE)):
-                best, top = knobs, m.score
+            if m.score is not None and (top is None or top.score is None
+                                        or search.clearly_faster(m, top)):  # fmt: skip
+                best, top = knobs, m
     return best
 
 
@@ -312,7 +331,7 @@ def _walk(
     """Measure ``line[i], line[i + step], ...`` from ``best``; stop at a failure or after
     ``patience + 1`` clearly slower values in a row. Returns the best config and the first
     value that failed (or None)."""
-    base, top = best, search.score(best)
+    base, top = best, search.measured(best)
     slower_in_a_row = 0
     while 0 <= i < len(line):
         value = line[i][0]
@@ -325,14 +344,14 @@ def _walk(
             break
         if m.score is None:
             return best, value
-        if top is not None and m.score < top * (1 - CLIMB_TOLERANCE):
+        if top is not None and top.score is not None and search.clearly_slower(m, top):
             slower_in_a_row += 1
             if slower_in_a_row > patience:
                 break
             continue
         slower_in_a_row = 0
-        if top is None or m.score > top:
-            best, top = knobs, m.score
+        if top is None or top.score is None or m.score > top.score:
+            best, top = knobs, m
     return best, None
 
 
@@ -396,6 +415,10 @@ def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
 def _measured_between(search: Search, best: Knobs, good: int, bad: int) -> bool:
     same = {k for k in search.runs if k.replace(batch_size=best.batch_size) == best}
     return any(good < k.batch_size < bad and search.score(k) is not None for k in same)
+
+
+def _ok_runs(m: Measured) -> int:
+    return sum(1 for r in m.runs if r.ok and r.samples_per_s) or 1
 
 
 def midpoint(good: int, bad: int) -> int:

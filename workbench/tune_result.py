@@ -32,6 +32,13 @@ class Candidate:
     """``ok``, ``over limit`` (ran, peaked above the memory limit), or a failed run's status."""
     representative: BurstResult
     """The run closest to the median (the last run when none finished)."""
+    samples_per_s_runs: tuple[float, ...] = ()
+    """Samples/s of each run that finished, in the order they ran."""
+
+    @property
+    def ok_runs(self) -> int:
+        """Runs that finished (what the median rests on)."""
+        return len(self.samples_per_s_runs)
 
     @property
     def spread_pct(self) -> float | None:
@@ -45,6 +52,7 @@ class Candidate:
             "knobs": self.knobs.to_dict(),
             "runs": self.runs,
             "samples_per_s": self.samples_per_s,
+            "samples_per_s_runs": list(self.samples_per_s_runs),
             "sps_min": self.sps_min,
             "sps_max": self.sps_max,
             "spread_pct": self.spread_pct,
@@ -94,6 +102,22 @@ class TuneResult:
     notes: list[str] = field(default_factory=list)
     workload: str = ""
     device: str = ""
+    speedup_low: float | None = None
+    """Low end of the speed-up's 95% interval (``tune_noise.ratio_interval``); None when
+    nothing ran twice, or the best is the start."""
+    speedup_high: float | None = None
+    start_runs: int = 0
+    """Finished runs of the start the speed-up divides by (2-3 whenever the budget allows)."""
+    noise_pct: float | None = None
+    """Relative noise of one burst measured in this tune (pooled SD of log samples/s, in %)."""
+
+    @property
+    def separated(self) -> bool | None:
+        """Whether the runs separate the best from the start (interval clear of 1); None
+        when there is no interval."""
+        if self.speedup_low is None or self.speedup_high is None:
+            return None
+        return self.speedup_low > 1.0 or self.speedup_high < 1.0
 
     def summary(self) -> str:
         """A few lines a person can read: the answer, its spread, the cost."""
@@ -127,16 +151,22 @@ class TuneResult:
         return "\n".join(lines)
 
     def _speedup_line(self, best: Candidate) -> str:
-        """The speed-up over the start (known: ``summary`` checks), with the start's median
-        (what the speed-up divides by), and a warning when it is smaller than the spread of
-        either config's runs."""
+        """The speed-up over the start (known: ``summary`` checks) with its 95% interval and
+        the runs it rests on, e.g. "1.31x (1.18-1.45, 95%) the start, 3 and 3 runs"; or,
+        when the interval holds 1, that the runs cannot separate the two."""
         start = next((c for c in self.candidates if c.knobs == self.start), None)
         start_sps = start.samples_per_s if start else None
-        text = f"  {self.speedup:.2f}x the start ({changed(self.start)}: "
+        if self.speedup_low is not None and self.speedup_high is not None:
+            interval = f" ({self.speedup_low:.2f}-{self.speedup_high:.2f}, 95%)"
+        else:
+            interval = " (no interval: nothing ran twice)"
+        text = f"  {self.speedup:.2f}x{interval} the start, {best.ok_runs} and "
+        text += f"{self.start_runs} runs ({changed(self.start)}: "
         text += f"{start_sps:,.1f} samples/s)" if start_sps else "n/a)"
-        spreads = [c.spread_pct for c in (best, start) if c and c.spread_pct is not None]
-        if spreads and abs(self.speedup - 1.0) * 100 < max(spreads):
-            text += f": within the noise (runs of one config spread up to {max(spreads):.0f}%)"
+        if self.separated is False:
+            text += ": the runs cannot separate the best from the start"
+        if self.noise_pct is not None:
+            text += f"; noise {self.noise_pct:.1f}% per burst"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +177,10 @@ class TuneResult:
             "start": self.start.to_dict(),
             "start_result": self.start_result.to_dict() if self.start_result else None,
             "speedup": self.speedup,
+            "speedup_low": self.speedup_low,
+            "speedup_high": self.speedup_high,
+            "start_runs": self.start_runs,
+            "noise_pct": self.noise_pct,
             "candidates": [c.to_dict() for c in self.candidates],
             "bursts": [r.to_dict() for r in self.bursts],
             "budget": self.budget,
@@ -193,6 +227,7 @@ def _candidate(search: Search, knobs: Knobs) -> Candidate:
         fits=m.fits,
         status=status,
         representative=rep or m.runs[-1],
+        samples_per_s_runs=tuple(sps),
     )
 
 

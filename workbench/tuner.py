@@ -1,16 +1,25 @@
 """``tune``: the highest *measured* throughput whose peak memory stays under a margin.
 
-The strategy (the moves themselves are in workbench/search.py):
+The strategy (the moves themselves are in workbench/search.py, the noise rules in
+workbench/tune_noise.py):
 
-1. **Start.** Measure the starting knobs: the reference for the speed-up.
-2. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, under a cap that
-   keeps ``RESERVE_SHARE`` of the budget for step 3.
-3. **Re-measure the close contenders.** A single short burst on a shared machine can be 5-10%
-   off, and the maximum of many noisy bursts is biased upwards: the config that won its one
-   burst by luck would otherwise be the answer. Every config within ``CLOSE`` of the best
-   (the top ``MAX_CONTENDERS``) is measured again, interleaved so drift hits them alike, until
-   each has ``SETTLE_RUNS`` runs; the winner is the highest *median*. Then, budget allowing,
-   the start is measured once more so the speed-up compares medians too.
+1. **Start, twice.** The start is the reference of the speed-up, and its two runs are the
+   tune's first reading of the noise: every later comparison is sized by it, and one lucky
+   first burst (a start 28% above its own median made every worker count look slower and
+   ended a climb) weighs half as much.
+2. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
+   left is more than the confirmation needs (``confirmation_reserve``, recomputed after every
+   burst from the noise measured so far and the contenders close to the leader).
+3. **Confirmation, interleaved.** A single short burst on a shared machine can be 2-30% off,
+   and the maximum of many noisy bursts is biased upwards: the config that won its one burst
+   by luck would otherwise be the answer. In passes, interleaved so drift hits them alike,
+   the start (always, at least once: the speed-up then compares medians measured side by
+   side) and every contender *close* to the leader (within ``tune_noise.Z_CLOSE`` standard
+   errors, the top ``MAX_CONTENDERS``) are measured again until each has
+   ``tune_noise.runs_needed(noise)`` runs; the winner is the highest *median*.
+4. **The speed-up with its interval**: the winner's median over the start's, with a 95%
+   interval from the pooled noise (``tune_noise.ratio_interval``); when it holds 1 the
+   summary says the runs cannot separate them.
 
 Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
 store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
@@ -31,29 +40,33 @@ from typing import Any
 
 import torch
 
-from workbench import hardware
+from workbench import hardware, tune_noise
 from workbench.burst import (
     BurstInterrupted,
     BurstProgress,
     check_burst_args,
-    describe_error,
     run_burst,
 )
+from workbench.failures import describe_error
 from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import settled_warmup
 from workbench.results import BurstResult
-from workbench.search import Search, coordinate, joint_steps
+from workbench.search import Measured, Search, coordinate, joint_steps
 from workbench.store import HistoryStore, open_store
 from workbench.sweeps import WorkloadArg, check_values
 from workbench.tune_result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.workloads import Workload, default_workload_name, resolve_workload
 
-CLOSE = 0.05
-"""Configs within 5% of the best are re-measured: closer than a single burst can tell apart."""
-SETTLE_RUNS = 3
 MAX_CONTENDERS = 3
-RESERVE_SHARE = 0.2
-"""Share of the budget kept from the coordinate rounds for re-measuring contenders."""
+"""Configs confirmed at the end besides the start: the leader and the two closest to it."""
+RESERVED_CONTENDERS = 2
+"""Contenders the rounds keep budget for (the leader and its runner-up); a third close one
+is confirmed only when the budget allows."""
+MAX_RESERVE_SHARE = 0.4
+"""The confirmation never keeps more than this share of the budget from the rounds: at high
+noise a few runs more cannot beat it, and the search must still get somewhere."""
+START_TWICE_BUDGET = 6
+"""From this budget on the start runs twice first (below it, once, and again at the end)."""
 MAX_MARGIN = 0.9
 
 
@@ -100,6 +113,8 @@ def tune(
     window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
     run = _Runner(wl, dev, stop, open_store(store) if record else None,
                   {**window, "progress": burst_progress})  # fmt: skip
+    if checked is not None:
+        _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
                     limit_mib=total * (1 - memory_margin) if total else None, device=dev,
                     workload=wl, cancel=stop)  # fmt: skip
@@ -112,11 +127,13 @@ def tune(
 
 
 def _drive(search: Search, start: Knobs) -> None:
-    """Start, coordinate rounds under the cap (with joint steps of two knobs while budget
-    is left after they converge), then re-measure; Ctrl-C ends it early."""
-    budget, search.cap = search.budget, search.budget - reserve(search.budget)
+    """Start (twice), coordinate rounds under the reserve (with joint steps of two knobs
+    while budget is left after they converge), then confirm; Ctrl-C ends it early."""
     try:
+        search.reserve = lambda: confirmation_reserve(search, start)
         search.measure(start, "start")
+        if search.budget >= START_TWICE_BUDGET and search.score(start) is not None:
+            search.measure(start, "start, second run", again=True)
         best = coordinate(search, start)
         while not search.halted:  # the rounds converged with budget left: try pairs of knobs
             search.knob = None
@@ -124,39 +141,56 @@ def _drive(search: Search, start: Knobs) -> None:
             if joint == best:
                 break
             best = coordinate(search, joint)
-        search.cap, search.knob = budget, None
-        settle(search, start)
+        search.reserve, search.knob = (lambda: 0), None
+        confirm(search, start)
     except KeyboardInterrupt:
         search.stopped = "interrupted"
 
 
-def reserve(budget: int) -> int:
-    """Bursts kept for re-measuring: none on a budget too small to search and re-measure."""
-    return round(budget * RESERVE_SHARE) if budget >= 5 else 0
-
-
-def settle(search: Search, start: Knobs) -> None:
-    """Re-measure close contenders, one interleaved pass at a time, until each top config has
-    SETTLE_RUNS runs; a pass can change the ranking, so contenders are recomputed each pass."""
-    while not search.halted:
-        ranked = search.ranked()
-        if not ranked:
-            return
-        top = ranked[0].score or 0.0
-        todo = [
-            m.knobs
-            for m in ranked[:MAX_CONTENDERS]
-            if (m.score or 0.0) >= top * (1 - CLOSE) and len(m.runs) < SETTLE_RUNS
-        ]
-        if not todo:
-            break
-        for knobs in todo:
-            if search.measure(knobs, "re-measure", again=True) is None:
-                return
+def contenders(search: Search, limit: int = MAX_CONTENDERS) -> list[Measured]:
+    """The leader and the configs close to it (``tune_noise.close``), fastest first."""
     ranked = search.ranked()
-    runs = search.runs.get(start, [])
-    if ranked and ranked[0].knobs != start and len(runs) == 1 and runs[0].ok:
-        search.measure(start, "start, again", again=True)
+    if not ranked:
+        return []
+    top, noise = ranked[0], search.noise_or_prior()
+    return [m for m in ranked[:limit]
+            if tune_noise.close(m.score or 0.0, len(m.runs), top.score or 0.0, len(top.runs),
+                                noise)]  # fmt: skip
+
+
+def confirmation_reserve(search: Search, start: Knobs) -> int:
+    """Bursts the rounds leave for the confirmation, from what is known now: one for the
+    start's interleaved re-measurement, and the runs the leader and its close runner-up still
+    need at the noise measured so far; at most ``MAX_RESERVE_SHARE`` of the budget. None on
+    a budget too small to both search and confirm."""
+    if search.budget < 5 or search.score(start) is None:
+        return 0
+    need = tune_noise.runs_needed(search.noise_or_prior())
+    owed = sum(max(0, need - len(m.runs)) for m in contenders(search, RESERVED_CONTENDERS)
+               if m.knobs != start)  # fmt: skip
+    return min(1 + owed, max(1, round(search.budget * MAX_RESERVE_SHARE)))
+
+
+def confirm(search: Search, start: Knobs) -> None:
+    """Interleaved passes over the start and the close contenders until each has the runs
+    the measured noise asks for (``tune_noise.runs_needed``); a pass can change the ranking
+    and the noise, so both are recomputed each pass. The start is in the first pass
+    whatever its runs: its last run sits among the contenders' (the speed-up divides by it)."""
+    first = True
+    while not search.halted:
+        need = tune_noise.runs_needed(search.noise_or_prior())
+        todo = [m.knobs for m in contenders(search) if len(m.runs) < need]
+        start_m = search.measured(start)
+        start_due = start_m is not None and start_m.fits and (first or len(start_m.runs) < need)
+        if start_due and start not in todo:
+            todo.insert(0, start)
+        if not todo:
+            return
+        for knobs in todo:
+            stage = "start, again" if knobs == start else "re-measure"
+            if search.measure(knobs, stage, again=True) is None:
+                return
+        first = False
 
 
 # -- checking the input -----------------------------------------------------------------------
@@ -196,9 +230,21 @@ def check_space(space: Any) -> dict[str, list[Any]]:
     return checked
 
 
+def _warn_oversubscribed(space: Mapping[str, list[Any]], cores: int | None) -> None:
+    """A user's space may offer more loader workers than cores (their machine, their call),
+    but it is said: such workers share cores with each other and the training loop."""
+    over = [w for w in space.get("num_workers", []) if cores and w > cores]
+    if over:
+        warnings.warn(f"num_workers={over} in the space: more loader workers than the "
+                      f"{cores} cores this process may use; they will share cores with each "
+                      "other and with the training loop", RuntimeWarning, stacklevel=3)  # fmt: skip
+
+
 def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, list[Any]]:
-    """What is worth searching here: batch size around the start, workers up to the cores,
-    prefetch depth; on CUDA also pinned memory, precision and (image models) channels_last."""
+    """What is worth searching here: batch size around the start, workers up to the cores
+    this process may run on (never more: an oversubscribed loader competes with the training
+    loop), prefetch depth; on CUDA also pinned memory, precision and (image models)
+    channels_last."""
     b = base.batch_size
     sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
     cores = hardware.device_info(dev).cpu_count or 1
@@ -307,9 +353,12 @@ def _result(
     found = candidates(search)
     best = next((c for c in found if c.fits), None)
     begin = next((c for c in found if c.knobs == start), None)
-    speedup = None
+    noise, df = search.noise()
+    speedup = low = high = None
     if best and begin and best.samples_per_s and begin.samples_per_s:
         speedup = best.samples_per_s / begin.samples_per_s
+        if best.knobs != start:
+            low, high = tune_noise.ratio_interval(speedup, best.ok_runs, begin.ok_runs, noise, df)
     stopped = search.stopped or ("budget" if len(search.bursts) >= search.budget else "converged")
     return TuneResult(
         best=best.knobs if best else None,
@@ -317,6 +366,10 @@ def _result(
         start=start,
         start_result=begin.representative if begin else None,
         speedup=speedup,
+        speedup_low=low,
+        speedup_high=high,
+        start_runs=begin.ok_runs if begin else 0,
+        noise_pct=None if noise is None else 100.0 * noise,
         candidates=found,
         bursts=list(search.bursts),
         budget=search.budget,
