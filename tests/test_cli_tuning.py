@@ -51,7 +51,7 @@ def test_tune_json_has_the_speedup_with_its_interval_and_the_start_runs(tmp_path
     code = main(["tune", "--workload", "tiny", "--space", "batch_size=16,64", "--budget", "6",
                  "--seconds", "0.2", "--no-record", "--out", str(out), "--json"])  # fmt: skip
     doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and doc["start_runs"] >= 2  # twice first, again at the end
+    assert code == 0 and doc["start_runs"] >= 2  # first, and again at the end
     assert {"speedup", "speedup_low", "speedup_high"} <= set(doc) and doc["speedup"] > 0
     if doc["best"] != doc["start"]:
         assert doc["speedup_low"] <= doc["speedup"] <= doc["speedup_high"]

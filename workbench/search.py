@@ -89,7 +89,7 @@ class Search:
         budget: int,
         limit_mib: float | None,
         device: torch.device,
-        workload: Workload,
+        workload: Workload | None,
         cancel: threading.Event,
         on_burst: Callable[[BurstResult, str], None] | None = None,
     ):
@@ -193,6 +193,8 @@ class Search:
             knobs = with_knob(base, name, value)
         except KnobError:
             return None
+        if self.workload is None:  # a simulated landscape (workbench.landscapes): no workload
+            return knobs
         if knobs != base and name in no_effect(knobs, self.device, self.workload):
             note = f"{name}={value}: no effect on {self.device.type}; not measured"
             if note not in self.notes:

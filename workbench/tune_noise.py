@@ -7,9 +7,9 @@ throughputs is sized by the noise *measured in this tune*, not by a constant:
 - **The noise** is the pooled standard deviation of ``log(samples/s)`` over every config that
   ran more than once (each config's runs about their own mean; degrees of freedom = runs - 1
   summed). Logs make it relative (0.05 ~ 5%) and let configs of different speeds pool: on one
-  machine a burst's relative noise depends on the machine more than on the knobs. The tune
-  measures its start twice first, so a reading exists from the second burst on; until then
-  (or when nothing ran twice) ``PRIOR_NOISE`` stands in.
+  machine a burst's relative noise depends on the machine more than on the knobs. Until
+  something ran twice (the confirmation's first pass re-measures the start and the leader)
+  ``PRIOR_NOISE`` stands in.
 - **Standard error of a comparison** of a config with ``n_a`` runs and one with ``n_b``:
   ``noise * sqrt(1/n_a + 1/n_b)`` (in log units).
 - **Clearly slower** (a climb counts a step as a fall): below the best by more than
