@@ -24,14 +24,14 @@ what running on a background thread costs by itself, with no UI at all. ``--cell
 the cell's burst on a fresh thread too, so both sides meet the same OpenMP conditions and the
 ratio is the panel's own cost (with ``--no-ui`` as well: the noise of identical bursts).
 
-Why the thread matters on a CPU (measured here, see the README): GNU OpenMP (libgomp, which
-PyTorch's CPU build uses) lets idle worker threads spin for about 300,000 iterations before
-sleeping, but only 100 when it manages more threads than there are CPUs. A kernel's main
-thread has one OpenMP team (2 threads on 2 cores: full spin); a burst on another thread adds a
-second team (oversubscribed: short spin). The same burst then runs at a different speed on the
-two threads, faster on the main thread when the cores are free and far slower there when other
-processes want them. ``OMP_WAIT_POLICY=passive`` (set before the process starts) makes both the
-same, which is how this script tells that effect from the panel's.
+Why the thread matters on a CPU (see workbench/runner.py): GNU OpenMP (libgomp, which PyTorch's
+CPU build uses) lets idle workers spin 300,000 times before sleeping, but only 100 times when it
+manages more threads than there are CPUs. A kernel's main thread has one OpenMP team (2 threads
+on 2 cores: full spin); a burst on another thread adds a second (oversubscribed: short spin).
+With the cores free the two read within a few per cent; with other processes on the cores the
+main thread's spinning worker fights them and its burst reads 2-4x lower. So the panel's own
+cost is read with ``--cell-thread``, on quiet pairs; ``OMP_WAIT_POLICY=passive`` (set before the
+process starts) takes most of the main thread's collapse away.
 
 Usage: python benchmarks/panel_vs_cell.py [--pairs N] [--seconds S] [--batch B] [--kernel]
        [--cell-window]

@@ -439,7 +439,8 @@ def test_the_panel_is_quiet_inside_the_measured_window(store_path, monkeypatch):
     assert bench.last_result.ok
     steps = events.count("measuring")
     assert steps == bench.last_result.steps >= 10  # milliseconds per step: many events
-    updates_allowed = 1 + int(seconds / 1.0)  # the window's first step, then one a second
+    window_s = bench.last_result.measured_s  # at least `seconds`; longer on a loaded machine
+    updates_allowed = 1 + int(window_s / 1.0)  # the window's first step, then one a second
     (messages,) = in_window()
     assert 2 <= messages <= 2 * updates_allowed  # status line and progress bar per update
     assert f"burst #{bench.last_result.id}" in bench._ui.status.value  # shown after "done"

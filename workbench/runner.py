@@ -10,6 +10,18 @@ a notebook cell makes a second panel, with its own runner, while the first one's
 still run; a new burst cancels whoever holds the slot (a burst, a diagnosis, a tune) and
 waits for it to end before it starts. Measurements taken side by side would each be wrong.
 
+A burst on this thread meets OpenMP differently from one on the main thread, on a CPU.
+PyTorch's CPU build runs intra-op work on GNU OpenMP (libgomp), whose idle workers spin
+300,000 times before sleeping, but only 100 times once it manages more threads than there are
+CPUs (libgomp's GOMP_SPINCOUNT documentation). A kernel's main thread owns one OpenMP team; a
+burst here adds a second, so on a 2-core machine the workers sleep instead of spinning.
+Measured on that machine (``benchmarks/panel_vs_cell.py --no-ui``, cnn, batch 32): with the
+cores free, a burst here read 1.048x the same burst on the main thread (median of 6 pairs);
+with other processes keeping about one core busy, 2-4x, because the main thread's spinning
+worker then fights them for the cores (``OMP_WAIT_POLICY=passive`` at start-up brought that
+to 1.13-1.18x). Neither this runner nor the panel's widgets cause it; compare CPU bursts run
+the same way, on a quiet machine.
+
 No widgets here: the runner is engine code, tested without a browser.
 """
 
