@@ -19,8 +19,10 @@ Measured on that machine (``benchmarks/panel_vs_cell.py --no-ui``, cnn, batch 32
 cores free, a burst here read 1.048x the same burst on the main thread (median of 6 pairs);
 with other processes keeping about one core busy, 2-4x, because the main thread's spinning
 worker then fights them for the cores (``OMP_WAIT_POLICY=passive`` at start-up brought that
-to 1.13-1.18x). Neither this runner nor the panel's widgets cause it; compare CPU bursts run
-the same way, on a quiet machine.
+to 1.13-1.18x). Neither this runner nor the panel's widgets cause it. Since every burst runs
+on a fresh thread of its own (``workbench.burst``), a cell's ``run_burst`` and the panel's
+bursts meet the same OpenMP conditions; the figures above are from before that, when a cell's
+burst ran on the main thread.
 
 No widgets here: the runner is engine code, tested without a browser.
 """
