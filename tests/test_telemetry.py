@@ -4,6 +4,7 @@ fake pynvml for the NVML path, the one-time warning, and a fast, clean stop."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -398,6 +399,117 @@ def test_cpu_figures_follow_a_child_and_a_busy_loop() -> None:
     assert summary.gpu_util_pct is None and summary.gpu_mem_used_mib is None
     assert summary.throttle_reasons == ()
     assert sampler.overhead_pct is not None and sampler.overhead_pct < 10
+
+
+# --------------------------------------------------------------------------- host memory: PSS
+
+HAS_PSS = telemetry._pss_file(os.getpid()) is not None
+needs_pss = pytest.mark.skipif(not HAS_PSS, reason="PSS needs /proc/<pid>/smaps_rollup (Linux)")
+
+
+class _Shared(torch.utils.data.Dataset):
+    """A dataset holding 200 MiB, written so resident: forked workers share it with the parent."""
+
+    def __init__(self) -> None:
+        self.block = torch.ones(200 * MIB // 4)
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.block[i : i + 4]
+
+
+def _tree_pss_mib() -> float:
+    """PSS of this process and its children, read independently of the sampler (psutil)."""
+    procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    return sum(p.memory_full_info().pss for p in procs) / MIB
+
+
+@needs_pss
+def test_loader_workers_shared_pages_are_counted_once() -> None:
+    loader = torch.utils.data.DataLoader(_Shared(), batch_size=8, num_workers=2)
+    with Sampler("cpu", interval_s=0.02) as sampler:
+        batches = iter(loader)
+        next(batches)  # both workers forked and running
+        time.sleep(telemetry._CHILD_REFRESH_S + telemetry._PSS_EVERY_S + 0.3)
+        independent = _tree_pss_mib()
+        summary = sampler.stop()
+        del batches  # workers exit
+
+    assert summary.host_mem_kind == "pss"
+    assert summary.host_mem_peak_mib is not None and summary.rss_peak_mib is not None
+    # Summed RSS counts the 200 MiB block once in the parent and once more in each worker.
+    assert summary.rss_peak_mib - summary.host_mem_peak_mib > 300
+    assert summary.host_mem_peak_mib == pytest.approx(independent, rel=0.15)
+    assert summary.note is None
+
+
+def test_unreadable_pss_falls_back_to_summed_rss_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def denied(pid: int, name: str) -> int:
+        raise PermissionError(13, "Permission denied", f"/proc/{pid}/{name}")
+
+    monkeypatch.setattr(telemetry, "_pss_file", lambda pid: "smaps_rollup")
+    monkeypatch.setattr(telemetry, "_read_pss_file", denied)
+    summary = Sampler("cpu", interval_s=0.01).start().stop()
+
+    assert summary.host_mem_kind == "rss"
+    assert summary.host_mem_peak_mib == summary.rss_peak_mib is not None
+    assert summary.note is not None and "summed RSS" in summary.note
+    assert "Permission denied" in summary.note
+
+
+def test_without_proc_pss_the_figure_is_rss(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry, "_pss_file", lambda pid: None)  # not Linux, or before 4.14
+    summary = Sampler("cpu", interval_s=0.01).start().stop()
+    assert summary.host_mem_kind == "rss" and summary.host_mem_peak_mib == summary.rss_peak_mib
+    assert summary.note is not None and "PSS needs Linux" in summary.note
+
+
+@needs_pss
+def test_smaps_and_smaps_rollup_give_the_same_pss() -> None:
+    pid = os.getpid()
+    rollup = telemetry._read_pss_file(pid, "smaps_rollup") / MIB
+    per_mapping = telemetry._read_pss_file(pid, "smaps") / MIB  # one Pss: line per mapping
+    assert rollup > 10
+    assert per_mapping == pytest.approx(rollup, rel=0.05)
+
+
+def test_pss_is_read_at_new_rss_highs_and_periodically(monkeypatch: pytest.MonkeyPatch) -> None:
+    rss = {"bytes": 1000 * MIB}
+    reads: list[float] = []
+    monkeypatch.setattr(telemetry, "_pss_file", lambda pid: "smaps_rollup")
+    monkeypatch.setattr(telemetry, "_read_proc_stat", lambda pid: (1.0, rss["bytes"]))
+    monkeypatch.setattr(telemetry, "_read_pss_file", lambda pid, name: 600 * MIB)
+    tree = telemetry._ProcTree(os.getpid())
+    tree._proc_children = False
+    monkeypatch.setattr(tree, "_refresh", lambda: None)  # this process alone
+    for i in range(20):  # a sample every 50 ms for 1 s
+        t = i * 0.05
+        rss["bytes"] = (1100 if i == 7 else 1000) * MIB  # one short spike, 10 % up
+        sample = _Sample(t=t)
+        tree.read(sample)
+        if sample.pss_mib is not None:
+            reads.append(round(t, 2))
+            assert sample.pss_mib == 600.0
+
+    # Periodic reads (the reads cost ~0 here, so every _PSS_EVERY_S), plus the spike's sample.
+    assert reads == [0.0, 0.25, 0.35, 0.6, 0.85]
+    assert tree.pss_reads == 5
+
+
+def test_summary_takes_the_pss_peak_and_keeps_summed_rss_beside_it() -> None:
+    samples = synthetic()
+    samples[3].pss_mib, samples[6].pss_mib = 150.0, 120.0
+    s = _summarize(samples, None, "cpu", [])
+    assert (s.host_mem_peak_mib, s.host_mem_kind, s.rss_peak_mib) == (150.0, "pss", 209.0)
+    off = _summarize(samples, None, "cpu", [], pss_off="PSS of pid 7 unreadable (EACCES)")
+    assert (off.host_mem_peak_mib, off.host_mem_kind) == (209.0, "rss")  # no PSS/RSS mix
+    assert off.note is not None and "EACCES" in off.note
+    none = _summarize([], None, "cpu", [])
+    assert none.host_mem_peak_mib is None and none.host_mem_kind is None
 
 
 def test_stop_is_fast_and_leaves_no_thread() -> None:
