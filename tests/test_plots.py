@@ -279,6 +279,37 @@ def test_memory_without_capacity_or_reserved(sweep):
     assert layer(spec, "points")["encoding"]["color"]["legend"] is None
 
 
+def test_memory_legend_says_what_the_peak_is_and_keeps_kinds_apart():
+    cpu = {"device": "cpu", "peak_reserved_mib": None}
+    df = frame(
+        burst(1, batch_size=16, peak_mem_mib=1289.0, peak_mem_kind="rss", **cpu),
+        burst(2, batch_size=16, peak_mem_mib=738.0, peak_mem_kind="pss", **cpu),
+        burst(3, batch_size=32, peak_mem_mib=800.0, peak_mem_kind="pss", **cpu),
+        burst(4, batch_size=64, peak_mem_mib=900.0, **cpu),  # a row that does not say
+    )
+    spec = spec_of(plots.memory(df, "batch_size", highlight_id=3))
+    series = {r["id"]: r["series"] for r in rows(spec, "points")}
+    assert series == {
+        1: "peak memory (RSS summed, process + workers)",
+        2: "peak memory (PSS, process + workers)",
+        3: "peak memory (PSS, process + workers)",
+        4: "peak memory (process + workers)",
+    }
+    colour = layer(spec, "points")["encoding"]["color"]
+    assert colour["scale"]["domain"][0] == "peak memory (PSS, process + workers)"  # current's
+    assert colour["legend"] is not None  # several kinds: the legend tells them apart
+    assert [r["series"] for r in rows(spec, "current")] == ["peak memory (PSS, process + workers)"]
+    medians = {r["series"] for r in rows(spec, "median")}
+    assert len(medians) == 3  # a median line per kind, never one across PSS and RSS
+
+
+def test_memory_of_one_kind_has_one_series_named_by_it(sweep):
+    pss = sweep.assign(device="cpu", peak_mem_kind="pss")
+    spec = spec_of(plots.memory(pss, "batch_size", capacity_label="system RAM"))
+    assert {r["series"] for r in rows(spec, "points")} == {"peak memory (PSS, process + workers)"}
+    assert layer(spec, "points")["encoding"]["color"]["legend"] is None
+
+
 # -- step split -------------------------------------------------------------------------------
 
 

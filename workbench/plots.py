@@ -52,6 +52,7 @@ _MAX_SPEEDUP = 4.0
 ``p50 - IQR/2`` reaches 0 ms (infinite throughput); we stop the bar at 4x the point instead."""
 
 _BLUE, _LIGHT_BLUE, _ORANGE, _RED, _GREY = "#4c78a8", "#9ecae9", "#f58518", "#e45756", "#8c8c8c"
+_BROWN = "#9d755d"
 _STEP_PARTS = (  # (label, column, colour), stacked bottom to top
     ("data wait", "data_wait_ms_p50", "#b279a2"),
     ("host-to-device copy", "h2d_ms_p50", "#eeca3b"),
@@ -364,7 +365,7 @@ def _title(text: str, bursts: pd.DataFrame) -> alt.TitleParams:
 
 
 def _series_colour(names: list[str]) -> alt.Color:
-    palette = [_BLUE, _LIGHT_BLUE]
+    palette = [_BLUE, _LIGHT_BLUE, _BROWN]  # memory: up to 3 kinds of peak
     legend = alt.Legend(orient="bottom", title=None) if len(names) > 1 else None
     return alt.Color(
         "series:N", scale=alt.Scale(domain=names, range=palette[: len(names)]), legend=legend
@@ -480,8 +481,12 @@ def memory(
 
     With ``capacity_mib`` (e.g. the ``device_mem_mib`` column) a dashed rule marks the device's
     memory and OOM bursts sit on it; without, they sit at their own recorded peak (0 if none).
-    ``capacity_label`` names what the rule is: on a CPU the peak is the process's RSS, so the
-    rule there is ``"system RAM"``.
+    ``capacity_label`` names what the rule is: on a CPU the peak is the host memory of the
+    process and its loader workers, so the rule there is ``"system RAM"``.
+
+    The legend says what each peak is (``_peak_label``): torch's allocator on CUDA, PSS or
+    summed RSS of the process tree on a CPU. Peaks of different kinds (a history from before
+    PSS) are separate series, never one line.
     """
     title = f"Peak memory (MiB) vs {knob}"
     found = _bursts(df, knob)
@@ -490,7 +495,7 @@ def memory(
     bursts, axis = found
     fail_y = capacity_mib if capacity_mib is not None else bursts["peak_mem_mib"].fillna(0.0)
     bursts = bursts.assign(fail_y=fail_y)
-    series = {"peak allocated": "peak_mem_mib"}
+    series = _peak_series(bursts, _peak_labels(df), highlight_id)
     if bursts.loc[~bursts["failed"], "peak_reserved_mib"].notna().any():
         series["peak reserved"] = "peak_reserved_mib"
     layers = _measured(
@@ -499,6 +504,51 @@ def memory(
     if capacity_mib is not None:
         layers[:0] = _capacity_layers(capacity_mib, capacity_label)
     return alt.layer(*layers, title=_title(title, bursts), width=WIDTH, height=HEIGHT)
+
+
+_PEAK_LABELS = {
+    "allocated": "peak allocated",
+    "pss": "peak memory (PSS, process + workers)",
+    "rss": "peak memory (RSS summed, process + workers)",
+}
+
+
+def _peak_label(kind: Any, device: Any) -> str:
+    """What a burst's ``peak_mem_mib`` is, from its ``peak_mem_kind`` ("allocated", "pss",
+    "rss"); a row without one is named by its device (CUDA: the allocator)."""
+    if isinstance(kind, str) and kind in _PEAK_LABELS:
+        return _PEAK_LABELS[kind]
+    if isinstance(device, str) and device.startswith("cuda"):
+        return _PEAK_LABELS["allocated"]
+    return "peak memory (process + workers)"
+
+
+def _peak_labels(df: pd.DataFrame) -> list[str]:
+    """One label per row of ``_bursts(df, ...)`` (the same rows: cancelled ones dropped)."""
+    if "status" in df.columns:
+        df = df[df["status"] != "cancelled"]
+    kinds = _col(df, "peak_mem_kind", numeric=False)
+    devices = _col(df, "device", numeric=False)
+    return [_peak_label(k, d) for k, d in zip(kinds, devices, strict=True)]
+
+
+def _peak_series(
+    bursts: pd.DataFrame, labels: list[str], highlight_id: int | None
+) -> dict[str, str]:
+    """Legend name -> column, one per kind of peak, adding a ``peak_<n>`` column to ``bursts``
+    for each. The highlighted burst's kind comes first (the current point is drawn on it),
+    else the latest burst's."""
+    order = list(dict.fromkeys(labels))
+    at = [i for i, b in enumerate(bursts["id"]) if highlight_id is not None and b == highlight_id]
+    first = labels[at[0]] if at else (labels[-1] if labels else None)
+    order.sort(key=lambda label: label != first)
+    series: dict[str, str] = {}
+    for n, label in enumerate(order):
+        column = f"peak_{n}"
+        mine = pd.Series(labels, index=bursts.index) == label
+        bursts[column] = bursts["peak_mem_mib"].where(mine)
+        series[label] = column
+    return series
 
 
 def _capacity_layers(capacity_mib: float, label: str) -> list[alt.Chart]:
