@@ -144,6 +144,45 @@ def test_bad_input_is_refused_before_anything_starts():
     assert _no_children_left() == []
 
 
+def test_a_factory_in_main_is_refused_at_once_with_the_module_to_move_it_into(monkeypatch):
+    """A script's or a notebook's function cannot be imported by the ranks: refused before
+    torchrun starts (it used to launch for seconds, then fail in every rank)."""
+    namespace: dict = {"__name__": "__main__"}  # as a notebook cell or a script defines it
+    exec("def make_model():\n    pass\n", namespace)
+    started: list[object] = []
+    monkeypatch.setattr("workbench.launch.subprocess.Popen", lambda *a, **k: started.append(a))
+    for workload in (namespace["make_model"], "__main__:make_model"):
+        start = time.monotonic()
+        with pytest.raises(KnobError) as caught:
+            wb.run_burst(workload, TWO, record=False)
+        assert time.monotonic() - start < 1.0
+        assert "move make_model into make_model.py" in str(caught.value)
+        assert str(caught.value).endswith("and pass workload='make_model:make_model'")
+    assert started == [] and _no_children_left() == []
+
+
+def test_a_scripts_factory_is_refused_with_its_fix_in_a_real_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time, workbench as wb, workbench.distributed  # imported: time the check only\n"
+        "def make_model():\n    pass\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    wb.run_burst(make_model, wb.Knobs(batch_size=4, world_size=2), record=False)\n"
+        "except ValueError as exc:\n"
+        "    print(f'{time.monotonic() - start:.3f}', exc)\n"
+    )
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)  # fmt: skip
+    elapsed, _, message = p.stdout.partition(" ")
+    assert p.returncode == 0, p.stderr
+    assert float(elapsed) < 1.0, message
+    assert message.strip().endswith(
+        f"move make_model into make_model.py next to train.py ({tmp_path.resolve()}) and pass "
+        "workload='make_model:make_model'"
+    )
+
+
 def test_unknown_nccl_variable_is_passed_with_a_warning(monkeypatch):
     knobs = TWO.replace(NCCL_SHINY_NEW_THING="1")
     monkeypatch.setattr("workbench.distributed.TorchrunJob.run", _refuse_to_launch)

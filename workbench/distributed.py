@@ -32,7 +32,7 @@ from workbench.knobs import KnobError, Knobs
 from workbench.launch import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.results import BurstResult
 from workbench.training import NCCL_ON_GLOO
-from workbench.workloads import default_workload_name, importable_name
+from workbench.workloads import default_workload_name, name_for_ranks
 
 __all__ = ["comm_bench", "default_timeout_s", "job_devices", "needs_processes",
            "run_distributed_burst", "worker_env"]  # fmt: skip
@@ -124,9 +124,9 @@ def run_distributed_burst(
     dev = hardware.resolve_device(device)
     check_world_size(knobs.world_size, dev)
     check_port(port)
-    name = _workload_name(workload, dev)
     if data_dir is None and hasattr(workload, "extras"):
         data_dir = workload.extras.get("source_data_dir")
+    name = _workload_name(workload, dev, data_dir)
     timeout_s = default_timeout_s(seconds, knobs) if timeout_s is None else float(timeout_s)
     notes = nccl.check_env(knobs.nccl)
     for note in notes:
@@ -148,18 +148,13 @@ def run_distributed_burst(
     return result
 
 
-def _workload_name(workload: Any, dev: torch.device) -> str:
-    """What the ranks resolve the workload from (they are other processes: no objects)."""
+def _workload_name(workload: Any, dev: torch.device, data_dir: str | Path | None) -> str:
+    """What the ranks resolve the workload from (they are other processes: no objects),
+    checked before torchrun starts: a name they could not import, or a function defined in
+    ``__main__``, is refused here with the fix, not after seconds of launching."""
     if workload is None:
         return default_workload_name(dev.type)
-    name = importable_name(workload)
-    if name is None:
-        raise KnobError(
-            "workload", getattr(workload, "name", workload),
-            "a distributed burst runs in fresh processes, which cannot see objects or "
-            "functions defined in this kernel: use a built-in name or 'package.module:factory'",
-        )  # fmt: skip
-    return name
+    return name_for_ranks(workload, data_dir)
 
 
 def _progress_relay(progress: Callable[[BurstProgress], None] | None):
