@@ -229,3 +229,102 @@ def test_a_suspect_burst_says_so_in_the_text_output():
 
     r = BurstResult(workload="cnn", suspect=["the step times add up to 1 ms but ..."])
     assert "SUSPECT            the step times add up to 1 ms but ..." in _format_result(r.to_dict())
+
+
+USER_MODULE = """
+import torch
+from torch.utils.data import TensorDataset
+
+import workbench as wb
+
+
+def make_model():
+    x = torch.randn(256, 16)
+    return wb.Workload(name="mine", model=lambda: torch.nn.Linear(16, 2),
+                       dataset=lambda: TensorDataset(x, (x[:, 0] > 0).long()))
+
+
+def not_a_workload():
+    return {"model": None}
+"""
+
+
+def _workbench_script() -> str:
+    """The installed ``workbench`` command: unlike ``python -m workbench``, its import path
+    starts with its bin folder, not the current directory (what users run)."""
+    script = os.path.join(os.path.dirname(sys.executable), "workbench")
+    if not os.path.exists(script):
+        pytest.skip("the workbench command is not installed next to this Python")
+    return script
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_module_in_the_current_directory_is_found_by_the_command_and_its_ranks(
+    world_size, tmp_path
+):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # found from where it runs
+    p = subprocess.run(
+        [_workbench_script(), "burst", "--workload", "mymodel:make_model", "--seconds", "0.3",
+         "--set", "batch_size=8", "--set", f"world_size={world_size}", "--no-record", "--json"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "ok" and doc["workload"] == "mine"
+    assert len(doc["ranks"] or [None]) == world_size
+
+
+@pytest.mark.parametrize(
+    ("workload", "words"),
+    [
+        ("nomodule:make", "no module named 'nomodule' on the import path (which includes the "
+                          "current directory, {here}); one of cnn, resnet50, gpt, or "
+                          "module:function that returns a Workload"),
+        ("mymodel:make", "module mymodel ({here}/mymodel.py) has no 'make'; its functions: "
+                         "make_model, not_a_workload"),
+        ("mymodel:not_a_workload", "mymodel:not_a_workload returned dict, not a Workload"),
+        ("mymodel", "'mymodel' is a module: add its function's name, e.g. 'mymodel:make'"),
+    ],
+    ids=["no-module", "no-function", "not-a-workload", "module-only"],
+)  # fmt: skip
+def test_a_bad_workload_name_exits_2_with_one_line_naming_the_option(
+    workload, words, tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the directory first
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    for world_size in (1, 2):  # a distributed burst refuses it before launching, in the same words
+        code = main(["burst", "--workload", workload, "--set", f"world_size={world_size}",
+                     "--no-record", "--json"])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert (code, out) == (2, "")
+        assert err.startswith(f"workbench burst: error: --workload='{workload}' is not allowed: ")
+        assert words.format(here=tmp_path) in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sys.path[0] == str(tmp_path)
+
+
+def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    code = main(["burst", "--workload", "mymodel:make_model", "--data", str(tmp_path),
+                 "--no-record"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == (
+        f"workbench burst: error: --data='{tmp_path}' is not allowed: mymodel:make_model has no "
+        "data_dir parameter to take it (add one, def make(data_dir=None), or leave the data "
+        "folder out)"
+    )
+
+
+@pytest.mark.parametrize("command", ["burst", "sweep", "diagnose", "tune", "profile"])
+def test_the_workload_help_says_how_to_name_a_factory(command, capsys):
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--workload NAME|MODULE:FUNCTION a built-in name (cnn, resnet50, gpt) or "
+            "module:function that returns a Workload, importable from the current directory"
+            ) in text  # fmt: skip

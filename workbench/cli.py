@@ -17,6 +17,12 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+WORKLOAD_HELP = (
+    "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
+    "importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
+)
+_OPTION_OF = {"workload": "--workload", "data_dir": "--data"}
+"""Arguments whose errors name them as the Python API does, shown as the CLI's options."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,7 +76,7 @@ def _add_comm(p: argparse.ArgumentParser) -> None:
 
 
 def _add_history(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload")
+    p.add_argument("--workload", help="only bursts of this workload (its name, e.g. cnn)")
     p.add_argument("--status", choices=["ok", "oom", "error", "cancelled"])
     p.add_argument("--limit", type=int, help="only the newest N")
     p.add_argument("--store", help="history file (default: $WORKBENCH_HISTORY, $WORKBENCH_HOME)")
@@ -128,7 +134,7 @@ def _add_run_args(
     set_help: str = "a knob (repeatable): held by a sweep, the start of a tune",
 ) -> None:
     """The options every command that runs bursts shares: burst, sweep, diagnose, tune."""
-    p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
+    p.add_argument("--workload", metavar="NAME|MODULE:FUNCTION", help=WORKLOAD_HELP)
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help=set_help)
     p.add_argument("--seconds", type=float, default=seconds, help="measured window per burst")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
@@ -148,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed as one line
         return int(exit_.code or 0)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
+    if getattr(args, "workload", None):
+        import_from_here()
     try:
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -155,9 +163,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         if _is_bad_input(exc) and not os.environ.get("WORKBENCH_DEBUG"):
-            print(f"workbench {args.command}: error: {exc}", file=sys.stderr)
+            print(f"workbench {args.command}: error: {_as_options(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
+
+
+def import_from_here() -> None:
+    """Put the current directory first on the import path, as ``python -m`` does, so
+    ``--workload mymod:make`` finds ``mymod.py`` where the command is run. The ``workbench``
+    script's own path starts with its bin folder instead. A torchrun job's ranks get this
+    path through PYTHONPATH (``distributed.worker_env``) and run in the same directory."""
+    here = os.getcwd()
+    if not sys.path or os.path.abspath(sys.path[0] or os.curdir) != here:
+        sys.path.insert(0, here)
+
+
+def _as_options(exc: Exception) -> str:
+    """An error about an argument that is a CLI option (``workload``), worded with the
+    option (``--workload='x' is not allowed: ...``), as the user typed it."""
+    option = _OPTION_OF.get(getattr(exc, "knob", None) or "")
+    if option is None:
+        return str(exc)
+    return f"{option}={exc.value!r} is not allowed: {exc.allowed}"  # type: ignore[attr-defined]
 
 
 def _is_bad_input(exc: Exception) -> bool:
@@ -379,7 +406,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _add_profile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", help="cnn, resnet50 or gpt (default: cnn on CPU, resnet50 on GPU)")
+    p.add_argument("--workload", metavar="NAME|MODULE:FUNCTION", help=WORKLOAD_HELP)
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a knob")
     p.add_argument("--seconds", type=float, default=1.0, help="measured (profiled) window")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
