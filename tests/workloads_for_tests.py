@@ -239,3 +239,90 @@ class _NotCompilable(nn.Module):
 
 def eager_only_workload() -> Workload:
     return Workload(name="eager-only", model=_NotCompilable, dataset=tensor_workload().dataset)
+
+
+# --- batches of other shapes (issue 14): dict inputs, dict items, outputs with .logits ---
+
+
+class _DictInputs(Dataset):
+    """Items ``({"x": features, "scale": 0-d tensor}, label)``: a dict input whose first leaf
+    has a batch dimension and whose last is per sample too."""
+
+    def __init__(self, n: int = 64):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 16, generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "scale": torch.tensor(1.0)}, int(self.x[i, 0] > 0)
+
+
+class KeywordNet(nn.Module):
+    """Takes keyword arguments, as Hugging Face models do: ``model(x=..., scale=...)``."""
+
+    calls: typing.ClassVar[list[tuple[int, ...]]] = []
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def forward(self, x, scale):
+        KeywordNet.calls.append(tuple(x.shape))
+        return self.fc(x) * scale[:, None]
+
+
+def dict_input_workload(forward: typing.Any = None) -> Workload:
+    return Workload(name="dict-input", model=KeywordNet, dataset=_DictInputs, forward=forward)
+
+
+class Output:
+    """A model output object with ``.logits``, as transformers' ModelOutput has."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+
+
+class _Sequences(Dataset):
+    """Dict items of varied length (``tokens``, ``label``): only a padding collate batches them."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return {"tokens": torch.arange(3 + i % 5) % 50, "label": i % 2}
+
+
+def pad_tokens(items: list[dict]) -> dict:
+    """Dynamic padding to the longest item of the batch (a module-level, importable collate)."""
+    tokens = nn.utils.rnn.pad_sequence([it["tokens"] for it in items], batch_first=True)
+    return {"tokens": tokens, "label": torch.tensor([it["label"] for it in items])}
+
+
+class BagNet(nn.Module):
+    """Token ids in, an ``Output`` with ``.logits`` out; records the padded lengths it saw."""
+
+    lengths: typing.ClassVar[list[int]] = []
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.fc = nn.Linear(16, 2)
+
+    def forward(self, tokens):
+        BagNet.lengths.append(tokens.shape[1])
+        return Output(self.fc(self.emb(tokens).mean(1)))
+
+
+def dict_items_workload(**changes: typing.Any) -> Workload:
+    """Dict items padded by ``pad_tokens``; the forward hook and the loss get the whole batch."""
+    spec: dict[str, typing.Any] = {
+        "name": "dict-items",
+        "model": BagNet,
+        "dataset": _Sequences,
+        "collate_fn": pad_tokens,
+        "forward": lambda model, batch: model(batch["tokens"]),
+        "loss": lambda out, batch: nn.functional.cross_entropy(out.logits, batch["label"]),
+    }
+    return Workload(**{**spec, **changes})

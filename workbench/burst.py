@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from workbench import compiler, hardware
+from workbench.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.coordinator import Coordinator, Solo
 from workbench.failures import cuda_health, is_oom_error, note_failure
 from workbench.knobs import KnobError, Knobs
@@ -60,6 +61,8 @@ from workbench.training import (
     TrainState,
     backend_flags,
     build_train_state,
+    check_model_takes,
+    count_flops_live,
     micro_step,
     no_effect,
     optimizer_step,
@@ -330,10 +333,14 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
     stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
+        sample, rows = _check_first_batch(state, stream, knobs, dev, wl)
         setup_s = plan.clock() - t0
         counts = [compiler.read_counts()] if knobs.compile != "off" else None
-        warmup_s, compile_s, sample = _warm_up(state, stream, knobs, dev, plan)
-        flops = count_train_flops(wl, *sample) if sample is not None else None
+        warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan)
+        flops = count_train_flops(wl, sample)
+        if flops is None:  # a model that cannot run on meta: its own parameters, two samples
+            flops = count_flops_live(state, rows)
+        del rows
         if counts is not None:
             counts.append(compiler.read_counts())
         measured = _window(state, stream, knobs, dev, plan)
@@ -364,34 +371,50 @@ def _loader_device_mem(stream: BatchStream) -> float | None:
     return read() if callable(read) else None
 
 
+def _check_first_batch(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, wl: Workload
+) -> tuple[Batch, Batch]:
+    """Set-up's early check: one batch from the stream, on the device, through the model and
+    the loss (``check_model_takes``), so a batch the model cannot take fails here, before the
+    window, with the batch's structure and the hook that fits. Returns, for the FLOP count,
+    the batch's shape sample (meta tensors) and a copy of two of its samples (for a model that
+    cannot run on meta): the batch itself is let go at once."""
+    batch = next(stream)
+    if not stream.on_device:
+        batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
+    check_model_takes(state, batch, wl)
+    size = count_samples(batch)
+    rows = map_tensors(batch, lambda t: t[:2].clone() if t.dim() and t.shape[0] == size else t)
+    return _shape_sample(batch), rows
+
+
 def _warm_up(
     state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
-) -> tuple[float, float | None, tuple[torch.Tensor, torch.Tensor] | None]:
-    """Steps outside the window; returns (warmup_s, compile_s, a sample batch for FLOPs)."""
+) -> tuple[float, float | None]:
+    """Steps outside the window; returns (warmup_s, compile_s)."""
     start = plan.clock()
     step_s: list[float] = []
-    sample = None
     for _ in range(plan.warmup_steps):
         if plan.stop.is_set():
             break
         t = plan.clock()
-        x, y = _train_one_step(state, stream, knobs, dev, None)
+        _train_one_step(state, stream, knobs, dev, None)
         synchronize(dev)
         step_s.append(plan.clock() - t)
-        sample = _shape_sample(x, y)
         _report(plan, "warmup", plan.clock() - start, len(step_s))
     compile_s = None
     if knobs.compile != "off" and step_s:
         rest = sorted(step_s[1:])
         compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
-    return plan.clock() - start, compile_s, sample
+    return plan.clock() - start, compile_s
 
 
-def _shape_sample(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two samples' shapes and dtypes on the meta device, for the FLOP count: a slice such as
-    ``x[:2]`` is a view that would keep the whole last warm-up batch alive through the window
-    (and in the peak memory)."""
-    return x[:2].to("meta"), y[:2].to("meta")
+def _shape_sample(*parts: Batch) -> Batch:
+    """Two samples of a batch on the meta device, for the FLOP count: a slice such as ``x[:2]``
+    is a view that would keep the whole batch alive through the window (and in the peak
+    memory). ``_shape_sample(batch)`` gives the batch's sample, ``_shape_sample(x, y)`` the
+    pair's."""
+    return shape_sample(parts[0] if len(parts) == 1 else parts)
 
 
 def _train_one_step(
@@ -400,7 +423,7 @@ def _train_one_step(
     knobs: Knobs,
     dev: torch.device,
     timer: StepTimer | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Batch:
     """One optimizer step over ``grad_accum`` micro-batches; returns the last micro-batch."""
     pinned = knobs.pin_memory and dev.type == "cuda"
     for i in range(state.grad_accum):
@@ -409,13 +432,14 @@ def _train_one_step(
         if timer is not None:
             timer.add_wait(time.perf_counter() - wait_start)
         marks = timer.copy_marks() if timer is not None and not stream.on_device else None
-        x, y = batch if stream.on_device else to_device(batch, state, dev, pinned)
+        if not stream.on_device:
+            batch = to_device(batch, state, dev, pinned)
         if timer is not None:
             timer.copy_done(marks)
         with state.micro_batch_sync(last=i == state.grad_accum - 1):
-            state.last_loss = micro_step(state, x, y)
+            state.last_loss = micro_step(state, batch)
     optimizer_step(state)
-    return x, y
+    return batch
 
 
 def _window(
@@ -431,10 +455,10 @@ def _window(
     start, wall_start = plan.clock(), time.perf_counter()
     while not plan.stop.is_set():
         timer.step_start()
-        x, _ = _train_one_step(state, stream, knobs, dev, timer)
+        batch = _train_one_step(state, stream, knobs, dev, timer)
         timer.step_end()
         steps += 1
-        samples += x.shape[0] * state.grad_accum
+        samples += count_samples(batch) * state.grad_accum
         elapsed = plan.clock() - start
         _report(plan, "measuring", elapsed, steps)
         if plan.coord.agree_stop(elapsed >= plan.seconds and steps >= plan.min_steps):

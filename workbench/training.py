@@ -2,7 +2,9 @@
 
 Every knob here changes real code: ``precision`` selects autocast (bf16/fp16) or the fp32 math
 mode (IEEE fp32 vs TF32 tensor cores), fp16 gets a GradScaler, ``channels_last`` converts the
-model and every input batch to NHWC, ``compile`` wraps the model in ``torch.compile``.
+model and the image tensors of every batch to NHWC, ``compile`` wraps the model in
+``torch.compile``. Batches are any nest of tensors (``workbench.batches``); the workload's
+``forward`` hook feeds the input to the model and its loss gets the raw output.
 Global backend flags (TF32, cudnn.benchmark) are set for the burst and restored afterwards, so
 a burst never leaves the user's kernel in a different numeric mode.
 """
@@ -11,16 +13,26 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from workbench.batches import (
+    Batch,
+    BatchError,
+    count_samples,
+    describe_batch,
+    move_batch,
+    split_batch,
+)
+from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import Knobs
 from workbench.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.workloads import Workload
+from workbench.workloads.base import call_model
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -31,7 +43,7 @@ class TrainState:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    loss_fn: Callable[[Any, Any], torch.Tensor]
     scaler: torch.amp.GradScaler | None
     autocast: Callable[[], contextlib.AbstractContextManager[Any]]
     channels_last: bool
@@ -39,6 +51,13 @@ class TrainState:
     last_loss: torch.Tensor | None = None
     no_sync: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
     """DDP's ``no_sync`` when micro-batches should skip the gradient all-reduce, else None."""
+    forward: Callable[[nn.Module, Any], Any] = call_model
+    """The workload's forward hook: how the model takes the batch's input."""
+    plain: nn.Module | None = None
+    """The user's module itself, under the DDP wrapper and torch.compile (the early check and
+    the live FLOP count run it: no compiled inference graph, no DDP iteration)."""
+    wrapped: bool = False
+    """Whether ``model`` is wrapped for a distributed job (DDP)."""
 
     def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
@@ -62,6 +81,7 @@ def build_train_state(
     if use_nhwc:
         model = model.to(memory_format=torch.channels_last)
     model.train()
+    plain = model
     optimizer = workload.optimizer(model.parameters())
     no_sync = None
     if wrap is not None:
@@ -79,6 +99,9 @@ def build_train_state(
         channels_last=use_nhwc,
         grad_accum=knobs.grad_accum,
         no_sync=no_sync,
+        forward=workload.forward or call_model,
+        plain=plain,
+        wrapped=wrap is not None,
     )
 
 
@@ -103,27 +126,121 @@ def _autocast_factory(precision: str, device: torch.device):
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def to_device(
-    batch: tuple[torch.Tensor, torch.Tensor], state: TrainState, device: torch.device, pinned: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copy a host batch to the device; ``non_blocking`` only pays off from pinned memory."""
-    x, y = batch
-    x = x.to(device, non_blocking=pinned)
-    y = y.to(device, non_blocking=pinned)
-    if state.channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x, y
+def to_device(batch: Batch, state: TrainState, device: torch.device, pinned: bool) -> Batch:
+    """Copy a host batch (any nest of tensors) to the device; ``non_blocking`` only pays off
+    from pinned memory. Image tensors go NHWC when the model was converted."""
+    return move_batch(batch, device, non_blocking=pinned, channels_last=state.channels_last)
 
 
-def micro_step(state: TrainState, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def micro_step(state: TrainState, batch: Batch) -> torch.Tensor:
     """Forward and backward of one micro-batch; gradients accumulate. No host sync."""
+    inputs, target = split_batch(batch)
     with state.autocast():
-        loss = state.loss_fn(state.model(x), y) / state.grad_accum
+        loss = state.loss_fn(state.forward(state.model, inputs), target) / state.grad_accum
     if state.scaler is not None:
         state.scaler.scale(loss).backward()
     else:
         loss.backward()
     return loss.detach()
+
+
+class BatchMismatch(BatchError):
+    """The model (or the loss) cannot take the workload's batch; says how the batch looks and
+    which hook would fit it."""
+
+
+def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> None:
+    """Run one forward and the loss on ``batch`` (on the device, no gradients, eval mode) and
+    raise BatchMismatch if they fail: a burst with a batch its model cannot take should fail
+    in set-up, with the batch's structure and the fix, not deep in a warm-up step.
+
+    The plain module runs, not the compiled or DDP-wrapped one: a compiled no-grad call would
+    compile a second (inference) graph, and DDP would count an iteration."""
+    inputs, target = split_batch(batch)
+    model = state.plain or state.model
+    was_training = model.training
+    model.eval()
+    stage = "forward"
+    try:
+        with torch.no_grad(), state.autocast():
+            output = state.forward(model, inputs)
+            stage = "loss"
+            state.loss_fn(output, target)
+    except Exception as exc:
+        if is_oom_error(exc):
+            raise
+        hint = _forward_hint(inputs, workload) if stage == "forward" else None
+        hint = hint or (_loss_hint(output, target, workload) if stage == "loss" else None)
+        raise BatchMismatch(_mismatch_message(batch, stage, exc, hint)) from exc
+    finally:
+        model.train(was_training)
+
+
+def count_flops_live(state: TrainState, rows: Batch) -> float | None:
+    """Training FLOPs per sample counted on the burst's own model and a few real samples, for
+    a model that cannot run on the meta device (Hugging Face's attention masks call
+    ``.item()`` on a tensor). One forward and backward of ``rows`` in eval mode, before any
+    window; the gradients are dropped after. None under DDP, whose hooks would see a backward
+    outside a step, or when the model fails here too."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if state.wrapped:
+        return None
+    model = state.plain or state.model
+    was_training = model.training
+    model.eval()
+    inputs, target = split_batch(rows)
+    try:
+        with FlopCounterMode(display=False) as counter, state.autocast():
+            state.loss_fn(state.forward(model, inputs), target).backward()
+        total = float(counter.get_total_flops())
+    except Exception:  # MFU is then unknown, never made up
+        return None
+    finally:
+        model.train(was_training)
+        for param in model.parameters():
+            param.grad = None
+    return total / count_samples(rows) if total > 0 else None
+
+
+def _mismatch_message(batch: Batch, stage: str, exc: Exception, hint: str | None) -> str:
+    who = "the model" if stage == "forward" else "the loss"
+    if isinstance(batch, Mapping):
+        shape = f"the batch is {describe_batch(batch)}"
+    else:
+        inputs, target = (describe_batch(part) for part in batch)
+        shape = f"the batch is (input, target) = ({inputs}, {target})"
+    fix = f": pass {hint}" if hint else ""
+    return f"{who} cannot take this batch ({describe_error(exc)}); {shape}{fix}"
+
+
+def _forward_hint(inputs: Batch, workload: Workload) -> str | None:
+    if workload.forward is not None:
+        return None  # the user's own hook failed: the batch and the error say the rest
+    if isinstance(inputs, Mapping):
+        return "forward=lambda model, batch: model(**batch)"
+    if isinstance(inputs, (tuple, list)):
+        return "forward=lambda model, batch: model(*batch)"
+    return None
+
+
+def _loss_hint(output: Any, target: Batch, workload: Workload) -> str | None:
+    """A loss that fits this output and target, when the failing loss is a likely misfit."""
+    own_loss = isinstance(getattr(output, "loss", None), torch.Tensor)
+    if isinstance(target, Mapping):  # a dict batch: the loss gets it whole
+        if own_loss:
+            return "loss=lambda out, batch: out.loss (the model computed its own)"
+        key = next((k for k in _LABEL_KEYS if k in target), next(iter(target), "labels"))
+        logits = "out.logits" if hasattr(output, "logits") else "out"
+        return f"loss=lambda out, batch: F.cross_entropy({logits}, batch[{key!r}])"
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return "loss=lambda out, target: F.cross_entropy(out[0], target)"
+    if hasattr(output, "logits"):
+        return "loss=lambda out, target: F.cross_entropy(out.logits, target)"
+    return None
+
+
+_LABEL_KEYS = ("labels", "label", "targets", "target", "y")
 
 
 def optimizer_step(state: TrainState) -> None:

@@ -1,4 +1,7 @@
-"""Loader backends behind one small interface: an endless stream of ``(input, target)`` batches.
+"""Loader backends behind one small interface: an endless stream of batches.
+
+A batch is ``(input, target)`` or a dict, any nest of tensors (``workbench.batches``); the
+workload's ``collate_fn`` makes it from the dataset's items where the backend is torch's.
 
 ``build_loader`` picks the backend from ``knobs.loader``: the torch DataLoader, NVIDIA DALI, or
 ``synthetic`` (one batch resident on the device, replayed: the compute-only ceiling).
@@ -6,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -21,7 +24,7 @@ class BatchStream(Protocol):
     on_device: bool
     epochs: int
 
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def __next__(self) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -50,7 +53,7 @@ def build_loader(
     if knobs.loader == "synthetic":
         from workbench.loaders.synthetic import SyntheticStream
 
-        return SyntheticStream.from_dataset(workload.dataset(), knobs, device)
+        return SyntheticStream.from_dataset(workload.dataset(), knobs, device, workload.collate_fn)
     if knobs.loader == "dali":
         from workbench.loaders.dali import build_dali_stream
 
@@ -59,7 +62,9 @@ def build_loader(
         return build_dali_stream(workload, knobs, device, shard=shard)
     from workbench.loaders.torch_loader import TorchStream
 
-    return TorchStream(workload.dataset(), knobs, device, shard=shard)
+    return TorchStream(
+        workload.dataset(), knobs, device, shard=shard, collate_fn=workload.collate_fn
+    )
 
 
 __all__ = ["BatchStream", "LoaderUnavailable", "build_loader", "check_batch_fits"]

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from workbench.knobs import Knobs
+from workbench.knobs import KnobError, Knobs
 from workbench.loaders import LoaderUnavailable, check_batch_fits
 from workbench.workloads import Workload
 
@@ -173,6 +173,7 @@ def plan_pipeline(
 
     ``shard=(rank, world_size)``: this rank's slice in a DDP job, as DistributedSampler gives.
     """
+    refuse_collate(workload, knobs)
     if workload.image_dir is None:
         raise LoaderUnavailable(
             f"loader='dali' cannot run workload {workload.name!r}: DALI reads image folders, "
@@ -200,6 +201,19 @@ def plan_pipeline(
         shard=shard,
         hints=decode_hints(files) if decode == "mixed" else None,
     )
+
+
+def refuse_collate(workload: Workload, knobs: Knobs) -> None:
+    """DALI builds its batches itself, so a workload's own ``collate_fn`` would never run and
+    the burst would measure another pipeline than production's: refused, naming the knob."""
+    collate = workload.collate_fn
+    if collate is None:
+        return
+    name = getattr(collate, "__qualname__", type(collate).__name__)
+    raise KnobError(
+        "loader", knobs.loader, f"torch or synthetic: workload {workload.name!r} has its own "
+        f"collate_fn ({name}), which DALI's pipeline cannot run"
+    )  # fmt: skip
 
 
 def _device_id(device: torch.device) -> int:
@@ -669,6 +683,7 @@ def build_dali_stream(
     shard: tuple[int, int] | None = None,
 ) -> DaliStream:
     """The DALI stream ``build_loader`` returns for ``loader="dali"``."""
+    refuse_collate(workload, knobs)  # a knob that can never fit this workload: said first
     _import_dali()  # the clearest reason first: not installed beats anything about the data
     return DaliStream(plan_pipeline(workload, knobs, device, shard))
 

@@ -11,6 +11,7 @@ has been the PyTorch default on Linux for years, so we keep it deliberately.
 from __future__ import annotations
 
 import multiprocessing as mp
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -61,6 +62,7 @@ class TorchStream:
         device: torch.device,
         seed: int = 0,
         shard: tuple[int, int] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
     ):
         generator = torch.Generator().manual_seed(seed)
         kwargs = dataloader_kwargs(knobs, device)
@@ -72,12 +74,14 @@ class TorchStream:
             )
             kwargs.pop("shuffle")  # the sampler shuffles, with the same seed on every rank
             kwargs["sampler"] = self._sampler
+        if collate_fn is not None:  # the workload's own: the pipeline production will run
+            kwargs["collate_fn"] = collate_fn
         self._loader = DataLoader(dataset, generator=generator, **kwargs)
         self._iter: Any = None
         self._batch_size = knobs.batch_size
         self.epochs = 0
 
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def __next__(self) -> Any:
         if self._iter is None:
             self._iter = iter(self._loader)
         try:
@@ -96,7 +100,7 @@ class TorchStream:
             check_batch_fits(self._batch_size, n, sharded)
             raise RuntimeError("the DataLoader gave no batch in a fresh epoch") from None
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_batch(self) -> Any:
         """The iterator's next batch, waited for in ``WORKER_POLL_S`` slices: after each slice
         torch checks that every worker is alive (a dead one raises "exited unexpectedly"). A
         timed-out wait leaves the iterator as it was, so waiting again is safe."""
