@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import textwrap
 import warnings
@@ -558,3 +559,62 @@ def test_numerics_and_debug_only_nccl_variables_are_flagged_in_the_file(tmp_path
     assert "results can differ" in comment and "debugging only" in comment
     assert "# " not in env_part.split("NCCL_SOCKET_IFNAME")[0].split("NCCL_PROTO")[1]
     assert "note: NCCL_PROTO" in load_config(tmp_path / "t.yaml").describe()
+
+
+# --- the workload's collate_fn in the saved config (issue 14) ---
+
+
+def test_a_collate_fn_is_saved_by_name_and_used_by_cfg_dataloader(tmp_path, same_machine):
+    from workloads_for_tests import _Sequences, pad_tokens
+
+    path = save_config(Knobs(batch_size=4), tmp_path / "t.yaml", collate_fn=pad_tokens)
+    doc = yaml.safe_load(path.read_text())
+    assert doc["dataloader"]["collate_fn"] == "workloads_for_tests:pad_tokens"
+    cfg = load_config(path)
+    assert cfg.collate_fn == "workloads_for_tests:pad_tokens"
+    batch = next(iter(cfg.dataloader(_Sequences(), num_workers=0)))  # varied lengths: padded
+    assert batch["tokens"].shape[0] == 4
+    assert cfg.dataloader(_Sequences(), collate_fn=list).collate_fn is list  # an override wins
+    assert "collate_fn=workloads_for_tests.pad_tokens" in cfg.describe()
+    assert save_config(cfg, tmp_path / "again.yaml").read_text() == path.read_text()
+
+
+def _impostor():
+    def join(items):
+        return items
+
+    join.__module__, join.__qualname__ = "os.path", "join"  # a name that imports os.path.join
+    return join
+
+
+@pytest.mark.parametrize(
+    ("collate", "says"),
+    [
+        (lambda items: items, "a lambda cannot be saved by name"),
+        (_impostor(), "names another object"),
+        (functools.partial(sorted), "a callable partial object cannot be saved"),
+        ("no colon", "'module:function'"),
+        ("nowhere_module:pad", "cannot be imported here"),
+    ],
+)
+def test_a_collate_fn_without_an_importable_name_is_refused_at_save_time(tmp_path, collate, says):
+    with pytest.raises(ConfigError, match=r"dataloader\.collate_fn") as err:
+        save_config(Knobs(), tmp_path / "t.yaml", collate_fn=collate)
+    assert says in str(err.value)
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_a_collate_fn_from_main_is_refused_with_the_fix(tmp_path):
+    def pad(items):
+        return items
+
+    pad.__module__, pad.__qualname__ = "__main__", "pad"
+    with pytest.raises(ConfigError, match=r"pad is defined in __main__.*move it into a module"):
+        save_config(Knobs(), tmp_path / "t.yaml", collate_fn=pad)
+
+
+def test_a_hand_edited_collate_name_is_checked_on_load(tmp_path):
+    path = save_config(Knobs(), tmp_path / "t.yaml", collate_fn="workloads_for_tests:pad_tokens")
+    path.write_text(path.read_text().replace("workloads_for_tests:pad_tokens", "'pad tokens'"))
+    with pytest.raises(ConfigError, match=r"dataloader\.collate_fn: 'pad tokens' is not allowed"):
+        load_config(path)

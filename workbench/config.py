@@ -10,7 +10,9 @@ whose methods a plain training script calls: ``dataloader``, ``autocast``, ``gra
 The knobs are the source of truth. The env's NCCL_* part, the DataLoader kwargs and the launch
 lines are copies written from them for people to read and paste; loading checks each copy
 against the knobs, so an edit to a copy is an error that says which knob to change, never a
-silent disagreement between what the file shows and what the script does.
+silent disagreement between what the file shows and what the script does. One entry of the
+``dataloader`` section is not a copy: ``collate_fn``, the workload's collate function, saved by
+its importable name (``module:function``) so ``cfg.dataloader(ds)`` runs the measured pipeline.
 
 Imports stay light: yaml and the knobs at import time, torch inside the methods that need it,
 never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the notebook stack).
@@ -19,7 +21,8 @@ never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the n
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +37,10 @@ from workbench.configfile import (
     write_text,
 )
 from workbench.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
-from workbench.tuned import TunedConfig
+from workbench.tuned import COLLATE_NAME, TunedConfig
 
-__all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "load_config",
-           "load_knobs", "save_config"]  # fmt: skip
+__all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
+           "load_config", "load_knobs", "save_config"]  # fmt: skip
 
 SCHEMA_VERSION = 2
 """2: knobs, env, dataloader, launch, provenance. 1 (knobs, measured, provenance, saved_at)
@@ -53,18 +56,28 @@ class ConfigWarning(UserWarning):
 
 
 def save_config(
-    knobs_or_result: Any, path: str | Path, *, env: Mapping[str, str] | None = None
+    knobs_or_result: Any,
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    collate_fn: Callable[..., Any] | str | None = None,
 ) -> Path:
     """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
     best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
     TunedConfig (a loaded one: re-saving gives the same bytes) to ``path`` as YAML.
 
     ``env`` adds variables beside the NCCL knobs, e.g. ``{"PYTORCH_CUDA_ALLOC_CONF":
-    "expandable_segments:True"}``. The text is checked by the loader before it is written, so
-    every saved file loads; the write is atomic. Returns the path written.
+    "expandable_segments:True"}``. ``collate_fn`` (the workload's, ``wl.collate_fn``, or its
+    name ``"module:function"``) is saved in the ``dataloader`` section by that name, so
+    ``cfg.dataloader(ds)`` batches as the bursts did; a lambda, a nested function or one from
+    ``__main__`` has no name another process can import, and is refused here. The text is
+    checked by the loader before it is written, so every saved file loads; the write is
+    atomic. Returns the path written.
     """
     target = Path(path).expanduser()
     cfg = _as_config(knobs_or_result, env, target)
+    if collate_fn is not None:
+        cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
     text = config_text(cfg)
     _, notes = _parse(load_text(text, target), target)
     _warn(target, notes)
@@ -81,7 +94,8 @@ def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedCo
             problem = "NCCL variables are knobs: set them in Knobs(nccl=...) so bursts agree"
             raise ConfigError(target, f"env.{name}", problem)
     if isinstance(obj, TunedConfig):
-        return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance)
+        return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance,
+                           collate_fn=obj.collate_fn)  # fmt: skip
     if isinstance(obj, Knobs):
         return TunedConfig(obj, extra, provenance.from_knobs())
     if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
@@ -100,6 +114,42 @@ def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedCo
         )
     kinds = "Knobs, a BurstResult, a TuneResult or a TunedConfig"
     raise TypeError(f"save_config takes {kinds}, not {type(obj).__name__}")
+
+
+def collate_fn_name(collate_fn: Callable[..., Any] | str, path: str | Path | None = None) -> str:
+    """The ``module:function`` name under which a saved config keeps ``collate_fn``; raises
+    ConfigError (key ``dataloader.collate_fn``) for one that production code could not import
+    by name: a lambda, a nested function, a callable object, or a function in ``__main__``."""
+    key = "dataloader.collate_fn"
+    if isinstance(collate_fn, str):
+        if not COLLATE_NAME.match(collate_fn):
+            raise ConfigError(path, key, f"{collate_fn!r} is not allowed: 'module:function'")
+        from workbench.tuned import import_collate
+
+        import_collate(collate_fn, path)  # it must import now, where it was measured
+        return collate_fn
+    module = getattr(collate_fn, "__module__", None)
+    qualname = getattr(collate_fn, "__qualname__", None)
+    move = "define it at the top level of an importable module and pass that function"
+    if not isinstance(qualname, str) or not module:  # an instance with __call__
+        kind = type(collate_fn).__name__
+        problem = f"a callable {kind} object cannot be saved by name: wrap it in a function"
+        problem += f" ({move})"
+        raise ConfigError(path, key, problem)
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        what = "a lambda" if "<lambda>" in qualname else f"{qualname} (defined inside a function)"
+        raise ConfigError(path, key, f"{what} cannot be saved by name: {move}")
+    if module == "__main__":
+        problem = (f"{qualname} is defined in __main__ (a notebook or the script that runs), "
+                   f"which production code cannot import: move it into a module (e.g. "
+                   f"collate.py) and import it from there")  # fmt: skip
+        raise ConfigError(path, key, problem)
+    name = f"{module}:{qualname}"
+    from workbench.tuned import import_collate
+
+    if import_collate(name, path) is not collate_fn:
+        raise ConfigError(path, key, f"{name!r} names another object than this collate_fn")
+    return name
 
 
 # --------------------------------------------------------------------------- load
@@ -146,11 +196,23 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
     extra_env, notes = _extra_env(env_data, path)
     notes = _nccl_notes(knobs, nccl_where, path) + notes
     cfg = TunedConfig(
-        knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path)
-    )
+        knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
+        collate_fn=_saved_collate(doc.get("dataloader"), path),
+    )  # fmt: skip
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
     _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
     return cfg, notes
+
+
+def _saved_collate(section: Any, path: str | Path) -> str | None:
+    """``dataloader.collate_fn``: a ``module:function`` name, not imported until used."""
+    if not isinstance(section, Mapping) or section.get("collate_fn") is None:
+        return None
+    name = section["collate_fn"]
+    if not isinstance(name, str) or not COLLATE_NAME.match(name):
+        problem = f"{name!r} is not allowed: a 'package.module:function' name"
+        raise ConfigError(path, "dataloader.collate_fn", problem)
+    return name
 
 
 def _schema_version(doc: Mapping[str, Any], path: str | Path) -> int:
@@ -291,7 +353,10 @@ def _check_copy(
 
 
 def _loader_section(cfg: TunedConfig) -> dict[str, Any]:
-    return cfg.dataloader_kwargs("cuda")  # as tuned: pin_memory is dropped only where no CUDA
+    section = cfg.dataloader_kwargs("cuda")  # as tuned: pin_memory is dropped only where no CUDA
+    if cfg.collate_fn is not None:
+        section["collate_fn"] = cfg.collate_fn
+    return section
 
 
 _HEADER = """\
@@ -308,7 +373,8 @@ _NOTES = {
     "NCCL_* when a communicator is created and PyTorch reads PYTORCH_CUDA_ALLOC_CONF when it "
     "initializes CUDA, so setting them later has no effect.",
     "dataloader": "torch.utils.data.DataLoader arguments, passed by cfg.dataloader(dataset); "
-    "shuffle and sampler are the script's. batch_size is per process; pin_memory needs CUDA.",
+    "shuffle and sampler are the script's. batch_size is per process; pin_memory needs CUDA. "
+    "collate_fn, when present, is the workload's own (imported by that name), not a knob.",
     "launch": "torchrun lines (your script in place of train.py). One node: world_size "
     "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
     "JOB_ID set.",

@@ -24,10 +24,12 @@ from workbench import provenance
 from workbench.knobs import KnobError, Knobs
 from workbench.nccl import flags as nccl_flags
 
-__all__ = ["LOADER_KEYS", "TunedConfig"]
+__all__ = ["COLLATE_NAME", "LOADER_KEYS", "TunedConfig", "import_collate"]
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 """The DataLoader arguments the knobs decide; the rest (shuffle, sampler, ...) is the script's."""
+COLLATE_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+"""How a saved config names a collate function: ``package.module:function``."""
 _LAUNCH_WORD = re.compile(r"^[\w$.:{}\[\]/-]+$")
 _NNODES = re.compile(r"^(\d+(:\d+)?|\$\{?[A-Za-z_]\w*\}?)$")
 
@@ -43,6 +45,9 @@ class TunedConfig:
     """Device, versions, measurements and date of the burst that chose the knobs."""
     path: Path | None = field(default=None, compare=False)
     """The file it was loaded from, if any."""
+    collate_fn: str | None = None
+    """The workload's collate function, as ``module:function`` (not a knob: the measured
+    pipeline's own code, imported by :meth:`dataloader`); None for torch's default collate."""
 
     def __post_init__(self) -> None:
         extra = MappingProxyType(dict(sorted(self.extra_env.items())))
@@ -77,11 +82,14 @@ class TunedConfig:
 
         ``overrides`` win (``shuffle=True``, ``sampler=DistributedSampler(ds)``, ...). Setting
         ``num_workers=0`` also drops the tuned prefetch_factor and persistent_workers, which
-        torch refuses without workers.
+        torch refuses without workers. The saved ``collate_fn`` (the workload's, as measured)
+        is imported and passed unless overridden.
         """
         from torch.utils.data import DataLoader
 
         kwargs = self.dataloader_kwargs()
+        if self.collate_fn is not None and "collate_fn" not in overrides:
+            kwargs["collate_fn"] = import_collate(self.collate_fn, self.path)
         if overrides.get("num_workers", kwargs["num_workers"]) == 0:
             for name in ("prefetch_factor", "persistent_workers"):
                 kwargs.pop(name, None)
@@ -180,6 +188,8 @@ class TunedConfig:
     def describe(self, script: str = "train.py") -> str:
         """What ``workbench show`` prints: env exports, DataLoader kwargs, torchrun lines."""
         loader = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs("cuda").items())
+        if self.collate_fn is not None:
+            loader += f", collate_fn={self.collate_fn.replace(':', '.')}"
         flags = nccl_flags(self.knobs.nccl)
         exports = []
         for name, value in self.env().items():
@@ -199,6 +209,25 @@ class TunedConfig:
                 launch["multi_node"],
             ]
         )
+
+
+def import_collate(name: str, path: Path | str | None = None) -> Any:
+    """The function a saved ``dataloader.collate_fn`` names (``module:function``)."""
+    import importlib
+
+    from workbench.configfile import ConfigError
+
+    module_name, _, attr = name.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        problem = f"{name!r} cannot be imported here ({exc}): put its module on the path"
+        raise ConfigError(path, "dataloader.collate_fn", problem) from None
+    if not callable(target):
+        raise ConfigError(path, "dataloader.collate_fn", f"{name!r} is not a function")
+    return target
 
 
 def _rendezvous_words(
