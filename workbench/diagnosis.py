@@ -13,11 +13,20 @@ are "balanced": speeding up either side alone then buys little. The comparison o
 not the full burst's ``data_wait_pct``, decides: with ``num_workers=0`` the loading happens in
 the training loop, so the wait is large even when the model is the slower side.
 
+A verdict of "compute-bound" or "balanced" beside a full pipeline that waited for data
+``WAIT_EXPLAINED_PCT`` or more of its window is not left bare: the reason says why the model
+still waited. With ``num_workers=0``, loading and compute run one after the other (the full
+rate is then about 1 / (1/loader + 1/compute)) and workers would overlap them; with workers on
+a CPU, the two ceilings were measured apart but the full pipeline shares the cores between the
+model and the workers; with workers beside a GPU, batches arrive unevenly or the workers lack
+cores. The advice follows the same reading (workers first when loading runs between steps).
+
 What to try next follows the verdict and the device (workbench/advice.py).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +36,7 @@ from typing import Any
 import torch
 
 from workbench import hardware
-from workbench.advice import Suggestion, advise
+from workbench.advice import WAIT_EXPLAINED_PCT, Suggestion, advise, preprocessing
 from workbench.burst import BurstProgress, run_burst
 from workbench.knobs import KnobError, Knobs
 from workbench.loader_bench import LoaderResult, run_loader_burst, settled_warmup
@@ -208,12 +217,63 @@ def judge(
             d.suggestions = [Suggestion("batch_size", half, "out of memory: halve the batch")]
         return d
     d.verdict = classify(d.loader_sps, d.compute_sps)
-    d.reason = _reason(d.verdict, d.loader_sps or 0.0, d.compute_sps or 0.0)
+    loader_sps, compute_sps = d.loader_sps or 0.0, d.compute_sps or 0.0
+    d.reason = _reason(d.verdict, loader_sps, compute_sps)
+    if d.verdict in ("compute-bound", "balanced"):
+        d.reason += _why_it_waited(wl, knobs, dev, full, loader_sps, compute_sps)
     cpu = compute.cpu_util_pct if compute is not None else None
     d.suggestions = advise(
-        d.verdict, knobs, dev, wl, d.loader_sps or 0.0, d.compute_sps or 0.0, cpu
-    )
+        d.verdict, knobs, dev, wl, loader_sps, compute_sps, cpu,
+        data_wait_pct=full.data_wait_pct, peak_mem_mib=_peak_mib(full),
+    )  # fmt: skip
     return d
+
+
+def _peak_mib(r: BurstResult) -> float | None:
+    """What a bigger batch has to fit under: on CUDA the allocator's reserve counts (the tuner's
+    limit reads the same)."""
+    peaks = [p for p in (r.peak_mem_mib, r.peak_reserved_mib) if p is not None]
+    return max(peaks) if peaks else None
+
+
+def _why_it_waited(
+    wl: Workload,
+    knobs: Knobs,
+    dev: torch.device,
+    full: BurstResult,
+    loader_sps: float,
+    compute_sps: float,
+) -> str:
+    """Why the model still waited for data although the loader alone is not the slower side;
+    empty when the full pipeline waited less than WAIT_EXPLAINED_PCT."""
+    wait = full.data_wait_pct
+    if wait is None or wait < WAIT_EXPLAINED_PCT:
+        return ""
+    said = f" Yet the full pipeline waited for data {wait:.1f}% of its window"
+    nw = knobs.num_workers
+    if nw == 0:
+        serial = 1 / (1 / loader_sps + 1 / compute_sps)
+        return (
+            f"{said}: with num_workers=0 each batch is loaded in the training loop, after the "
+            "step before it, so loading and compute add up instead of overlapping (about "
+            f"{_num(serial)} samples/s expected that way, {_num(full.samples_per_s)} measured). "
+            "Loader workers overlap the two, toward the slower ceiling's "
+            f"{_num(min(loader_sps, compute_sps))} samples/s without a faster model."
+        )
+    noun, cheaper = preprocessing(wl)
+    if dev.type != "cuda":
+        cores = hardware.device_info(dev).cpu_count or os.cpu_count() or 1
+        return (
+            f"{said}: the ceilings were measured apart, but in the full pipeline the model and "
+            f"{nw} loader worker(s) share {cores} CPU cores, so the loader delivers less than "
+            f"its {_num(loader_sps)} samples/s alone. Cheaper {noun} ({cheaper}) frees cores "
+            "for both."
+        )
+    return (
+        f"{said} although the loader alone delivers {_num(loader_sps)} samples/s: its batches "
+        f"arrive unevenly or its {nw} worker(s) lack CPU cores beside the training process; a "
+        f"deeper prefetch queue rides out slow batches, cheaper {noun} ({cheaper}) frees cores."
+    )
 
 
 def _failure(full: BurstResult, loader: LoaderResult | None, compute: BurstResult | None) -> str:
@@ -240,8 +300,9 @@ def _reason(verdict: str, loader_sps: float, compute_sps: float) -> str:
     if verdict == "compute-bound":
         return (
             f"the model trains {_num(compute_sps)} samples/s while the loader could deliver "
-            f"{_num(loader_sps)} ({loader_sps / compute_sps:.1f}x): faster loading would not "
-            "help; make each step cheaper."
+            f"{_num(loader_sps)} alone ({loader_sps / compute_sps:.1f}x): the model is the "
+            "slower side, so a faster loader would not raise the ceiling; make each step "
+            "cheaper."
         )
     return (
         f"the loader ({_num(loader_sps)} samples/s) and the model ({_num(compute_sps)}) are "
@@ -259,6 +320,7 @@ def _num(x: float | None) -> str:
 __all__ = [
     "BALANCE_BAND",
     "VERDICTS",
+    "WAIT_EXPLAINED_PCT",
     "Diagnosis",
     "Suggestion",
     "classify",
