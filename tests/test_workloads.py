@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
+import re
+import subprocess
 import sys
 import textwrap
 import types
@@ -224,3 +227,52 @@ def test_data_dir_reaches_a_function_that_takes_it_and_is_never_dropped(here, tm
         resolve_workload(f"{takes}:make_model", data_dir=tmp_path)
     with pytest.raises(KnobError, match="no data_dir parameter"):  # before launch, too
         name_for_ranks(f"{takes}:make_model", data_dir=tmp_path)
+
+
+# --- the README's "Bring your own model" runs as written ----------------------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readme_section_on_your_own_model_runs(tmp_path):
+    """Every block of the section, in order: modules (``# NAME.py`` first) written where the
+    commands run, Python blocks as one script, shell lines through the installed command
+    (with a shorter window). Every burst they run must end ok."""
+    blocks = _BLOCK.findall(_section("Bring your own model"))
+    script, commands = [], []
+    for language, code in blocks:
+        first = code.splitlines()[0]
+        if language == "python" and re.match(r"# \w+\.py", first):
+            (tmp_path / first.split()[1].rstrip(":")).write_text(code)
+        elif language == "python":
+            script.append(code)
+        else:
+            commands += [line.split("#")[0].split() for line in code.splitlines() if line]
+    assert len(script) >= 4 and len(commands) >= 2 and (tmp_path / "mymodel.py").exists()
+    script.append(  # what the last block promised: the saved collate_fn pads the batches
+        "ids = next(iter(loader))[0]['ids']\n"
+        "assert cfg.collate_fn == 'textmodel:pad' and ids.shape[1] < 40, ids.shape\n"
+    )
+    (tmp_path / "readme.py").write_text("\n".join(script))
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home")}
+    env.pop("PYTHONPATH", None)  # the modules are found where the code runs, nowhere else
+    p = subprocess.run([sys.executable, "readme.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    workbench = Path(sys.executable).with_name("workbench")
+    if not workbench.exists():
+        pytest.skip("the workbench command is not installed next to this Python")
+    for words in commands:
+        assert words[0] == "workbench", words
+        p = subprocess.run([str(workbench), *words[1:], "--seconds", "0.5"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stderr[-3000:]
+    rows = wb.open_store(str(tmp_path / "home" / "history.sqlite")).records()
+    assert [r["status"] for r in rows] == ["ok"] * len(rows) and len(rows) >= 5 + len(commands)
