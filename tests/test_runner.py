@@ -160,3 +160,36 @@ def test_a_failing_progress_callback_does_not_fail_the_burst(store_path):
     assert runner.wait(30)
     assert results and results[0].ok
     assert [str(e) for e in errors] == ["status line broke"]  # reported once, not per step
+
+
+def test_a_held_burst_starts_only_when_let_go_and_wait_covers_it(store_path):
+    """The panel holds its first burst until the browser has drawn the panel: the burst
+    counts as submitted (``wait`` waits for it), but no step runs before the release."""
+    phases, results = [], []
+    runner = BurstRunner(tensor_workload(), on_result=results.append, on_progress=lambda p:
+                         phases.append(p.phase), seconds=0.2, warmup_steps=1,
+                         store=store_path)  # fmt: skip
+    release = runner.submit(Knobs(batch_size=8), held=True)
+    assert not runner.wait(0.5)  # pending: held, not finished
+    assert runner.busy and phases == [] and results == []
+    release()
+    assert runner.wait(30)
+    assert phases[0] == "setup" and results[0].ok
+    release()  # a second call does nothing
+    assert len(results) == 1
+
+
+def test_a_held_burst_that_is_stopped_or_superseded_never_runs(store_path):
+    results = []
+    runner = BurstRunner(tensor_workload(), on_result=results.append, seconds=0.2,
+                         warmup_steps=1, store=store_path)  # fmt: skip
+    runner.submit(Knobs(batch_size=8), held=True)
+    runner.stop()
+    assert runner.wait(5) and results == []  # ended without a burst, not left waiting
+
+    stale = runner.submit(Knobs(batch_size=8), held=True)
+    runner.submit(Knobs(batch_size=16))  # a knob move while the first burst is held
+    assert runner.wait(30)
+    stale()  # a late release of the replaced burst starts nothing
+    time.sleep(0.2)
+    assert [r.knobs.batch_size for r in results] == [16]

@@ -467,3 +467,120 @@ def test_failed_self_checks_are_shown_loudly_beside_the_result(store_path):
     assert ui.root.children.index(ui.suspect) == ui.root.children.index(ui.message) + 1
     bench._on_result(passed)  # a newer burst that passed its checks: the warning goes
     assert ui.suspect.value == ""
+
+
+# -- the first burst waits for the browser to draw the panel (issue 12) -----------------------
+
+
+def _first_draw(hello_s=5.0, drawn_s=5.0):
+    from workbench.ui.drawn import FirstDraw
+
+    released = []
+    first = FirstDraw(lambda: released.append(time.perf_counter()), hello_s=hello_s,
+                      drawn_s=drawn_s)  # fmt: skip
+    return first, released
+
+
+def test_first_draw_lets_the_burst_go_on_the_browsers_drawn_message():
+    first, released = _first_draw()
+    first.arm(frontend_possible=True)
+    first.on_message({"event": "frontend"})
+    time.sleep(0.1)
+    assert released == [] and first.frontend_s is not None
+    first.on_message({"event": "drawn", "ms": 812.5})
+    assert len(released) == 1 and first.how == "drawn" and first.browser_ms == 812.5
+    assert first.waited_s < 1.0  # on the message, not at a timeout
+    first.on_message({"event": "drawn", "ms": 900})  # a second view of the same panel
+    time.sleep(0.1)
+    assert len(released) == 1
+
+
+def test_first_draw_without_a_frontend_lets_go_after_the_short_timeout():
+    """nbclient, papermill: a kernel, nobody drawing. The wait is bounded by ``hello_s``."""
+    first, released = _first_draw(hello_s=0.3, drawn_s=30.0)
+    t0 = time.perf_counter()
+    first.arm(frontend_possible=True)
+    time.sleep(0.15)
+    assert released == []
+    deadline = time.perf_counter() + 10
+    while not released and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert first.how == "no frontend"
+    assert 0.3 <= released[0] - t0 < 2.0
+
+
+def test_first_draw_when_the_browser_never_says_drawn_lets_go_at_the_long_timeout():
+    first, released = _first_draw(hello_s=0.2, drawn_s=0.8)
+    t0 = time.perf_counter()
+    first.arm(frontend_possible=True)
+    first.on_message({"event": "frontend"})  # a frontend: the short timeout no longer applies
+    time.sleep(0.5)
+    assert released == []
+    deadline = time.perf_counter() + 10
+    while not released and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert first.how == "not drawn in time" and 0.8 <= released[0] - t0 < 3.0
+
+
+def test_first_draw_outside_a_kernel_and_after_cancel():
+    first, released = _first_draw()
+    first.arm(frontend_possible=False)  # a script: nothing can draw the panel
+    assert first.how == "no kernel" and len(released) == 1
+    second, released2 = _first_draw(hello_s=0.2)
+    second.arm(frontend_possible=True)
+    second.cancel()  # the held burst was replaced by a knob move
+    time.sleep(0.4)
+    assert released2 == [] and second.how == "cancelled"
+
+
+def _custom(widget, content):
+    """What the kernel does with a widget's custom message from the browser."""
+    widget._handle_msg({"content": {"data": {"method": "custom", "content": content}},
+                        "buffers": []})  # fmt: skip
+
+
+def test_panel_first_burst_waits_for_the_drawn_message(store_path, monkeypatch):
+    import workbench.ui.panel as panel_module
+
+    monkeypatch.setattr(panel_module, "kernel_present", lambda: True)  # as in a kernel
+    bench = _bench(store_path)
+    bench.hello_s, bench.drawn_s = 30.0, 30.0
+    bench.panel()
+    assert not bench.wait(0.5)  # held, and wait() covers the pending start
+    assert bench.last_result is None and "waiting for the browser" in bench._ui.status.value
+    signal = bench._ui.drawn
+    assert signal in bench._ui.root.children and signal.charts == [
+        "wb-chart-throughput", "wb-chart-memory", "wb-chart-split", "wb-chart-comm"]  # fmt: skip
+    _custom(signal, {"event": "frontend"})
+    _custom(signal, {"event": "drawn", "ms": 640.0})
+    _settle(bench)
+    assert bench.first_draw.how == "drawn" and bench.first_draw.waited_s < 5
+    assert bench.last_result.ok
+
+
+def test_panel_in_a_kernel_without_a_browser_starts_after_the_short_timeout(
+    store_path, monkeypatch
+):
+    import workbench.ui.panel as panel_module
+
+    monkeypatch.setattr(panel_module, "kernel_present", lambda: True)
+    bench = _bench(store_path)
+    bench.hello_s = 0.5
+    t0 = time.perf_counter()
+    bench.panel()
+    _settle(bench)  # wait() covers the pending start, then the burst
+    assert bench.first_draw.how == "no frontend" and bench.last_result.ok
+    assert bench.first_draw.waited_s >= 0.5 and time.perf_counter() - t0 >= 0.5
+
+
+def test_a_knob_move_while_the_first_burst_is_held_replaces_it(store_path, monkeypatch):
+    import workbench.ui.panel as panel_module
+
+    monkeypatch.setattr(panel_module, "kernel_present", lambda: True)
+    bench = _bench(store_path)
+    bench.hello_s = 30.0
+    bench.panel()
+    bench._ui.controls.controls["batch_size"].value = 16
+    _settle(bench)
+    assert bench.first_draw.how == "cancelled"
+    assert [r["batch_size"] for _, r in bench.store.frame().iterrows()] == [16]

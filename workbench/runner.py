@@ -3,7 +3,9 @@
 A knob move calls ``submit``; it returns at once. The running burst (if any) is told to stop
 at its next step boundary, and the new burst's thread first joins the old one, so two bursts
 never compete for the device (or the CPU) and never share loader workers. ``stop`` cancels
-without starting anything. Callbacks run on the burst's thread.
+without starting anything. Callbacks run on the burst's thread. A burst may be submitted
+``held``: it waits, already counted as the newest, until the function ``submit`` returned is
+called (the panel's first burst waits so for the browser to draw the panel; workbench/ui/drawn.py).
 
 The same holds across runners: one process has one burst slot (``workbench.slot``). Re-running
 a notebook cell makes a second panel, with its own runner, while the first one's burst may
@@ -48,8 +50,14 @@ _log = logging.getLogger(__name__)
 class _Job:
     knobs: Knobs
     cancel: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)  # set: may start
     thread: threading.Thread | None = None
     submitted_s: float = field(default_factory=time.perf_counter)
+
+    def stop(self) -> None:
+        """Cancel; a held job is let go too, so that its thread ends without a burst."""
+        self.cancel.set()
+        self.go.set()
 
 
 class BurstRunner:
@@ -77,27 +85,37 @@ class BurstRunner:
         job = self._job
         return job is not None and job.thread is not None and job.thread.is_alive()
 
-    def submit(self, knobs: Knobs) -> None:
-        """Start a burst with these knobs; the running one (if any) stops at a step boundary."""
+    def submit(self, knobs: Knobs, *, held: bool = False) -> Callable[[], None]:
+        """Start a burst with these knobs; the running one (if any) stops at a step boundary.
+
+        ``held``: the burst waits until the returned function is called (the panel holds its
+        first burst until the browser has drawn it). It counts as submitted meanwhile:
+        ``wait`` waits for it, ``stop`` and a newer submit cancel it before it starts. The
+        returned function lets this burst go, and no other; calling it again does nothing.
+        """
         with self._lock:
             previous = self._job
             if previous is not None:
-                previous.cancel.set()
+                previous.stop()
             job = _Job(knobs)
+            if not held:
+                job.go.set()
             job.thread = threading.Thread(
                 target=self._run, args=(job, previous), name="workbench-burst", daemon=True
             )
             self._job = job
             job.thread.start()
+        return job.go.set
 
     def stop(self) -> None:
-        """Cancel the running burst (it ends as ``status="cancelled"``)."""
+        """Cancel the running burst (it ends as ``status="cancelled"``), or a held one."""
         job = self._job
         if job is not None:
-            job.cancel.set()
+            job.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the newest burst to finish; True if it did within ``timeout``."""
+        """Wait for the newest burst to finish (a held one: to be let go, and to finish);
+        True if it did within ``timeout``."""
         job = self._job
         if job is None or job.thread is None:
             return True
@@ -107,6 +125,9 @@ class BurstRunner:
     def _run(self, job: _Job, previous: _Job | None) -> None:
         if previous is not None and previous.thread is not None:
             previous.thread.join()
+        job.go.wait()  # a held burst: until it is let go, or cancelled
+        if job.cancel.is_set():
+            return
         with exclusive(job.cancel) as got:
             if got and not job.cancel.is_set():  # superseded while waiting: never started
                 self._burst(job)

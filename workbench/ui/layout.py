@@ -13,6 +13,7 @@ import altair as alt
 import ipywidgets as w
 
 from workbench.ui.controls import KnobControls, disabled_reasons
+from workbench.ui.drawn import drawn_signal
 
 if TYPE_CHECKING:
     from workbench.ui.panel import Bench
@@ -25,6 +26,8 @@ class PanelWidgets:
     button calls back into the Bench, which owns the behaviour."""
 
     def __init__(self, bench: Bench):
+        # first: its model reaches the browser first, and says "frontend" the soonest
+        self.drawn = drawn_signal([f"wb-chart-{n}" for n in CHARTS])
         self.syncing = False
         self.disabled = disabled_reasons(bench.device.type)
         self.controls = KnobControls(bench.knobs, bench.device.type)
@@ -42,7 +45,7 @@ class PanelWidgets:
                                         self._buttons(bench), self._status_row(),
                                         self.message, self.suspect, self.result,
                                         self._charts_box(),
-                                        self.history]), "wb-panel")  # fmt: skip
+                                        self.history, self.drawn]), "wb-panel")  # fmt: skip
 
     def _header(self, bench: Bench) -> w.Widget:
         wl, info = bench.workload, bench.info

@@ -10,6 +10,9 @@ One thing measures at a time in a kernel: a burst, a diagnosis, a tune or a comm
 holds the process's burst slot (``workbench.slot.exclusive``), and a newer action cancels
 the holder and waits for it, off the main thread. That covers a second panel made by
 re-running the cell. Save writes the last burst that ended ok, or a finished tune's best.
+
+The first burst, which ``panel()`` starts by itself, waits until the browser has drawn the
+panel (``workbench.ui.drawn``): drawing it is the browser's biggest job, on the same cores.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from workbench.results import BurstResult
 from workbench.runner import BurstRunner
 from workbench.slot import exclusive
 from workbench.store import open_store
+from workbench.ui.drawn import DRAWN_S, HELLO_S, FirstDraw, kernel_present
 from workbench.ui.layout import PanelWidgets, note_target
 from workbench.ui.status import (
     BurstEstimate,
@@ -122,20 +126,35 @@ class Bench:
             store=self.store,
         )
         self._quiet = _QuietWindow()
+        self.hello_s, self.drawn_s = HELLO_S, DRAWN_S  # the first burst's wait for the browser
+        self.first_draw: FirstDraw | None = None  # what let the first burst go, and when
+        self._held_release: Any = None
         self._task: _Task | None = None
         self.comm_results: list[Any] = []  # CommResults of this panel, drawn together
 
     # -- what a notebook calls -------------------------------------------------------------
     def panel(self, autorun: bool = True) -> w.Widget:
-        """Build (or rebuild) the panel; with ``autorun`` a first burst starts right away."""
+        """Build (or rebuild) the panel; with ``autorun`` a first burst starts once the browser
+        has drawn the panel (``workbench.ui.drawn``: at once without a kernel, after a second
+        or two in a kernel with no browser), so the browser's drawing is not measured."""
         alt.JupyterChart.enable_offline()
         self._ui = PanelWidgets(self)
         self._redraw(highlight_id=None)
         if autorun:
-            self.run()
+            self._run_when_drawn(self._ui)
         return self._ui.root
 
-    def run(self, knobs: Knobs | None = None) -> None:
+    def _run_when_drawn(self, ui: PanelWidgets) -> None:
+        """The first burst, held until ``ui``'s signal says the browser has drawn it."""
+        self.run(held=True)
+        first = FirstDraw(self._held_release, hello_s=self.hello_s, drawn_s=self.drawn_s)
+        self.first_draw = first
+        ui.drawn.on_msg(lambda _w, content, _b: first.on_message(content))
+        first.arm(kernel_present())
+        if not first.released:
+            ui.status.value = "waiting for the browser to draw the panel ..."
+
+    def run(self, knobs: Knobs | None = None, *, held: bool = False) -> None:
         """Start a burst with ``knobs`` or the panel's knobs. A newer action wins: a running
         burst, diagnosis or tune is cancelled, and the burst starts once it has stopped."""
         if knobs is not None:
@@ -143,11 +162,15 @@ class Bench:
         replaced = self._supersede_task()
         if replaced or self._runner.busy:
             self._message(f"restarted: the running {replaced or 'burst'} was cancelled")
+        if self.first_draw is not None:  # a held first burst that this one replaces
+            self.first_draw.cancel()
         self.events.append({"submit_s": time.perf_counter()})
-        self._runner.submit(self.knobs)
+        self._held_release = self._runner.submit(self.knobs, held=held)
 
     def stop(self) -> None:
         self._runner.stop()
+        if self.first_draw is not None:
+            self.first_draw.cancel()
         if self._task is not None:
             self._task.cancel.set()
         if self._ui is not None:
