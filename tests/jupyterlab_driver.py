@@ -424,6 +424,26 @@ def notebook_errors(page) -> list[str]:
     )
 
 
+def kernel_output(page, code: str, timeout_s: float = 30.0) -> str:
+    """Run ``code`` in the open notebook's kernel, outside any cell (as a cell would, but
+    nothing is added to the notebook), and return what it printed to stdout."""
+    return page.evaluate(
+        f"""async ([code, ms]) => {{
+        const kernel = {_js_panel()}.sessionContext.session.kernel;
+        const future = kernel.requestExecute({{ code, store_history: false }});
+        let out = '';
+        future.onIOPub = (msg) => {{
+            const c = msg.content, kind = msg.header.msg_type;
+            if (kind === 'stream') out += c.text;
+            if (kind === 'error') out += c.ename + ': ' + c.evalue;
+        }};
+        await Promise.race([future.done, new Promise((r) => setTimeout(r, ms))]);
+        return out;
+    }}""",
+        [code, timeout_s * 1000],
+    )
+
+
 def _execution_started(page) -> bool:
     """Has any code cell a prompt of ``[*]`` or ``[n]``: did Run All reach the kernel?"""
     return page.evaluate(
