@@ -123,8 +123,6 @@ def test_the_cli_tunes_the_hugging_face_example_by_module_name(hf, tmp_path):
     assert doc["best"] is not None and doc["out"] == str(out) and out.exists()
     cfg = load_config(out, check_machine=False)
     assert cfg.knobs.batch_size in (8, 16, 32)  # the start (32) or one of the space's
-    if cfg.collate_fn is None:  # the CLI must pass the workload's collate_fn to save_config
-        pytest.xfail("workbench tune does not yet save the workload's collate_fn (cli._cmd_tune)")
     assert cfg.collate_fn == "examples.huggingface:pad_batch"
 
 

@@ -92,3 +92,18 @@ def test_a_refusing_reader_reads_as_an_error_not_an_exception():
     b.cuda.matmul.fp32_precision = "tf32"  # new API only: torch's legacy getter refuses
     state = precision_state()
     assert state["torch.get_float32_matmul_precision()"].startswith("error: ")
+
+
+def test_only_a_distributed_wrapper_counts_as_wrapped():
+    # a burst in this process passes the Solo coordinator's wrap, which returns the model: the
+    # FLOP count on the live model (for models meta cannot run) must not think it is DDP
+    from workloads_for_tests import tensor_workload
+
+    from workbench.coordinator import Solo
+    from workbench.training import build_train_state
+
+    cpu = torch.device("cpu")
+    solo = build_train_state(tensor_workload(), Knobs(), cpu, wrap=Solo().wrap_model)
+    assert solo.wrapped is False
+    ddp_like = build_train_state(tensor_workload(), Knobs(), cpu, wrap=torch.nn.Sequential)
+    assert ddp_like.wrapped is True

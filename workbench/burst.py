@@ -349,9 +349,7 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
         measured.ran_on = _device_name(next(state.model.parameters(), None), dev)
     finally:
         stream.close()
-    measured.loader_device_mem_mib = _loader_device_mem(
-        stream
-    )  # DALI's figure is final once closed
+    measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
     measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
     measured.flops_per_sample = flops
     return measured

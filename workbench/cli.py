@@ -380,22 +380,32 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from workbench.config import save_config
+    from workbench.config import collate_fn_name, save_config
+    from workbench.hardware import resolve_device
     from workbench.knobs import Knobs
     from workbench.tuner import tune
+    from workbench.workloads import default_workload_name, resolve_workload
 
     out = _checked_path("out", args.out, (".yaml", ".yml"))
     start, space = Knobs().with_text(args.set), _parse_space(args.space)
+    dev = resolve_device(args.device)
+    wl = resolve_workload(args.workload or default_workload_name(dev.type), args.data)
+    if (
+        wl.collate_fn is not None
+    ):  # one production cannot import by name: bad input, before the tune
+        collate_fn_name(wl.collate_fn, out)
 
     def landed(p: Any) -> None:
         if not args.json:
             print(f"  [{p.bursts}/{p.budget}] {p.stage:<28} {_burst_line(p.result)}",
                   file=sys.stderr)  # fmt: skip
 
-    t = tune(args.workload, space, budget=args.budget, memory_margin=args.margin, base=start,
-             seconds=args.seconds, device=args.device, data_dir=args.data,
+    t = tune(wl, space, budget=args.budget, memory_margin=args.margin, base=start,
+             seconds=args.seconds, device=dev, data_dir=args.data,
              record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
-    written = save_config(t, out) if t.best_result is not None else None  # the median claimed
+    # the median claimed, and the collate function every burst batched with
+    saved = t.best_result is not None
+    written = save_config(t, out, collate_fn=wl.collate_fn) if saved else None
     if args.json:
         print(json.dumps({**t.to_dict(), "out": str(written) if written else None}))
     else:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from workbench import hardware
+from workbench.batches import count_samples, move_batch
 from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import KnobError, Knobs
 from workbench.loaders import BatchStream, build_loader
@@ -194,9 +195,8 @@ def _window(
 
 def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device) -> int:
     """One batch, put where the model would read it; returns its sample count."""
-    x, y = next(stream)
+    batch = next(stream)
     if not stream.on_device:
         pinned = knobs.pin_memory and dev.type == "cuda"
-        x = x.to(dev, non_blocking=pinned)
-        y = y.to(dev, non_blocking=pinned)
-    return int(x.shape[0])
+        batch = move_batch(batch, dev, non_blocking=pinned)
+    return count_samples(batch)

@@ -85,7 +85,7 @@ def build_train_state(
     optimizer = workload.optimizer(model.parameters())
     no_sync = None
     if wrap is not None:
-        model = wrap(model)
+        model = wrap(model)  # a burst in this process passes Solo's, which returns the model
         no_sync = _accumulation_no_sync(model, knobs)
     if knobs.compile != "off":
         mode = None if knobs.compile == "default" else knobs.compile
@@ -101,8 +101,13 @@ def build_train_state(
         no_sync=no_sync,
         forward=workload.forward or call_model,
         plain=plain,
-        wrapped=wrap is not None,
+        wrapped=model is not plain and not _is_compiled_plain(model, plain),
     )
+
+
+def _is_compiled_plain(model: nn.Module, plain: nn.Module) -> bool:
+    """torch.compile's wrapper around the unwrapped model is not a distributed wrapper."""
+    return getattr(model, "_orig_mod", None) is plain
 
 
 def _accumulation_no_sync(model: nn.Module, knobs: Knobs):
