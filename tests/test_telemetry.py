@@ -11,13 +11,13 @@ import threading
 import time
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 import pytest
 import torch
 
-from workbench import telemetry
+from workbench import Knobs, Workload, burst, run_burst, telemetry
 from workbench.telemetry import Sampler, TelemetrySummary, _Sample, _summarize, telemetry_problems
 
 MIB = 1024 * 1024
@@ -420,6 +420,29 @@ class _Shared(torch.utils.data.Dataset):
         return self.block[i : i + 4]
 
 
+class _SharedPairs(_Shared):
+    """(input, target) pairs read from the shared 200 MiB block: a training dataset."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return self.block[i : i + 4], torch.tensor(i % 2)
+
+
+def shared_workload() -> Workload:
+    """A tiny model over a dataset of 200 MiB that forked loader workers share with the burst."""
+    return Workload(name="shared", model=lambda: torch.nn.Linear(4, 2), dataset=_SharedPairs)
+
+
+class KeptSampler(Sampler):
+    """A Sampler that keeps its summaries, to compare a burst's figure with both of them."""
+
+    kept: ClassVar[list[TelemetrySummary]] = []
+
+    def stop(self) -> TelemetrySummary:
+        summary = super().stop()
+        KeptSampler.kept.append(summary)
+        return summary
+
+
 def _tree_pss_mib() -> float:
     """PSS of this process and its children, read independently of the sampler (psutil)."""
     procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
@@ -443,6 +466,19 @@ def test_loader_workers_shared_pages_are_counted_once() -> None:
     assert summary.rss_peak_mib - summary.host_mem_peak_mib > 300
     assert summary.host_mem_peak_mib == pytest.approx(independent, rel=0.15)
     assert summary.note is None
+
+
+@needs_pss
+def test_a_cpu_burst_with_workers_reports_pss_as_its_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    KeptSampler.kept = []
+    monkeypatch.setattr(burst, "Sampler", KeptSampler)
+    r = run_burst(shared_workload(), Knobs(batch_size=8, num_workers=2), seconds=1.0,
+                  warmup_steps=2, min_steps=3, device="cpu", record=False)  # fmt: skip
+    assert r.ok, r.error
+    summary = KeptSampler.kept[-1]
+    assert r.peak_mem_kind == "pss" and r.peak_mem_mib == summary.host_mem_peak_mib
+    assert summary.rss_peak_mib is not None and r.peak_mem_mib is not None
+    assert summary.rss_peak_mib - r.peak_mem_mib > 300  # the block, counted once not three times
 
 
 def test_unreadable_pss_falls_back_to_summed_rss_and_says_so(

@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from blocked_imports import run_with_ui_blocked
 from workloads_for_tests import crashing_workload, fat_workload, hungry_workload, tensor_workload
 
@@ -43,6 +44,32 @@ def test_the_memory_margin_holds_on_real_peak_memory(monkeypatch):
     assert max(r.peak_mem_mib for r in t.bursts if r.knobs == t.best) <= limit
     over = [c for c in t.candidates if c.status == "over limit"]
     assert over and min(c.knobs.batch_size for c in over) > t.best.batch_size
+
+
+def test_the_memory_limit_reads_pss_so_workers_sharing_pages_fit(monkeypatch):
+    """Loader workers share the burst's pages: summed RSS counts them once per process, PSS
+    once. A limit between the two must let the config with workers through."""
+    from test_telemetry import HAS_PSS, KeptSampler, shared_workload
+
+    from workbench import burst
+
+    if not HAS_PSS:
+        pytest.skip("PSS needs /proc/<pid>/smaps_rollup (Linux)")
+    KeptSampler.kept = []
+    monkeypatch.setattr(burst, "Sampler", KeptSampler)
+    wl, workers = shared_workload(), Knobs(batch_size=8, num_workers=2)
+    probe = run_burst(wl, workers, record=False, **FAST)
+    summed_rss = KeptSampler.kept[-1].rss_peak_mib
+    limit = (probe.peak_mem_mib + summed_rss) / 2  # PSS fits with room; summed RSS would not
+    real = hardware.device_info
+    small = lambda d=None: dataclasses.replace(real(d), total_mem_mib=limit / 0.9)  # noqa: E731
+    monkeypatch.setattr(hardware, "device_info", small)
+    t = tune(wl, {"num_workers": [0, 2]}, base=Knobs(batch_size=8), budget=4, record=False,
+             memory_margin=0.1, **FAST)  # fmt: skip
+    with_workers = [r for r in t.bursts if r.knobs.num_workers == 2]
+    assert with_workers and all(r.peak_mem_kind == "pss" for r in with_workers)
+    assert all(r.peak_mem_mib <= limit for r in with_workers)
+    assert [c.status for c in t.candidates if c.status == "over limit"] == []
 
 
 def test_a_crashing_worker_is_recorded_and_the_tune_goes_on(store_path):

@@ -541,8 +541,11 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
     if dev.type == "cuda":
         r.peak_mem_mib = torch.cuda.max_memory_allocated(dev) / 2**20
         r.peak_reserved_mib = torch.cuda.max_memory_reserved(dev) / 2**20
+        r.peak_mem_kind = "allocated"
     else:
-        r.peak_mem_mib = t.rss_peak_mib
+        # PSS of the process and its loader workers (each shared page once), summed RSS where
+        # PSS cannot be read; peak_mem_kind says which (workbench/telemetry.py).
+        r.peak_mem_mib, r.peak_mem_kind = t.host_mem_peak_mib, t.host_mem_kind
     r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
     r.gpu_mem_used_mib, r.mem_busy_pct = t.gpu_mem_used_mib, t.mem_busy_pct
     r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)

@@ -112,6 +112,10 @@ class BurstResult:
     throttle_reasons: list[str] = field(default_factory=list)
     cpu_util_pct: float | None = None
     telemetry: str | None = None
+    peak_mem_kind: str | None = None
+    """What ``peak_mem_mib`` is: "allocated" (CUDA: torch's allocator), "pss" (a CPU burst: the
+    proportional set size of the process and its loader workers, each shared page counted
+    once) or "rss" (summed RSS where PSS cannot be read: an upper bound)."""
     loader_epochs: int | None = None
     final_loss: float | None = None
     versions: dict[str, Any] = field(default_factory=dict)

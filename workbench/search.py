@@ -169,7 +169,8 @@ class Search:
 
     def fits(self, r: BurstResult) -> bool:
         """Ran, and peaked under the limit (on CUDA, what the allocator reserved counts too:
-        reserved-but-free blocks are what another process, or fragmentation, runs out of)."""
+        reserved-but-free blocks are what another process, or fragmentation, runs out of; on a
+        CPU the peak is the PSS of the process tree, summed RSS only where PSS is unreadable)."""
         if not r.ok:
             return False
         peaks = [p for p in (r.peak_mem_mib, r.peak_reserved_mib) if p is not None]

@@ -91,8 +91,10 @@ def tune(
     """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
 
     Fits: every burst of the config peaked under ``(1 - memory_margin)`` of the device's
-    memory (GPU memory on CUDA, system RAM on a CPU). ``budget`` caps the bursts. Sizes
-    between the listed batch sizes may be measured when the memory edge falls between them.
+    memory (GPU memory on CUDA; on a CPU system RAM, against the PSS of the process and its
+    loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
+    ``budget`` caps the bursts. Sizes between the listed batch sizes may be measured when the
+    memory edge falls between them.
     Warm-up is long enough to consume what loader workers prefetch (``settled_warmup``):
     otherwise a short window is served from a full queue and deep prefetching wins for the
     wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
