@@ -105,9 +105,9 @@ def test_workers_and_prefetch_run_and_leave_no_process(tiny_data):
     assert r.ok, r.error
     # 36 images / 8 per batch (drop_last): 4 batches an epoch, so epochs end inside the burst.
     # An epoch is counted when its iterator runs dry, i.e. when batch 5, 9, ... is asked for:
-    # steps + 1 warm-up batches have ended (steps + 1 - 1) // 4 epochs.
+    # set-up's check batch + 1 warm-up + steps batches have ended (steps + 2 - 1) // 4 epochs.
     assert r.steps >= 4
-    assert r.loader_epochs == r.steps // 4, (r.steps, r.loader_epochs)
+    assert r.loader_epochs == (r.steps + 1) // 4, (r.steps, r.loader_epochs)
     assert _children() == []
 
 

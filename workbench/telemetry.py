@@ -152,7 +152,7 @@ class _Sample:
     throttle: int | None = None
     cpu_s: float | None = None
     rss_mib: float | None = None
-    pss_mib: float | None = None  # only in the samples where PSS was read (see _ProcTree)
+    pss_mib: float | None = None  # read, or the last read plus RSS growth since (_ProcTree)
 
 
 # --------------------------------------------------------------------------- NVML, once a process
@@ -377,12 +377,13 @@ class _ProcTree:
         self._next_pss = 0.0
         self._rss_high = 0
         self.pss_reads = 0
+        self._pss_base: tuple[int, dict[int, int]] | None = None  # PSS, each RSS at last read
 
     def read(self, sample: _Sample) -> None:
         if sample.t >= self._next_refresh:
             self._refresh()
             self._next_refresh = sample.t + _CHILD_REFRESH_S
-        rss = 0
+        rss, rss_by_pid = 0, {}
         for pid, proc in list(self._procs.items()):
             try:
                 cpu, rss_bytes = _read_proc_stat(pid) if proc is None else _read_psutil(proc)
@@ -390,6 +391,7 @@ class _ProcTree:
                 self._forget(pid)
                 continue
             rss += rss_bytes
+            rss_by_pid[pid] = rss_bytes
             # At the first sample every process is a baseline; a child found later was born
             # during the burst, so all of its CPU time is new.
             prev = self._last_cpu.get(pid, cpu if self._first else 0.0)
@@ -398,13 +400,28 @@ class _ProcTree:
         self._first = False
         sample.cpu_s = self._cpu_total
         sample.rss_mib = rss / _MIB
+        estimate = self._pss_since_read(rss_by_pid)
         if self._pss_due(sample.t, rss):
             cpu0 = time.thread_time()
             pss = self._read_pss()
-            sample.pss_mib = None if pss is None else pss / _MIB
+            self._pss_base = None if pss is None else (pss, rss_by_pid)
+            estimate = max(pss, estimate or 0) if pss is not None else None
             self.pss_reads += 1
             cost_s = time.thread_time() - cpu0
             self._next_pss = sample.t + max(_PSS_EVERY_S, cost_s / _PSS_CORE_SHARE)
+        sample.pss_mib = None if estimate is None else estimate / _MIB
+
+    def _pss_since_read(self, rss_by_pid: dict[int, int]) -> int | None:
+        """The tree's PSS now, from the last read: plus what each process read then grew in
+        RSS since. A page new in a process is private to it (shared only once a fork maps it
+        again), so its PSS grows as its RSS does; without this, memory held for less than the
+        time between reads (a forward pass's activations) would be missed. A process forked
+        since the read is left to the next read: its RSS is mostly pages it shares."""
+        if self._pss_base is None or self.pss_off is not None:
+            return None
+        pss, rss_then = self._pss_base
+        grown = sum(max(0, rss_by_pid.get(pid, 0) - then) for pid, then in rss_then.items())
+        return pss + grown
 
     def _pss_due(self, t: float, rss_bytes: int) -> bool:
         """Read PSS now? When summed RSS reaches a new high, else every `_PSS_EVERY_S` or as
