@@ -424,6 +424,9 @@ class _SharedPairs(_Shared):
     """(input, target) pairs read from the shared 200 MiB block: a training dataset."""
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        if not getattr(self, "scanned", False):  # once in each process, as a dataset scanning
+            self.block[:: 4096 // 4].sum()  # its data would: read a value on every page, so a
+            self.scanned = True  # worker maps every page it shares with the burst
         return self.block[i : i + 4], torch.tensor(i % 2)
 
 

@@ -79,7 +79,9 @@ __all__ = ["Sampler", "TelemetrySummary", "nvml_status", "telemetry_problems"]
 
 _LOG = logging.getLogger("workbench")
 _MIB = 1024 * 1024
-_CHILD_REFRESH_S = 0.5
+_CHILD_REFRESH_S = 0.1
+"""How often the process tree is looked up again: loader workers start in a burst's set-up and a
+short burst's window can be a quarter of a second, so a slower look-up missed them (~0.1 ms)."""
 _START_WAIT_S = 10.0
 _JOIN_TIMEOUT_S = 5.0
 
@@ -377,7 +379,7 @@ class _ProcTree:
         self._next_pss = 0.0
         self._rss_high = 0
         self.pss_reads = 0
-        self._pss_base: tuple[int, dict[int, int]] | None = None  # PSS, each RSS at last read
+        self._pss_base: dict[int, tuple[int, int]] | None = None  # pid: (PSS, RSS) last read
 
     def read(self, sample: _Sample) -> None:
         if sample.t >= self._next_refresh:
@@ -401,27 +403,43 @@ class _ProcTree:
         sample.cpu_s = self._cpu_total
         sample.rss_mib = rss / _MIB
         estimate = self._pss_since_read(rss_by_pid)
-        if self._pss_due(sample.t, rss):
+        if self._pss_due(sample.t, rss) or self._new_processes(rss_by_pid):
             cpu0 = time.thread_time()
             pss = self._read_pss()
-            self._pss_base = None if pss is None else (pss, rss_by_pid)
-            estimate = max(pss, estimate or 0) if pss is not None else None
+            self._pss_base = (
+                None
+                if pss is None
+                else {pid: (p, rss_by_pid.get(pid, 0)) for pid, p in pss.items()}
+            )
+            total = None if pss is None else sum(pss.values())
+            estimate = max(total, estimate or 0) if total is not None else None
             self.pss_reads += 1
             cost_s = time.thread_time() - cpu0
             self._next_pss = sample.t + max(_PSS_EVERY_S, cost_s / _PSS_CORE_SHARE)
         sample.pss_mib = None if estimate is None else estimate / _MIB
 
     def _pss_since_read(self, rss_by_pid: dict[int, int]) -> int | None:
-        """The tree's PSS now, from the last read: plus what each process read then grew in
-        RSS since. A page new in a process is private to it (shared only once a fork maps it
-        again), so its PSS grows as its RSS does; without this, memory held for less than the
-        time between reads (a forward pass's activations) would be missed. A process forked
-        since the read is left to the next read: its RSS is mostly pages it shares."""
+        """The tree's PSS now, from the last read: each living process's PSS then, plus the
+        RSS the training process grew since. Memory a burst allocates there (a forward pass's
+        activations) is new and private, so its PSS grows as its RSS does; without this, memory
+        held for less than the time between reads would be missed. Workers' RSS is not added:
+        a worker's RSS also grows by mapping pages it shares with its parent, which PSS splits,
+        so only a read can tell (a process born since is read at once: ``_new_processes``)."""
         if self._pss_base is None or self.pss_off is not None:
             return None
-        pss, rss_then = self._pss_base
-        grown = sum(max(0, rss_by_pid.get(pid, 0) - then) for pid, then in rss_then.items())
-        return pss + grown
+        base = self._pss_base
+        then = sum(p for pid, (p, _) in base.items() if pid in rss_by_pid)
+        _, root_rss = base.get(self._pid, (0, rss_by_pid.get(self._pid, 0)))
+        return then + max(0, rss_by_pid.get(self._pid, 0) - root_rss)
+
+    def _new_processes(self, rss_by_pid: dict[int, int]) -> bool:
+        """A process born since the last read (a loader worker) is read at once: its pages are
+        mostly shared with its parent, and only a read can tell its share."""
+        return (
+            self._pss_base is not None
+            and self.pss_off is None
+            and any(pid not in self._pss_base for pid in rss_by_pid)
+        )
 
     def _pss_due(self, t: float, rss_bytes: int) -> bool:
         """Read PSS now? When summed RSS reaches a new high, else every `_PSS_EVERY_S` or as
@@ -438,17 +456,19 @@ class _ProcTree:
         self._rss_high = max(self._rss_high, rss_bytes)
         return rising or t >= self._next_pss
 
-    def _read_pss(self) -> int | None:
-        """PSS summed over the known processes, in bytes; None (and PSS off) if one is unreadable.
+    def _read_pss(self) -> dict[int, int] | None:
+        """PSS of each known process, in bytes; None (and PSS off) if one is unreadable.
 
         A process that exited since it was found is left out; one whose PSS cannot be read
         (another user's, a /proc mounted with hidepid) turns PSS off for the rest of the burst:
         a sum mixing PSS and RSS would be neither.
         """
-        total = 0
+        found: dict[int, int] = {}
         for pid, proc in list(self._procs.items()):
             try:
-                total += _pss_psutil(proc) if proc else _read_pss_file(pid, self._pss_file or "")
+                found[pid] = (
+                    _pss_psutil(proc) if proc else _read_pss_file(pid, self._pss_file or "")
+                )
             except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
                 if pid == self._pid:
                     self.pss_off = f"PSS of pid {pid} is gone"
@@ -456,7 +476,7 @@ class _ProcTree:
             except (OSError, ValueError, psutil.Error) as exc:
                 self.pss_off = f"PSS of pid {pid} unreadable ({exc})"
                 return None
-        return total
+        return found
 
     def _forget(self, pid: int) -> None:
         if pid != self._pid:
