@@ -346,7 +346,7 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
         measured = _window(state, stream, knobs, dev, plan)
         if counts is not None:
             measured.compile_report = compiler.report(*counts, compiler.read_counts())
-        measured.ran_on = _device_name(next(state.model.parameters(), None), dev)
+        measured.ran_on = _device_name(next(state.model.parameters(), None))
     finally:
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
@@ -355,7 +355,7 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
     return measured
 
 
-def _device_name(param: torch.Tensor | None, dev: torch.device) -> str | None:
+def _device_name(param: torch.Tensor | None) -> str | None:
     """Where the model's parameters are, named as results name devices ("cuda:1")."""
     if param is None:
         return None
