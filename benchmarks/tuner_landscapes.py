@@ -33,9 +33,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from workbench.knobs import Knobs
-from workbench.landscapes import KINDS, Bursts, Landscape, draw, grid
-from workbench.tuner import tune_on
+from workbench.core.knobs import Knobs
+from workbench.tuning.landscapes import KINDS, Bursts, Landscape, draw, grid
+from workbench.tuning.tuner import tune_on
 
 METHODS = ("workbench", "optuna_tpe", "optuna_gp", "random")
 Pick = tuple[Knobs | None, int, list[Knobs]]  # the pick, bursts used, configs measured

@@ -188,14 +188,14 @@ def _as_options(exc: Exception) -> str:
 
 
 def _is_bad_input(exc: Exception) -> bool:
-    from workbench.store import StoreError
+    from workbench.history.store import StoreError
 
     return isinstance(exc, (ValueError, StoreError))
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
-    from workbench.burst import run_burst
-    from workbench.knobs import Knobs
+    from workbench.core.knobs import Knobs
+    from workbench.engine.burst import run_burst
 
     knobs = Knobs().with_text(args.set)
     result = run_burst(
@@ -261,7 +261,7 @@ def _fmt(v: Any) -> str:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from workbench.store import open_store
+    from workbench.history.store import open_store
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"limit={args.limit} is not allowed: an integer >= 1")
@@ -281,8 +281,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from workbench import data
-    from workbench.workloads.base import say_progress
+    from workbench.engine import datasets as data
+    from workbench.engine.workloads.base import say_progress
 
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
@@ -300,7 +300,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from workbench.lab import open_lab
+    from workbench.notebook.lab import open_lab
 
     return open_lab(port=args.port, open_browser=not args.no_browser)
 
@@ -309,8 +309,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     """Validate a saved config and print what to paste; warnings go to stderr, one per line."""
     import warnings
 
-    from workbench.config import load_config
-    from workbench.nccl import flags as nccl_flags
+    from workbench.config.saved import load_config
+    from workbench.core.nccl import flags as nccl_flags
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -336,8 +336,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.knobs import Knobs
-    from workbench.sweeps import sweep
+    from workbench.analysis.sweeps import sweep
+    from workbench.core.knobs import Knobs
 
     base, values = Knobs().with_text(args.set), _parse_values(args.knob, args.values)
     plot = _checked_path("plot", args.plot, (".html", ".png", ".svg", ".json"))
@@ -352,7 +352,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                repeats=args.repeats, device=args.device, data_dir=args.data,
                record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
     if plot is not None:
-        from workbench import plots
+        from workbench.notebook import plots
 
         plots.save(plots.sweep(df, args.knob), plot)
     if args.json:
@@ -364,8 +364,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from workbench.diagnosis import diagnose
-    from workbench.knobs import Knobs
+    from workbench.analysis.diagnosis import diagnose
+    from workbench.core.knobs import Knobs
 
     def landed(stage: str, r: Any) -> None:
         if not args.json:
@@ -380,11 +380,11 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from workbench.config import collate_fn_name, save_config
-    from workbench.hardware import resolve_device
-    from workbench.knobs import Knobs
-    from workbench.tuner import tune
-    from workbench.workloads import default_workload_name, resolve_workload
+    from workbench.config.saved import collate_fn_name, save_config
+    from workbench.core.knobs import Knobs
+    from workbench.engine.hardware import resolve_device
+    from workbench.engine.workloads import default_workload_name, resolve_workload
+    from workbench.tuning.tuner import tune
 
     out = _checked_path("out", args.out, (".yaml", ".yml"))
     start, space = Knobs().with_text(args.set), _parse_space(args.space)
@@ -427,8 +427,8 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.knobs import Knobs
-    from workbench.profiling import profile_burst
+    from workbench.analysis.profiling import profile_burst
+    from workbench.core.knobs import Knobs
 
     p = profile_burst(
         args.workload,
@@ -445,7 +445,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
-    from workbench.knobs import KnobError, parse_value
+    from workbench.core.knobs import KnobError, parse_value
 
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or "" in items:
@@ -455,7 +455,7 @@ def _parse_values(knob: str, text: str) -> list[Any]:
 
 def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:
     """``--space KNOB=V1,V2`` options as a space; None when none were given (the default)."""
-    from workbench.knobs import KnobError
+    from workbench.core.knobs import KnobError
 
     space: dict[str, list[Any]] = {}
     for item in items:
@@ -472,7 +472,7 @@ def _checked_path(option: str, path: str | None, suffixes: tuple[str, ...]) -> A
     """A file to write at the end, checked now: a long run must not fail at its last line."""
     from pathlib import Path
 
-    from workbench.knobs import KnobError
+    from workbench.core.knobs import KnobError
 
     if path is None:
         return None
@@ -495,9 +495,9 @@ def _burst_line(r: Any, knob: str | None = None) -> str:
 
 
 def _cmd_comm(args: argparse.Namespace) -> int:
-    from workbench.comm import parse_sizes
-    from workbench.distributed import comm_bench
-    from workbench.knobs import Knobs
+    from workbench.core.knobs import Knobs
+    from workbench.distributed.allreduce import parse_sizes
+    from workbench.distributed.jobs import comm_bench
 
     not_nccl = [item for item in args.set if not item.strip().startswith("NCCL_")]
     if not_nccl:
@@ -507,7 +507,7 @@ def _cmd_comm(args: argparse.Namespace) -> int:
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
                      timeout_s=args.timeout)  # fmt: skip
     if args.plot and res.ok:
-        from workbench import plots
+        from workbench.notebook import plots
 
         plots.save(plots.comm(res.frame()), args.plot)
     print(json.dumps(res.to_dict()) if args.json else res.table())
