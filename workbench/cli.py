@@ -16,6 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from workbench.core.errors import InputError
+from workbench.history.store import StoreError
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKLOAD_HELP = (
     "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
@@ -181,16 +184,16 @@ def import_from_here() -> None:
 def _as_options(exc: Exception) -> str:
     """An error about an argument that is a CLI option (``workload``), worded with the
     option (``--workload='x' is not allowed: ...``), as the user typed it."""
-    option = _OPTION_OF.get(getattr(exc, "knob", None) or "")
+    option = _OPTION_OF.get(getattr(exc, "name", None) or "")
     if option is None:
         return str(exc)
     return f"{option}={exc.value!r} is not allowed: {exc.allowed}"  # type: ignore[attr-defined]
 
 
 def _is_bad_input(exc: Exception) -> bool:
-    from workbench.history.store import StoreError
-
-    return isinstance(exc, (ValueError, StoreError))
+    """Input the user can correct (exit 2): an InputError, or a history file that cannot be
+    used (StoreError: the --store path, a newer schema, a corrupt file)."""
+    return isinstance(exc, (InputError, StoreError))
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
@@ -264,7 +267,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     from workbench.history.store import open_store
 
     if args.limit is not None and args.limit < 1:
-        raise ValueError(f"limit={args.limit} is not allowed: an integer >= 1")
+        raise InputError.not_allowed("limit", args.limit, "an integer >= 1")
     rows = open_store(args.store).records(
         workload=args.workload, status=args.status, limit=args.limit
     )
@@ -286,7 +289,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
-            raise ValueError(f"{name}={getattr(args, name)} is not allowed: an integer >= 1")
+            raise InputError.not_allowed(name, getattr(args, name), "an integer >= 1")
     paths = data.ensure_datasets(
         data.data_root(args.out),
         images_per_class=args.images_per_class,
@@ -501,7 +504,7 @@ def _cmd_comm(args: argparse.Namespace) -> int:
 
     not_nccl = [item for item in args.set if not item.strip().startswith("NCCL_")]
     if not_nccl:
-        raise ValueError(f"--set {not_nccl[0]!r} is not allowed: comm takes NCCL_* variables")
+        raise InputError.not_allowed("--set", not_nccl[0], "comm takes NCCL_* variables")
     knobs = Knobs().with_text(args.set)
     sizes = parse_sizes(args.sizes) if args.sizes else None
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,

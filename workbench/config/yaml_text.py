@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from workbench.core.errors import InputError
+
 __all__ = [
     "ConfigError",
     "Section",
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A saved config that cannot be used; the message names the file, the key and the problem."""
 
     def __init__(self, path: str | Path | None, key: str | None, problem: str):

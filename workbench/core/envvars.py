@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from workbench.core.knobs import KnobError
+from workbench.core.errors import KnobError
 
 __all__ = ["EnvVarError", "check_variable", "is_variable_name"]
 

@@ -21,20 +21,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from workbench.core.errors import KnobError
+from workbench.core.nccl import check_variable
+
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
-
-
-class KnobError(ValueError):
-    """A knob value or combination that is not allowed; the message names knob and value."""
-
-    def __init__(self, knob: str, value: Any, allowed: str):
-        self.knob, self.value, self.allowed = knob, value, allowed
-        super().__init__(f"{knob}={value!r} is not allowed: {allowed}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +343,6 @@ def _coerce_nccl(value: Any) -> Mapping[str, str]:
         if isinstance(text, bool) or not isinstance(text, (str, int, float)):
             raise KnobError(name, text, "a string value (numbers are converted)")
         clean[name] = str(text).strip()
-    from workbench.core.nccl import check_variable  # here: nccl.py imports KnobError from us
-
     for name, text in clean.items():
         check_variable(name, text)  # a known variable with a bad value raises, naming both
     return MappingProxyType(clean)

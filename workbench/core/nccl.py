@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from workbench.core.knobs import KnobError
+from workbench.core.errors import KnobError
 
 __all__ = ["VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
 

@@ -23,13 +23,15 @@ from typing import Any
 
 import torch
 
+from workbench.core.errors import InputError
+
 Batch = Any
 """A tensor, or a tuple, list or mapping of batches (any depth); other leaves are kept."""
 
 _SHOWN_PER_LEVEL = 8  # entries described per container before "... N more"
 
 
-class BatchError(ValueError):
+class BatchError(InputError):
     """A batch of a shape the burst cannot train on; the message shows its structure."""
 
 

@@ -47,6 +47,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from workbench.core.errors import InputError
+
 FORMAT_VERSION = 1
 """Bumped when the layout or the generator changes; a manifest with another value is rebuilt."""
 
@@ -72,7 +74,7 @@ _ALPHA_LOW, _ALPHA_SPAN = 0.7, 0.3  # spectral slopes of the class textures
 Progress = Callable[[str], None]
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A dataset path that cannot be used; the message names the path and the problem."""
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from workbench.core.errors import InputError
 from workbench.engine.telemetry import nvml_status
 
 __all__ = [
@@ -89,16 +90,16 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     if dev.type == "cpu":
         return torch.device("cpu")
     if dev.type != "cuda":
-        raise ValueError(f"device {device!r}: {dev.type!r} is not supported; use {_DEVICE_FORMS}")
+        raise InputError(f"device {device!r}: {dev.type!r} is not supported; use {_DEVICE_FORMS}")
     if not torch.cuda.is_available():
-        raise ValueError(
+        raise InputError(
             f"device {device!r}: CUDA is not available here (torch.cuda.is_available() is "
             "False); use 'cpu' or 'auto'"
         )
     index = torch.cuda.current_device() if dev.index is None else dev.index
     count = torch.cuda.device_count()
     if index >= count:
-        raise ValueError(
+        raise InputError(
             f"device {device!r}: only {count} CUDA device(s) visible, cuda:0 to cuda:{count - 1}"
         )
     return torch.device("cuda", index)
@@ -108,11 +109,11 @@ def _parse_device(device: object) -> torch.device:
     if isinstance(device, torch.device):
         return device
     if not isinstance(device, str):
-        raise ValueError(f"device {device!r}: expected {_DEVICE_FORMS}")
+        raise InputError(f"device {device!r}: expected {_DEVICE_FORMS}")
     try:
         return torch.device(device.strip().lower())
     except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"device {device!r}: expected {_DEVICE_FORMS}") from exc
+        raise InputError(f"device {device!r}: expected {_DEVICE_FORMS}") from exc
 
 
 def device_info(device: str | torch.device | None = None) -> DeviceInfo:
@@ -303,9 +304,9 @@ def measure_matmul_flops(
     its clocks and power limit, gives.
     """
     if precision not in _MATMUL_DTYPES:
-        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+        raise InputError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if seconds <= 0 or (n is not None and n <= 0):
-        raise ValueError(
+        raise InputError(
             f"seconds={seconds!r}, n={n!r}: seconds must be > 0 and n > 0 (or None: sized for "
             "the device)"
         )
