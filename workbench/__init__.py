@@ -15,7 +15,7 @@ _EXPORTS = {
     "Knobs": "workbench.core.knobs",
     "KnobError": "workbench.core.knobs",
     "knob_specs": "workbench.core.knobs",
-    "run_burst": "workbench.engine.burst",
+    "run_burst": "workbench.distributed.dispatch",
     "BurstProgress": "workbench.engine.burst",
     "BurstResult": "workbench.core.results",
     "Workload": "workbench.engine.workloads",
@@ -50,8 +50,9 @@ if TYPE_CHECKING:
     from workbench.core.knobs import KnobError, Knobs, knob_specs
     from workbench.core.results import BurstResult
     from workbench.distributed.allreduce import CommResult
+    from workbench.distributed.dispatch import run_burst
     from workbench.distributed.jobs import comm_bench
-    from workbench.engine.burst import BurstProgress, run_burst
+    from workbench.engine.burst import BurstProgress
     from workbench.engine.datasets import DataError, build_datasets, ensure_datasets
     from workbench.engine.workloads import Workload, register_workload, workload_names
     from workbench.history.store import HistoryStore, open_store

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from workbench.core.errors import InputError
+from workbench.core.errors import InputError, KnobError
 from workbench.history.store import StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -198,7 +198,7 @@ def _is_bad_input(exc: Exception) -> bool:
 
 def _cmd_burst(args: argparse.Namespace) -> int:
     from workbench.core.knobs import Knobs
-    from workbench.engine.burst import run_burst
+    from workbench.distributed.dispatch import run_burst
 
     knobs = Knobs().with_text(args.set)
     result = run_burst(
@@ -448,7 +448,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
-    from workbench.core.knobs import KnobError, parse_value
+    from workbench.core.knobs import parse_value
 
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or "" in items:
@@ -458,8 +458,6 @@ def _parse_values(knob: str, text: str) -> list[Any]:
 
 def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:
     """``--space KNOB=V1,V2`` options as a space; None when none were given (the default)."""
-    from workbench.core.knobs import KnobError
-
     space: dict[str, list[Any]] = {}
     for item in items:
         name, sep, text = (part.strip() for part in item.partition("="))
@@ -475,13 +473,13 @@ def _checked_path(option: str, path: str | None, suffixes: tuple[str, ...]) -> A
     """A file to write at the end, checked now: a long run must not fail at its last line."""
     from pathlib import Path
 
-    from workbench.core.knobs import KnobError
-
     if path is None:
         return None
     target = Path(path).expanduser()
     if target.suffix.lower() not in suffixes or not target.parent.is_dir() or target.is_dir():
-        raise KnobError(option, path, f"a {' or '.join(suffixes)} file in an existing directory")
+        raise InputError.not_allowed(
+            option, path, f"a {' or '.join(suffixes)} file in an existing directory"
+        )
     return target
 
 

@@ -27,8 +27,10 @@ from workbench.analysis.profile_tables import (
     top_operators,
 )
 from workbench.analysis.profiling import _check_single_process, _Recorder, nsys_command
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError
 from workbench.engine.burst import BurstProgress
+from workbench.engine.window import BurstWindow
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -129,9 +131,9 @@ def test_profiling_does_not_record_by_default(cpu_profile):
 )
 def test_bad_input_names_the_knob(kwargs, knob, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(KnobError) as err:
+    with pytest.raises(InputError) as err:
         wb.profile_burst("cnn", **{"device": "cpu", **kwargs})
-    assert err.value.knob == knob
+    assert err.value.name == knob
     assert not list(tmp_path.iterdir())  # refused before any work: nothing written
 
 
@@ -195,7 +197,9 @@ def test_a_profiler_started_on_the_bursts_thread_is_ended_from_the_callers(capfd
     than the burst's own. torch finds no session of that thread's to stop there, and Kineto's
     stayed open (CUPTI tracing every later burst on a GPU) until the next profile cancelled it,
     which torch reports as a disable that found no session."""
-    rec = _Recorder(torch.device("cpu"), 1.0, 1, 0, None)
+    rec = _Recorder(
+        torch.device("cpu"), BurstWindow(seconds=1.0, min_steps=1, warmup_steps=0), None
+    )
 
     def burst_thread() -> None:
         rec(BurstProgress("setup", 0.0, 1.0, 0))  # prepared
@@ -398,7 +402,7 @@ def test_nsys_line_for_a_script_or_an_unnamed_workload():
     assert line.endswith("python train.py --config tuned.yaml")
     assert "--output=out/p" in line and "--trace=cuda,nvtx,osrt,cudnn,cublas" in line
     assert nsys_command(None, k).endswith("python YOUR_TRAINING_SCRIPT.py")
-    named = nsys_command("gpt", k, seconds=2)
+    named = nsys_command("gpt", k, window=BurstWindow(seconds=2))
     assert "--set num_workers=2 --set pin_memory=true --seconds 2 --min-steps 5" in named
 
 

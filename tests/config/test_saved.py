@@ -24,7 +24,8 @@ from workbench.config.saved import (
     load_knobs,
     save_config,
 )
-from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs
+from workbench.core.errors import InputError
+from workbench.core.knobs import KNOB_NAMES, Knobs
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
 
@@ -177,7 +178,7 @@ def test_knobs_saved_alone_name_this_machine(tmp_path):
 
 
 def test_a_real_burst_saves_and_loads(tiny_data, tmp_path):
-    from workbench.engine.burst import run_burst
+    from workbench.distributed.dispatch import run_burst
 
     r = run_burst("cnn", Knobs(batch_size=8), data_dir=tiny_data, seconds=0.3, warmup_steps=1,
                   record=False)  # fmt: skip
@@ -503,7 +504,7 @@ def test_torchrun_command_for_one_node_and_for_several():
     assert "--rdzv_endpoint=10.0.0.1:29400 --rdzv_id=job7 t.py" in line
     for bad in [{"nnodes": 0}, {"nnodes": "two"}, {"nproc_per_node": 0},
                 {"nnodes": 2, "rdzv_endpoint": "a b; rm -rf /"}]:  # fmt: skip
-        with pytest.raises(KnobError):
+        with pytest.raises(InputError):
             cfg.torchrun_command("t.py", **bad)
 
 

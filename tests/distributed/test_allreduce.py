@@ -3,7 +3,7 @@ test_distributed.py)."""
 
 import pytest
 
-from workbench.core.knobs import KnobError
+from workbench.core.errors import InputError
 from workbench.distributed.allreduce import CommResult, bus_factor, parse_sizes, wrong_sums
 
 
@@ -16,7 +16,7 @@ def test_bus_factor_is_nccl_tests_ring_factor():
 def test_sizes_parse_like_nccl_tests_and_bad_ones_name_themselves():
     assert parse_sizes("8K, 1M,256m,4096,1G") == [8192, 2**20, 256 * 2**20, 4096, 2**30]
     assert parse_sizes("8KiB") == [8192]
-    with pytest.raises(KnobError, match="sizes='12Q'"):
+    with pytest.raises(InputError, match="sizes='12Q'"):
         parse_sizes("8K,12Q")
 
 

@@ -16,14 +16,17 @@ import pytest
 import torch
 
 import workbench as wb
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError
 from workbench.distributed.allreduce import FAULT_RANK_ENV
 from workbench.distributed.jobs import comm_bench, run_distributed_burst, worker_env
 from workbench.distributed.rank import COUNT_GRAD_SYNCS_ENV, rank_device
 from workbench.distributed.torchrun import JobSpec, TorchrunJob
+from workbench.engine.window import BurstWindow
 from workbench.history.store import open_store
 
 FAST = {"seconds": 0.5, "warmup_steps": 1, "min_steps": 3}
+WINDOW = BurstWindow(**FAST)
 TWO = wb.Knobs(batch_size=4, world_size=2)
 TORCH_DEFAULT_MASTER_PORT = 29500
 
@@ -90,7 +93,7 @@ def test_gradient_accumulation_under_real_ddp_all_reduces_once_per_optimizer_ste
     # would measure grad_accum times the communication of real training).
     monkeypatch.setenv(COUNT_GRAD_SYNCS_ENV, "1")
     r = run_distributed_burst("cnn", TWO.replace(grad_accum=2), data_dir=tiny_data,
-                              record=False, port=_free_port(), **FAST)  # fmt: skip
+                              record=False, port=_free_port(), window=WINDOW)  # fmt: skip
     assert r.status == "ok", r.error
     assert r.samples == 2 * r.ranks[0]["steps"] * 4 * 2  # ranks x steps x batch x micro-batches
     for row in r.ranks:
@@ -101,7 +104,7 @@ def test_gradient_accumulation_under_real_ddp_all_reduces_once_per_optimizer_ste
 
 def test_a_failing_rank_ends_the_job_with_its_own_error():
     r = run_distributed_burst("workloads_for_tests:rank1_crashes", TWO, record=False,
-                              timeout_s=120, **FAST)  # fmt: skip
+                              timeout_s=120, window=WINDOW)  # fmt: skip
     assert r.status == "error"
     assert r.error.startswith("rank 1: RuntimeError: rank 1 was told to fail")
     assert _no_children_left() == []
@@ -109,7 +112,7 @@ def test_a_failing_rank_ends_the_job_with_its_own_error():
 
 def test_a_hanging_rank_is_stopped_after_the_timeout_and_named():
     r = run_distributed_burst("workloads_for_tests:rank1_hangs", TWO, record=False,
-                              timeout_s=25, **FAST)  # fmt: skip
+                              timeout_s=25, window=WINDOW)  # fmt: skip
     assert r.status == "error"
     assert "did not finish within 25 s" in r.error
     assert "rank 1 last in phase 'setup'" in r.error and "furthest behind" in r.error
@@ -123,7 +126,7 @@ def test_cancel_stops_the_job_and_leaves_no_process():
     timer = threading.Timer(3.0, cancel.set)
     timer.start()
     r = run_distributed_burst("workloads_for_tests:rank1_hangs", TWO, record=False,
-                              timeout_s=120, cancel=cancel, **FAST)  # fmt: skip
+                              timeout_s=120, cancel=cancel, window=WINDOW)  # fmt: skip
     assert r.status == "cancelled" and r.launch_s < 60
     assert _no_children_left() == []
 
@@ -139,7 +142,7 @@ def test_bad_input_is_refused_before_anything_starts():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(KnobError, match=rf"port={port}.*in use"):
+        with pytest.raises(InputError, match=rf"port={port}.*in use"):
             run_distributed_burst("cnn", TWO, port=port)
     assert _no_children_left() == []
 
@@ -154,7 +157,7 @@ def test_a_factory_in_main_is_refused_at_once_with_the_module_to_move_it_into(mo
     monkeypatch.setattr(popen, lambda *a, **k: started.append(a))
     for workload in (namespace["make_model"], "__main__:make_model"):
         start = time.monotonic()
-        with pytest.raises(KnobError) as caught:
+        with pytest.raises(InputError) as caught:
             wb.run_burst(workload, TWO, record=False)
         assert time.monotonic() - start < 1.0
         assert "move make_model into make_model.py" in str(caught.value)
@@ -242,8 +245,10 @@ def test_a_rank_that_contributes_a_wrong_value_makes_the_comm_result_say_the_sum
 KERNEL = """
 import workbench as wb
 from workbench.distributed.jobs import run_distributed_burst
+from workbench.engine.window import BurstWindow
 run_distributed_burst("workloads_for_tests:rank1_hangs", wb.Knobs(batch_size=4, world_size=2),
-                      record=False, timeout_s=600, seconds=0.5, warmup_steps=1, min_steps=3)
+                      record=False, timeout_s=600,
+                      window=BurstWindow(seconds=0.5, warmup_steps=1, min_steps=3))
 """
 ORPHAN_EXIT_BOUND_S = 15.0
 

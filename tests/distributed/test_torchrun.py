@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from workbench.core.knobs import KnobError
+from workbench.core.errors import InputError
 from workbench.distributed.torchrun import (
     EventLog,
     JobSpec,
@@ -82,9 +82,9 @@ def test_check_port_names_the_port_and_what_to_do():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        with pytest.raises(KnobError, match="in use; leave it unset"):
+        with pytest.raises(InputError, match="in use; leave it unset"):
             check_port(port)
-    with pytest.raises(KnobError, match="1-65535"):
+    with pytest.raises(InputError, match="1-65535"):
         check_port(70000)
     check_port(None)
 

@@ -20,10 +20,12 @@ from workloads_for_tests import (
 )
 
 from workbench import Knobs, run_burst
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError
 from workbench.engine.burst import BurstInterrupted, BurstPlan, measure_here
 from workbench.engine.coordinator import Solo
 from workbench.engine.failures import describe_error, is_oom_error
+from workbench.engine.window import BurstWindow
 from workbench.history.store import open_store
 
 FAST = {"seconds": 0.3, "warmup_steps": 1, "record": False}
@@ -311,7 +313,7 @@ def test_a_batch_bigger_than_the_dataset_is_a_result_that_names_the_knob(loader)
 
 
 def test_bad_arguments_raise_before_any_work(tiny_data, tmp_path):
-    with pytest.raises(KnobError, match="seconds=0 is not allowed"):
+    with pytest.raises(InputError, match="seconds=0 is not allowed"):
         run_burst(tensor_workload(), seconds=0)
     with pytest.raises(ValueError, match="workload='nope' is not allowed: one of cnn"):
         run_burst("nope")
@@ -415,7 +417,8 @@ def test_ddp_all_reduces_once_per_optimizer_step(grad_accum, static_graph, patte
     # As a training loop does with no_sync: the micro-batches before the last skip the
     # all-reduce (except with static_graph, which DDP does not allow under no_sync).
     coord = _WrappingCoordinator()
-    plan = BurstPlan(0.2, 2, 1, threading.Event(), None, time.perf_counter, coord)
+    window = BurstWindow(seconds=0.2, min_steps=2, warmup_steps=1)
+    plan = BurstPlan(window, threading.Event(), None, time.perf_counter, coord)
     knobs = Knobs(batch_size=8, grad_accum=grad_accum, static_graph=static_graph)
     assert measure_here(tensor_workload(), knobs, torch.device("cpu"), plan).ok
     synced = coord.wrapped[0].synced

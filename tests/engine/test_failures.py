@@ -61,9 +61,9 @@ def test_a_burst_after_a_fault_is_an_error_that_says_restart(monkeypatch):
     from workloads_for_tests import tensor_workload
 
     import workbench.engine.burst as burst
-    from workbench import Knobs
+    from workbench import Knobs, run_burst
 
     monkeypatch.setattr(failures, "_broken_cuda", "CUDA error: an illegal memory access")
     monkeypatch.setattr(burst, "cuda_health", lambda dev: failures.restart_advice("x"))
-    r = burst.run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, record=False)
+    r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, record=False)
     assert r.status == "error" and "Restart the kernel" in r.error and r.steps == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
-from workbench.core.knobs import KnobError
+from workbench.core.errors import InputError
 from workbench.engine.workloads import (
     UnknownWorkload,
     import_factory,
@@ -81,7 +81,7 @@ def _as_script(monkeypatch, path: Path) -> None:
 def test_a_notebook_function_is_refused_with_the_module_and_the_name_to_pass(here, monkeypatch):
     _as_notebook(monkeypatch)
     make_model = _in_main("def make_model():\n    pass\n")
-    with pytest.raises(KnobError) as caught:
+    with pytest.raises(InputError) as caught:
         name_for_ranks(make_model)
     assert str(caught.value) == (
         "workload=<function make_model> is not allowed: a distributed burst runs in fresh "
@@ -93,7 +93,7 @@ def test_a_notebook_function_is_refused_with_the_module_and_the_name_to_pass(her
 
 def test_following_the_fix_gives_a_name_the_ranks_accept(here, monkeypatch):
     _as_notebook(monkeypatch)
-    with pytest.raises(KnobError, match="pass workload='make_model:make_model'"):
+    with pytest.raises(InputError, match="pass workload='make_model:make_model'"):
         name_for_ranks(_in_main(FACTORY))
     (here / "make_model.py").write_text(FACTORY)  # what the message said to do
     try:
@@ -105,7 +105,7 @@ def test_following_the_fix_gives_a_name_the_ranks_accept(here, monkeypatch):
 
 def test_a_script_function_is_told_to_move_next_to_the_script(here, monkeypatch):
     _as_script(monkeypatch, here / "train.py")
-    with pytest.raises(KnobError) as caught:
+    with pytest.raises(InputError) as caught:
         name_for_ranks("__main__:build")  # the name spelled out does not cross either
     assert str(caught.value).endswith(
         f"build is defined in train.py (__main__), which they cannot import: move build into "
@@ -115,7 +115,8 @@ def test_a_script_function_is_told_to_move_next_to_the_script(here, monkeypatch)
 
 def test_the_suggested_module_never_shadows_an_existing_one(here, monkeypatch):
     _as_notebook(monkeypatch)
-    with pytest.raises(KnobError, match=r"move json into json_workload\.py .*'json_workload:json'"):
+    fix = r"move json into json_workload\.py .*'json_workload:json'"
+    with pytest.raises(InputError, match=fix):
         name_for_ranks(_in_main("def json():\n    pass\n"))
 
 
@@ -135,7 +136,7 @@ def test_objects_without_an_importable_name_are_refused_with_a_function_to_write
     workload, fix, here, monkeypatch
 ):
     _as_notebook(monkeypatch)
-    with pytest.raises(KnobError, match="fresh processes") as caught:
+    with pytest.raises(InputError, match="fresh processes") as caught:
         name_for_ranks(workload)
     assert fix in str(caught.value) and "pass workload='make_" in str(caught.value)
 
@@ -222,10 +223,10 @@ def test_data_dir_reaches_a_function_that_takes_it_and_is_never_dropped(here, tm
     takes = _module(here, FACTORY + "\ndef with_data(data_dir=None):\n    return make_model()\n")
     wl = resolve_workload(f"{takes}:with_data", data_dir=tmp_path)
     assert wl.extras["source_data_dir"] == str(tmp_path)
-    with pytest.raises(KnobError, match=rf"data_dir='.*' is not allowed: {takes}:make_model has "
+    with pytest.raises(InputError, match=rf"data_dir='.*' is not allowed: {takes}:make_model has "
                                         "no data_dir parameter"):  # fmt: skip
         resolve_workload(f"{takes}:make_model", data_dir=tmp_path)
-    with pytest.raises(KnobError, match="no data_dir parameter"):  # before launch, too
+    with pytest.raises(InputError, match="no data_dir parameter"):  # before launch, too
         name_for_ranks(f"{takes}:make_model", data_dir=tmp_path)
 
 

@@ -17,7 +17,7 @@ from workloads_for_tests import tensor_workload
 from workbench import Knobs, tune
 from workbench.analysis.loader_ceiling import prefetched_batches, settled_warmup
 from workbench.config.saved import ConfigError, save_config
-from workbench.core.knobs import KnobError
+from workbench.core.errors import InputError
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
 from workbench.engine.burst import BurstInterrupted, record_result
@@ -317,7 +317,7 @@ def test_bad_input_is_refused_before_any_burst(fake, kwargs, words):
     f = fake(lambda k, n: 100.0)
     args = {"space": {"batch_size": [16, 32]}, "budget": 4, **kwargs}
     space = args.pop("space")
-    with pytest.raises(KnobError, match=words):
+    with pytest.raises(InputError, match=words):
         tune(tensor_workload(), space, record=False, **args)
     assert f.calls == []
 

@@ -27,24 +27,25 @@ What to try next follows the verdict and the device (workbench/analysis/advice.p
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workbench.analysis.advice import WAIT_EXPLAINED_PCT, Suggestion, advise, preprocessing
-from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst, settled_warmup
-from workbench.analysis.sweeps import WorkloadArg
+from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
+from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
-from workbench.engine.burst import BurstProgress, run_burst
+from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
-from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
-from workbench.history.store import open_store
+from workbench.engine.window import BurstOptions, BurstSetup
+from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11; hints only
 
 VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
 BALANCE_BAND = 0.15
@@ -116,16 +117,9 @@ def diagnose(
     workload: WorkloadArg = None,
     knobs: Knobs | None = None,
     *,
-    seconds: float = 3.0,
-    warmup_steps: int = 3,
-    min_steps: int = 5,
-    device: str | torch.device | None = None,
-    data_dir: str | Path | None = None,
-    record: bool = True,
-    store: object = None,
-    cancel: threading.Event | None = None,
     progress: Callable[[str, BurstResult | LoaderResult], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    **options: Unpack[BurstOptions],
 ) -> Diagnosis:
     """Measure full, loader-only and compute-only with the same knobs; return the verdict.
 
@@ -135,6 +129,7 @@ def diagnose(
     not recorded. Setting ``cancel`` stops at the next step boundary: the verdict is then
     "unknown".
     """
+    setup = BurstSetup.of("diagnose", options)
     knobs = Knobs() if knobs is None else knobs
     if knobs.loader == "synthetic":
         raise KnobError(
@@ -143,33 +138,22 @@ def diagnose(
             "torch or dali: synthetic is the compute-only ceiling itself, with no data "
             "pipeline to diagnose",
         )
-    dev = hardware.resolve_device(device)
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
-    stop = cancel or threading.Event()
-    common: dict[str, Any] = {
-        "seconds": seconds,
-        "warmup_steps": warmup_steps,
-        "min_steps": min_steps,
-        "device": dev,
-        "record": record,
-        "store": open_store(store) if record else None,
-        "cancel": stop,
-        "progress": burst_progress,
-    }
+    wl, dev = resolve_target(workload, setup.device, setup.data_dir)
+    common = {**setup.burst_args(), "progress": burst_progress}
+    stop = setup.cancel
     # The burst slot for all three: the loader-only run is no burst, but a burst beside it
     # would share its cores. A newer burst (a panel's) cancels the diagnosis, as it would a
     # burst; cancelled before it started, the first run_burst says so and nothing else runs.
-    full_warmup = settled_warmup(knobs, warmup_steps)
-    loader_window = {"seconds": seconds, "min_batches": min_steps, "warmup_batches": warmup_steps}
     with exclusive(stop):
-        full = run_burst(wl, knobs, **{**common, "warmup_steps": full_warmup})
+        full = run_burst(wl, knobs, window=setup.window.settled(knobs), **common)
         _tell(progress, "full", full)
         loader = compute = None
         if not stop.is_set():
-            loader = run_loader_burst(wl, knobs, device=dev, cancel=stop, **loader_window)
+            loader = run_loader_burst(wl, knobs, window=setup.window, device=dev, cancel=stop)
             _tell(progress, "loader", loader)
         if not stop.is_set():
-            compute = run_burst(wl, knobs.replace(loader="synthetic"), **common)
+            compute = run_burst(wl, knobs.replace(loader="synthetic"), window=setup.window,
+                                **common)  # fmt: skip
             _tell(progress, "compute", compute)
     return judge(wl, knobs, dev, full, loader, compute)
 

@@ -17,24 +17,23 @@ the same knobs would read as a training burst in the charts.
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from workbench.core.knobs import KnobError, Knobs
+from workbench.core.knobs import Knobs
 from workbench.core.results import spread
-from workbench.engine import hardware
 from workbench.engine.batches import count_samples, move_batch
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders import BatchStream, build_loader
 from workbench.engine.timing import synchronize
-from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
+from workbench.engine.window import BurstWindow, prefetched_batches, settled_warmup
+from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 
 Clock = Callable[[], float]
 
@@ -68,36 +67,14 @@ class LoaderResult:
         return out
 
 
-def prefetched_batches(knobs: Knobs) -> int:
-    """Batches the DataLoader's workers may have ready before the first one is asked for.
-
-    Workers start decoding as soon as the loader is iterated, so by the end of set-up and a
-    few warm-up steps the queue is full. A short window that starts there measures how fast
-    the model empties the queue, not how fast the workers fill it, and a deep queue looks
-    faster than it is: on cnn with 3 workers x prefetch 4 (12 batches of 64), a 1 s window
-    read 239 samples/s with 1% data wait where an 8 s window read 183 with 20%.
-    """
-    if knobs.loader != "torch" or knobs.num_workers == 0:
-        return 0
-    return knobs.num_workers * (knobs.prefetch_factor or 2)
-
-
-def settled_warmup(knobs: Knobs, warmup_steps: int) -> int:
-    """Warm-up steps that also consume the prefetched queue (a step takes grad_accum batches).
-
-    Sweeps, diagnoses and tunes use it so that configs are compared in their steady state;
-    ``run_burst`` itself keeps the warm-up it is given.
-    """
-    return max(warmup_steps, math.ceil(prefetched_batches(knobs) / knobs.grad_accum))
-
-
 def run_loader_burst(
-    workload: str | Workload | Callable[[], Workload] | None = None,
+    workload: WorkloadArg = None,
     knobs: Knobs | None = None,
     *,
-    seconds: float = 3.0,
-    min_batches: int = 5,
-    warmup_batches: int = 3,
+    window: BurstWindow | None = None,
+    seconds: float | None = None,
+    min_batches: int | None = None,
+    warmup_batches: int | None = None,
     device: str | torch.device | None = None,
     data_dir: str | Path | None = None,
     cancel: threading.Event | None = None,
@@ -105,36 +82,27 @@ def run_loader_burst(
 ) -> LoaderResult:
     """Time-boxed iteration of the loader these knobs build; no model, nothing recorded.
 
-    Warm-up takes at least the batches the workers prefetch (``prefetched_batches``): with
-    no model to slow it down, the window would otherwise start by emptying a full queue.
-    Failures are results (``status`` oom/error/cancelled), as in ``run_burst``.
+    The window is a burst's (``window``; a batch stands for a step), with ``seconds``,
+    ``min_batches`` and ``warmup_batches`` replacing its numbers. Warm-up takes at least the
+    batches the workers prefetch (``prefetched_batches``): with no model to slow it down, the
+    window would otherwise start by emptying a full queue. Failures are results (``status``
+    oom/error/cancelled), as in ``run_burst``.
     """
-    _check_args(seconds, min_batches, warmup_batches)
+    win = BurstWindow.of(window, seconds=seconds, min_steps=min_batches,
+                         warmup_steps=warmup_batches)  # fmt: skip
     knobs = Knobs() if knobs is None else knobs
-    warmup_batches = max(warmup_batches, prefetched_batches(knobs))
-    dev = hardware.resolve_device(device)
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    win = replace(win, warmup_steps=max(win.warmup_steps, prefetched_batches(knobs)))
+    wl, dev = resolve_target(workload, device, data_dir)
     result = LoaderResult(workload=wl.name, device=str(dev), knobs=knobs)
     stop = cancel or threading.Event()
     try:
-        _measure(result, wl, knobs, dev, stop, clock, (seconds, min_batches, warmup_batches))
+        _measure(result, wl, knobs, dev, stop, clock, win)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a failed loader is a result, as a failed burst is
         result.status = "oom" if is_oom_error(exc) else "error"
         result.error = describe_error(exc)
     return result
-
-
-def _check_args(seconds: float, min_batches: int, warmup_batches: int) -> None:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
-    counts = (("min_batches", min_batches, 1), ("warmup_batches", warmup_batches, 0))
-    for name, value, low in counts:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise KnobError(name, value, f"an integer >= {low}")
 
 
 def _measure(
@@ -144,21 +112,20 @@ def _measure(
     dev: torch.device,
     stop: threading.Event,
     clock: Clock,
-    limits: tuple[float, int, int],
+    window: BurstWindow,
 ) -> None:
-    seconds, min_batches, warmup_batches = limits
     t0 = clock()
     stream = build_loader(wl, knobs, dev)
     try:
         r.setup_s = clock() - t0
         t1 = clock()
-        for _ in range(warmup_batches):
+        for _ in range(window.warmup_steps):
             if stop.is_set():
                 break
             _deliver(stream, knobs, dev)
         synchronize(dev)
         r.warmup_s = clock() - t1
-        _window(r, stream, knobs, dev, stop, clock, seconds, min_batches)
+        _window(r, stream, knobs, dev, stop, clock, window.seconds, window.min_steps)
     finally:
         stream.close()
 
@@ -200,3 +167,8 @@ def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device) -> int:
         pinned = knobs.pin_memory and dev.type == "cuda"
         batch = move_batch(batch, dev, non_blocking=pinned)
     return count_samples(batch)
+
+
+__all__ = [  # prefetched_batches and settled_warmup: engine.window's, still importable here
+    "LoaderResult", "prefetched_batches", "run_loader_burst", "settled_warmup",
+]  # fmt: skip

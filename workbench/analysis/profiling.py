@@ -54,27 +54,30 @@ from workbench.analysis.profile_tables import (
     time_shares,
     top_operators,
 )
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
-from workbench.engine import hardware
 from workbench.engine.burst import (
     BurstInterrupted,
     BurstPlan,
     BurstProgress,
-    check_burst_args,
     measure_here,
-    record_result,
-    run_burst,
+    superseded,
 )
 from workbench.engine.coordinator import Solo
 from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
-from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
+from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
+from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
+from workbench.history.store import HistoryStore, record_result
 
 if TYPE_CHECKING:
     import altair as alt
+    from typing_extensions import Unpack  # typing's own from Python 3.11; hints only
 
 NSYS_TRACE = "cuda,nvtx,osrt,cudnn,cublas"
+PROFILE_WINDOW = BurstWindow(seconds=1.0, min_steps=6)
+"""A short window: the trace grows with every step it holds."""
 
 
 @dataclass(kw_only=True)
@@ -108,7 +111,7 @@ class ProfileResult:
 
     def chart(self, top: int = 10) -> alt.VConcatChart:
         """Time shares and the top operators (``notebook.plots.profile``; needs altair)."""
-        from workbench.notebook import plots
+        from workbench.notebook import plots  # Altair: only when a chart is asked for
 
         return plots.profile(self.operators, self.shares_frame(), top=top)
 
@@ -166,21 +169,14 @@ class ProfileResult:
 
 
 def profile_burst(
-    workload: str | Workload | Callable[[], Workload] | None = None,
+    workload: WorkloadArg = None,
     knobs: Knobs | None = None,
     *,
-    seconds: float = 1.0,
-    min_steps: int = 6,
-    warmup_steps: int = 3,
-    device: str | torch.device | None = None,
-    data_dir: str | Path | None = None,
     trace: str | Path | None = None,
     top: int = 15,
     script: str | None = None,
-    record: bool = False,
-    store: object = None,
-    cancel: threading.Event | None = None,
     progress: Callable[[BurstProgress], None] | None = None,
+    **options: Unpack[BurstOptions],
 ) -> ProfileResult:
     """Run one burst with torch.profiler on during its window; return the ProfileResult.
 
@@ -189,51 +185,42 @@ def profile_burst(
     ``script``: for a workload that is not registered by name, the script (or command) the
     ``nsys profile`` line should run. Bad input raises a KnobError naming it, before any work.
     """
-    check_burst_args(seconds, min_steps, warmup_steps)
+    setup = BurstSetup.of("profile_burst", options, PROFILE_WINDOW, record=False)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise KnobError("top", top, "an integer >= 1 (operators kept in the table)")
+        raise InputError.not_allowed("top", top, "an integer >= 1 (operators kept in the table)")
     knobs = Knobs() if knobs is None else knobs
-    dev = hardware.resolve_device(device)
-    _check_single_process(knobs, dev)
+    _check_single_process(knobs, setup.device)
     _check_trace(trace)
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    wl, dev = resolve_target(workload, setup.device, setup.data_dir)
     trace_path = _trace_path(trace, wl.name)
     by_name = workload if isinstance(workload, str) else wl.name if workload is None else None
-    nsys = nsys_command(
-        by_name,
-        knobs,
-        seconds=seconds,
-        min_steps=min_steps,
-        warmup_steps=warmup_steps,
-        device=device,
-        data_dir=data_dir,
-        script=script,
-        output=trace_path.with_suffix(""),
-    )
-    recorder = _Recorder(dev, seconds, min_steps, warmup_steps, progress)
-    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel or threading.Event(), recorder,
-                     time.perf_counter, _WindowEdges(recorder))  # fmt: skip
+    nsys = nsys_command(by_name, knobs, window=setup.window, device=options.get("device"),
+                        data_dir=setup.data_dir, script=script,
+                        output=trace_path.with_suffix(""))  # fmt: skip
+    recorder = _Recorder(dev, setup.window, progress)
+    plan = BurstPlan(setup.window, setup.cancel, recorder, time.perf_counter,
+                     _WindowEdges(recorder))  # fmt: skip
     try:
-        burst = _run_profiled(wl, knobs, dev, plan, record=record, store=store)
+        burst = _run_profiled(wl, knobs, dev, plan, setup.store)
     finally:
         recorder.finish()
     return _result(wl, knobs, dev, burst, recorder, trace_path, top, nsys)
 
 
 def _run_profiled(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, *, record: bool, store: object
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, store: HistoryStore | None
 ) -> BurstResult:
-    """``run_burst`` for one process, with ``plan``'s coordinator telling the profiler where
-    the window opens and closes: the same loop (``measure_here``), burst slot, Ctrl-C handling
-    and history. (A progress callback hears of a step only after it ran: too late to profile
-    the window's first step, or to keep the profiler's start out of the window.)"""
+    """``run_in_process`` with ``plan``'s coordinator telling the profiler where the window
+    opens and closes: the same loop (``measure_here``), burst slot, Ctrl-C handling and
+    history (``store`` None: not recorded). (A progress callback hears of a step only after it
+    ran: too late to profile the window's first step, or to keep the profiler's start out of
+    the window.)"""
     with exclusive(plan.stop) as got, graceful_sigint(plan.stop) as sigint:
-        burst = measure_here(wl, knobs, dev, plan) if got else None
-    if burst is None:  # superseded while it waited for the slot: run_burst says so, records it
-        return run_burst(wl, knobs, seconds=plan.seconds, min_steps=plan.min_steps,
-                         warmup_steps=plan.warmup_steps, device=dev, record=record,
-                         store=store, cancel=plan.stop)  # fmt: skip
-    record_result(burst, record, store)
+        if got:
+            burst = measure_here(wl, knobs, dev, plan)
+        else:  # superseded while it waited for the slot: said and recorded as a burst is
+            burst = superseded(wl, knobs, dev, plan.window)
+    record_result(burst, store is not None, store)
     if sigint.fired:
         raise BurstInterrupted(burst)
     return burst
@@ -262,7 +249,9 @@ def _check_trace(trace: str | Path | None) -> None:
         return
     path = Path(trace).expanduser()
     if not path.is_dir() and path.suffix.lower() != ".json":
-        raise KnobError("trace", str(trace), "a .json file (Chrome/Perfetto trace) or a folder")
+        raise InputError.not_allowed(
+            "trace", str(trace), "a .json file (Chrome/Perfetto trace) or a folder"
+        )
 
 
 def _trace_path(trace: str | Path | None, workload: str) -> Path:
@@ -289,11 +278,10 @@ class _Recorder:
     edge. ``done``, sent after the burst has read its clock, stops the profiler.
     """
 
-    def __init__(
-        self, dev: torch.device, seconds: float, min_steps: int, warmup_steps: int, inner: Any
-    ) -> None:
+    def __init__(self, dev: torch.device, window: BurstWindow, inner: Any) -> None:
         self.cuda = dev.type == "cuda"
-        self.seconds, self.min_steps, self.warmup_steps = seconds, min_steps, warmup_steps
+        self.seconds, self.min_steps = window.seconds, window.min_steps
+        self.warmup_steps = window.warmup_steps
         self.inner = inner
         self.prof: torch.profiler.profile | None = None
         self.start_ms: float | None = None  # the profiler's one-off start (prepare)
@@ -485,9 +473,7 @@ def nsys_command(
     workload: str | None,
     knobs: Knobs,
     *,
-    seconds: float = 3.0,
-    min_steps: int = 5,
-    warmup_steps: int = 3,
+    window: BurstWindow = BurstWindow(),  # noqa: B008 (frozen: one shared default is safe)
     device: str | torch.device | None = None,
     data_dir: str | Path | None = None,
     script: str | None = None,
@@ -506,8 +492,8 @@ def nsys_command(
     elif workload is not None:
         target = ["python", "-m", "workbench", "burst", "--workload", workload]
         target += [w for name, value in _changed_knobs(knobs) for w in ("--set", f"{name}={value}")]
-        target += ["--seconds", f"{seconds:g}", "--min-steps", str(min_steps)]
-        target += ["--warmup-steps", str(warmup_steps), "--no-record"]
+        target += ["--seconds", f"{window.seconds:g}", "--min-steps", str(window.min_steps)]
+        target += ["--warmup-steps", str(window.warmup_steps), "--no-record"]
         if device is not None:
             target += ["--device", str(device)]
         if data_dir is not None:

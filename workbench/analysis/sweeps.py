@@ -9,25 +9,21 @@ burst and the same helpers.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from workbench.analysis.loader_ceiling import settled_warmup
-from workbench.core.knobs import KnobError, Knobs, check_value
+from workbench.core.errors import InputError
+from workbench.core.knobs import KnobError, Knobs, check_value, with_knob
 from workbench.core.results import BurstResult
-from workbench.engine import hardware
-from workbench.engine.burst import BurstProgress, check_burst_args, run_burst
-from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
-from workbench.history.store import open_store, records_frame
+from workbench.distributed.dispatch import run_burst
+from workbench.engine.burst import BurstProgress
+from workbench.engine.window import BurstOptions, BurstSetup
+from workbench.engine.workloads import WorkloadArg, resolve_target
+from workbench.history.store import records_frame
 
 if TYPE_CHECKING:
     import pandas as pd
-
-WorkloadArg = str | Workload | Callable[[], Workload] | None
+    from typing_extensions import Unpack  # typing's own from Python 3.11; hints only
 
 
 def sweep(
@@ -36,54 +32,35 @@ def sweep(
     values: Sequence[Any],
     base: Knobs | None = None,
     *,
-    seconds: float = 3.0,
     repeats: int = 1,
-    warmup_steps: int = 3,
-    min_steps: int = 5,
-    device: str | torch.device | None = None,
-    data_dir: str | Path | None = None,
-    record: bool = True,
-    store: object = None,
-    cancel: threading.Event | None = None,
     progress: Callable[[BurstResult], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    **options: Unpack[BurstOptions],
 ) -> pd.DataFrame:
     """Run one burst per value of ``knob`` (``repeats`` times each) and return the bursts.
 
-    The frame has one row per burst with every BurstResult field and one column per knob,
-    shaped like ``wb.history()``; ``df.attrs["knob"]`` names the swept knob, so
-    ``wb.plots.sweep(df)`` draws throughput and memory against it. ``progress`` gets each
-    BurstResult as it lands; setting ``cancel`` stops the running burst at a step boundary
-    and returns the bursts so far. Warm-up is at least ``warmup_steps`` and long enough to
-    consume what loader workers prefetch (``settled_warmup``), so every value is measured in
-    its steady state.
+    ``options``: the window, device and history of every burst (``BurstOptions``: seconds,
+    min_steps, warmup_steps, device, data_dir, record, store, cancel). The frame has one row
+    per burst with every BurstResult field and one column per knob, shaped like
+    ``wb.history()``; ``df.attrs["knob"]`` names the swept knob, so ``wb.plots.sweep(df)``
+    draws throughput and memory against it. ``progress`` gets each BurstResult as it lands;
+    setting ``cancel`` stops the running burst at a step boundary and returns the bursts so
+    far. Warm-up is at least ``warmup_steps`` and long enough to consume what loader workers
+    prefetch (``BurstWindow.settled``), so every value is measured in its steady state.
     """
+    setup = BurstSetup.of("sweep", options)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise KnobError("repeats", repeats, "an integer >= 1")
-    check_burst_args(seconds, min_steps, warmup_steps)
+        raise InputError.not_allowed("repeats", repeats, "an integer >= 1")
     base = Knobs() if base is None else base
     plan = [with_knob(base, knob, v) for v in check_values(knob, values)]
-    dev = hardware.resolve_device(device)
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
-    stop = cancel or threading.Event()
-    target = open_store(store) if record else None
+    wl, _ = resolve_target(workload, setup.device, setup.data_dir)
     results: list[BurstResult] = []
     for _ in range(repeats):
         for knobs in plan:
-            if stop.is_set():
+            if setup.cancel.is_set():
                 break
-            r = run_burst(
-                wl,
-                knobs,
-                seconds=seconds,
-                warmup_steps=settled_warmup(knobs, warmup_steps),
-                min_steps=min_steps,
-                device=dev,
-                record=record,
-                store=target,
-                cancel=stop,
-                progress=burst_progress,
-            )
+            r = run_burst(wl, knobs, window=setup.window.settled(knobs),
+                          progress=burst_progress, **setup.burst_args())  # fmt: skip
             results.append(r)
             if progress is not None:
                 progress(r)
@@ -100,20 +77,6 @@ def check_values(knob: str, values: Iterable[Any]) -> list[Any]:
     return checked
 
 
-def with_knob(base: Knobs, name: str, value: Any) -> Knobs:
-    """``base`` with one knob changed, keeping what the change implies.
-
-    Going to ``num_workers=0`` also unsets ``prefetch_factor`` and ``persistent_workers``:
-    both mean nothing without worker processes (``Knobs`` refuses them there), and a sweep or
-    tune over workers would otherwise stop at its first 0. The reverse is not repaired: asking
-    for a prefetch factor with no workers is a KnobError that says so.
-    """
-    changes: dict[str, Any] = {name: value}
-    if name == "num_workers" and value == 0:
-        changes |= {"prefetch_factor": None, "persistent_workers": False}
-    return base.replace(**changes)
-
-
 def bursts_frame(
     results: Sequence[BurstResult], *, knob: str | None = None, workload: str | None = None
 ) -> pd.DataFrame:
@@ -123,4 +86,4 @@ def bursts_frame(
     return frame
 
 
-__all__ = ["bursts_frame", "check_values", "sweep", "with_knob"]
+__all__ = ["WorkloadArg", "bursts_frame", "check_values", "sweep", "with_knob"]

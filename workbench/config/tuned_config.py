@@ -21,7 +21,8 @@ from types import MappingProxyType
 from typing import Any
 
 from workbench.config import provenance
-from workbench.core.knobs import KnobError, Knobs
+from workbench.core.errors import InputError
+from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.core.nccl import flags as nccl_flags
 
 __all__ = ["COLLATE_NAME", "LOADER_KEYS", "TunedConfig", "import_collate"]
@@ -136,8 +137,6 @@ class TunedConfig:
         gradient_as_bucket_view, static_graph), named by the one list the burst's no-effect
         check uses too, so a DDP knob added there reaches production scripts as well.
         """
-        from workbench.engine.training import DDP_KNOBS  # the burst's own list: no second one
-
         return {name: getattr(self.knobs, name) for name in DDP_KNOBS}
 
     def torchrun_command(
@@ -162,7 +161,7 @@ class TunedConfig:
         """
         nproc = self.knobs.world_size if nproc_per_node is None else nproc_per_node
         if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-            raise KnobError("nproc_per_node", nproc, "an integer >= 1")
+            raise InputError.not_allowed("nproc_per_node", nproc, "an integer >= 1")
         words = ["torchrun"]
         if nnodes == 1:
             words += ["--standalone", f"--nproc_per_node={nproc}"]
@@ -235,14 +234,18 @@ def _rendezvous_words(
 ) -> list[str]:
     ok_count = isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes >= 1
     if not ok_count and not (isinstance(nnodes, str) and _NNODES.match(nnodes)):
-        raise KnobError("nnodes", nnodes, "an integer >= 1, MIN:MAX, or a variable like $NNODES")
+        raise InputError.not_allowed(
+            "nnodes", nnodes, "an integer >= 1, MIN:MAX, or a variable like $NNODES"
+        )
     for name, word in (
         ("rdzv_backend", backend),
         ("rdzv_endpoint", endpoint),
         ("rdzv_id", rdzv_id),
     ):
         if not isinstance(word, str) or not _LAUNCH_WORD.match(word):
-            raise KnobError(name, word, "one word of letters, digits and $ . : / _ - { } [ ]")
+            raise InputError.not_allowed(
+                name, word, "one word of letters, digits and $ . : / _ - { } [ ]"
+            )
     return [
         f"--nnodes={nnodes}",
         f"--nproc_per_node={nproc}",

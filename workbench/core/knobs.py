@@ -394,3 +394,28 @@ _SPECS = _make_specs()
 SPECS: dict[str, KnobSpec] = {s.name: s for s in _SPECS}
 KNOB_NAMES: tuple[str, ...] = tuple(SPECS)
 _DEFAULTS: dict[str, Any] = {s.name: s.default for s in _SPECS}
+
+
+def with_knob(base: Knobs, name: str, value: Any) -> Knobs:
+    """``base`` with one knob changed, keeping what the change implies.
+
+    Going to ``num_workers=0`` also unsets ``prefetch_factor`` and ``persistent_workers``:
+    both mean nothing without worker processes (``Knobs`` refuses them there), and a sweep or
+    tune over workers would otherwise stop at its first 0. The reverse is not repaired: asking
+    for a prefetch factor with no workers is a KnobError that says so.
+    """
+    changes: dict[str, Any] = {name: value}
+    if name == "num_workers" and value == 0:
+        changes |= {"prefetch_factor": None, "persistent_workers": False}
+    return base.replace(**changes)
+
+
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+"""The knobs DistributedDataParallel takes as arguments (the burst's and a saved config's)."""
+
+
+def needs_processes(knobs: Knobs, device_type: str) -> bool:
+    """True when a burst with these knobs must run as a torchrun job: several ranks, or NCCL
+    variables that only a fresh NCCL communicator reads (a CPU has no NCCL: one process will
+    do, and the variables are reported as having no effect)."""
+    return knobs.world_size > 1 or (bool(knobs.nccl) and device_type == "cuda")

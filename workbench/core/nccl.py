@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from workbench.core.errors import KnobError
 
-__all__ = ["VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
+__all__ = ["ON_GLOO", "VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
 
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -33,6 +33,10 @@ DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 
 class NcclError(KnobError):
     """An NCCL variable with a value NCCL would refuse or misread; names variable and value."""
+
+
+ON_GLOO = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
+"""The ``no_effect`` reason for NCCL variables in a job on CPUs (gloo, not NCCL)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workbench.core.errors import InputError
+
 GB = 1e9  # nccl-tests' GB/s are 10^9 bytes per second
 GPU_SIZES = tuple(8 * 1024 * 2**i for i in range(16))  # 8 KiB .. 256 MiB
 CPU_SIZES = tuple(8 * 1024 * 4**i for i in range(6))  # 8 KiB .. 8 MiB: gloo on a CPU is slow
@@ -44,8 +46,6 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G"
 
 def parse_sizes(text: str) -> list[int]:
     """``"8K,1M,256M"`` -> bytes (K, M, G are powers of 1024, as nccl-tests reads them)."""
-    from workbench.core.knobs import KnobError
-
     sizes = []
     for item in text.split(","):
         raw = item.strip().upper()
@@ -53,7 +53,9 @@ def parse_sizes(text: str) -> list[int]:
         try:
             sizes.append(int(float(digits) * _UNITS[raw[len(digits) :]]))
         except (ValueError, KeyError):
-            raise KnobError("sizes", item.strip(), "sizes like 8K, 1M, 256M or bytes") from None
+            raise InputError.not_allowed(
+                "sizes", item.strip(), "sizes like 8K, 1M, 256M or bytes"
+            ) from None
     return sizes
 
 

@@ -26,25 +26,21 @@ from typing import Any
 import torch
 
 from workbench.core import nccl
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.allreduce import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
 from workbench.distributed.torchrun import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.engine import hardware
-from workbench.engine.burst import BurstProgress, record_result
-from workbench.engine.training import NCCL_ON_GLOO
+from workbench.engine.burst import BurstProgress
+from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import default_workload_name, name_for_ranks
+from workbench.history.store import record_result
 
-__all__ = ["comm_bench", "default_timeout_s", "job_devices", "needs_processes",
-           "run_distributed_burst", "worker_env"]  # fmt: skip
+__all__ = ["comm_bench", "default_timeout_s", "job_devices", "run_distributed_burst",
+           "worker_env"]  # fmt: skip
 
 _SETUP_ALLOWANCE_S = 120.0  # torchrun + one torch import per rank + model and loader set-up
-
-
-def needs_processes(knobs: Knobs, device: torch.device) -> bool:
-    """True when the burst must run under torchrun: several ranks, or NCCL variables that
-    only a fresh NCCL communicator reads (on a CPU there is no NCCL, so one process will do)."""
-    return knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
 
 
 def default_timeout_s(seconds: float, knobs: Knobs) -> float:
@@ -104,9 +100,7 @@ def run_distributed_burst(
     workload: Any,
     knobs: Knobs,
     *,
-    seconds: float = 3.0,
-    min_steps: int = 5,
-    warmup_steps: int = 3,
+    window: BurstWindow = BurstWindow(),  # noqa: B008 (frozen: one shared default is safe)
     device: torch.device | str | None = None,
     data_dir: str | Path | None = None,
     record: bool = True,
@@ -128,7 +122,7 @@ def run_distributed_burst(
     if data_dir is None and hasattr(workload, "extras"):
         data_dir = workload.extras.get("source_data_dir")
     name = _workload_name(workload, dev, data_dir)
-    timeout_s = default_timeout_s(seconds, knobs) if timeout_s is None else float(timeout_s)
+    timeout_s = default_timeout_s(window.seconds, knobs) if timeout_s is None else float(timeout_s)
     notes = nccl.check_env(knobs.nccl)
     for note in notes:
         warnings.warn(note, stacklevel=2)
@@ -136,15 +130,15 @@ def run_distributed_burst(
     spec = JobSpec(
         mode="burst", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
         device_indices=job_devices(dev, knobs.world_size), timeout_s=timeout_s, workload=name,
-        knobs=knobs.to_dict(), seconds=float(seconds), min_steps=min_steps,
-        warmup_steps=warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
+        knobs=knobs.to_dict(), seconds=float(window.seconds), min_steps=window.min_steps,
+        warmup_steps=window.warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
     )  # fmt: skip
     try:
         job = TorchrunJob(spec, knobs.world_size, worker_env(knobs.nccl, knobs.world_size), port)
         outcome = job.run(cancel, _progress_relay(progress))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    result = _burst_result(outcome, name, knobs, dev, seconds)
+    result = _burst_result(outcome, name, knobs, dev, window.seconds)
     record_result(result, record, store)
     return result
 
@@ -247,10 +241,10 @@ def _check_sizes(sizes: Any, dev: torch.device) -> list[int]:
     clean = []
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, int) or not 4 <= size <= 2**34:
-            raise KnobError("sizes", size, "message sizes in bytes, 4 B to 16 GiB")
+            raise InputError.not_allowed("sizes", size, "message sizes in bytes, 4 B to 16 GiB")
         clean.append(size)
     if not clean:
-        raise KnobError("sizes", list(sizes), "at least one message size in bytes")
+        raise InputError.not_allowed("sizes", list(sizes), "at least one message size in bytes")
     return clean
 
 
@@ -263,7 +257,7 @@ def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommRe
         elapsed_s=outcome.elapsed_s, created_at=_now(), versions=hardware.versions(),
     )  # fmt: skip
     if knobs.nccl and dev.type != "cuda":
-        result.no_effect["nccl"] = NCCL_ON_GLOO
+        result.no_effect["nccl"] = nccl.ON_GLOO
     if outcome.result is not None:
         result.rows = outcome.result.get("rows", [])
         result.suspect = wrong_sums(result.rows)

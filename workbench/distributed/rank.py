@@ -34,12 +34,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from workbench.core.knobs import Knobs
+from workbench.core.knobs import DDP_KNOBS, Knobs
+from workbench.distributed import allreduce
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
 from workbench.engine.burst import BurstPlan, BurstProgress, measure_here
 from workbench.engine.failures import describe_error, is_oom_error
-from workbench.engine.training import DDP_KNOBS
+from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_workload
 
 _PROGRESS_EVERY_S = 0.25
@@ -156,10 +157,8 @@ def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
     dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s),
                             device_id=dev if dev.type == "cuda" else None)  # fmt: skip
     if spec.mode == "comm":
-        from workbench.distributed import allreduce as comm
-
         events.write("phase", phase="comm")
-        return comm.run_rank(spec.sizes_bytes, dev, dist.new_group(backend="gloo"))
+        return allreduce.run_rank(spec.sizes_bytes, dev, dist.new_group(backend="gloo"))
     return _burst(spec, dev, backend, events)
 
 
@@ -183,8 +182,10 @@ def _burst(spec: JobSpec, dev: torch.device, backend: str, events: EventLog) -> 
     coord = DdpCoordinator(knobs, dev, lambda phase: events.write("phase", phase=phase))
     events.write("phase", phase="setup")
     wl = resolve_workload(spec.workload, spec.data_dir)
-    plan = BurstPlan(spec.seconds, spec.min_steps, spec.warmup_steps, threading.Event(),
-                     _progress_writer(events, coord.rank), time.perf_counter, coord)  # fmt: skip
+    window = BurstWindow(seconds=spec.seconds, min_steps=spec.min_steps,
+                         warmup_steps=spec.warmup_steps)  # fmt: skip
+    plan = BurstPlan(window, threading.Event(), _progress_writer(events, coord.rank),
+                     time.perf_counter, coord)  # fmt: skip
     result = measure_here(wl, knobs, dev, plan)
     if result.status != "ok":
         raise RankFailed(result.status, result.error)

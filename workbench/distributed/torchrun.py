@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from workbench.core.knobs import KnobError
+from workbench.core.errors import InputError
 
 PHASES = ("start", "init", "setup", "ddp", "warmup", "measuring", "comm", "done")
 STOP_GRACE_S = 5.0
@@ -127,12 +127,12 @@ def check_port(port: int | None) -> None:
     if port is None:
         return
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise KnobError("port", port, "a TCP port 1-65535, or None to pick a free one")
+        raise InputError.not_allowed("port", port, "a TCP port 1-65535, or None to pick a free one")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
-            raise KnobError(
+            raise InputError.not_allowed(
                 "port", port, "a free TCP port: this one is in use; leave it unset to pick one"
             ) from None
 

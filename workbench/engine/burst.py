@@ -1,4 +1,4 @@
-"""``run_burst``: one short, real training run, measured so that its numbers can be trusted.
+"""The in-process burst: one short, real training run, measured so its numbers can be trusted.
 
 The method (DESIGN.md, "Measurement method"):
 
@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from workbench.core.knobs import KnobError, Knobs
+from workbench.core.errors import InputError
+from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread
 from workbench.engine import compiler, hardware
@@ -69,12 +68,9 @@ from workbench.engine.training import (
     precision_state,
     to_device,
 )
-from workbench.engine.workloads import (
-    Workload,
-    count_train_flops,
-    default_workload_name,
-    resolve_workload,
-)
+from workbench.engine.window import BurstWindow
+from workbench.engine.workloads import Workload, count_train_flops
+from workbench.history.store import record_result
 
 Clock = Callable[[], float]
 
@@ -93,9 +89,7 @@ class BurstProgress:
 class BurstPlan:
     """How to run one burst's loop: the window, who stops it, who hears about progress."""
 
-    seconds: float
-    min_steps: int
-    warmup_steps: int
+    window: BurstWindow
     stop: threading.Event
     progress: Callable[[BurstProgress], None] | None
     clock: Clock
@@ -122,47 +116,29 @@ class _Measured:
     loader_device_mem_mib: float | None = None
 
 
-def run_burst(
-    workload: str | Workload | Callable[[], Workload] | None = None,
-    knobs: Knobs | None = None,
+def run_in_process(
+    wl: Workload,
+    knobs: Knobs,
+    dev: torch.device,
+    window: BurstWindow,
     *,
-    seconds: float = 3.0,
-    min_steps: int = 5,
-    warmup_steps: int = 3,
-    device: str | torch.device | None = None,
-    data_dir: str | Path | None = None,
     record: bool = True,
     store: object = None,
     cancel: threading.Event | None = None,
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
-    timeout_s: float | None = None,
 ) -> BurstResult:
-    """Run one measured training burst and return (and record) its BurstResult.
-
-    ``workload``: a built-in name (``cnn``, ``resnet50``, ``gpt``), a Workload, or a factory;
-    None picks ``cnn`` on a CPU and ``resnet50`` on a GPU. ``cancel``: set it (from another
-    thread) to stop at the next step boundary; the result then has ``status="cancelled"``.
-    ``record``/``store``: append the result to the history store (default location unless a
-    store or path is given).
-
-    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
-    torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds that job.
-    """
-    check_burst_args(seconds, min_steps, warmup_steps)
-    knobs = Knobs() if knobs is None else knobs
-    dev = hardware.resolve_device(device)
-    cancel = cancel or threading.Event()
-    from workbench.distributed import jobs as distributed
-
-    if distributed.needs_processes(knobs, dev):
-        return _as_job(workload, knobs, dev, cancel, record, store, seconds=seconds,
-                       min_steps=min_steps, warmup_steps=warmup_steps, data_dir=data_dir,
-                       progress=progress, timeout_s=timeout_s)  # fmt: skip
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
-    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
-    with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
-        result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, seconds)
+    """One measured burst in this process, holding the burst slot; recorded unless ``record``
+    is False. ``workbench.run_burst`` decides between this and a torchrun job: knobs that
+    need fresh processes (``needs_processes``) are refused here, never measured wrongly."""
+    if needs_processes(knobs, dev.type):  # run_burst sends these to torchrun; a caller's slip
+        raise InputError(
+            "world_size > 1, or NCCL variables on a GPU, need a torchrun job: "
+            "workbench.run_burst starts one; run_in_process is one process"
+        )
+    plan = BurstPlan(window, cancel or threading.Event(), progress, clock)
+    with exclusive(plan.stop) as got, graceful_sigint(plan.stop) as sigint:
+        result = measure_here(wl, knobs, dev, plan) if got else superseded(wl, knobs, dev, window)
     record_result(result, record, store)
     if sigint.fired:
         raise BurstInterrupted(result)
@@ -218,7 +194,7 @@ def _on_own_thread(run: Callable[[], BurstResult], stop: threading.Event) -> Bur
 def _measure_on_device(
     wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan
 ) -> BurstResult:
-    result = _new_result(wl, knobs, dev, plan.seconds)
+    result = _new_result(wl, knobs, dev, plan.window.seconds)
     broken = cuda_health(dev)
     if broken is not None:
         result.status, result.error = "error", broken
@@ -252,47 +228,17 @@ def _device_scope(dev: torch.device) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
 
 
-def _as_job(
-    workload: str | Workload | Callable[[], Workload] | None,
-    knobs: Knobs,
-    dev: torch.device,
-    cancel: threading.Event,
-    record: bool,
-    store: object,
-    **job: Any,
-) -> BurstResult:
-    """The burst as a torchrun job, holding the slot; superseded while it waited, no job
-    starts (it would run beside the newer burst) and the result says so."""
-    from workbench.distributed import jobs as distributed
-
-    with exclusive(cancel) as got:
-        if got:
-            return distributed.run_distributed_burst(workload, knobs, device=dev, record=record,
-                                                     store=store, cancel=cancel, **job)  # fmt: skip
-    wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
-    result = _superseded(wl, knobs, dev, job["seconds"])
-    record_result(result, record, store)
-    return result
-
-
-def _superseded(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
+def superseded(wl: Workload, knobs: Knobs, dev: torch.device, window: BurstWindow) -> BurstResult:
     """A burst cancelled while it waited for another burst to let go of the slot."""
-    result = _new_result(wl, knobs, dev, seconds)
+    result = _new_result(wl, knobs, dev, window.seconds)
     result.status, result.error = "cancelled", "cancelled before it started"
     return result
 
 
-def check_burst_args(seconds: float, min_steps: int, warmup_steps: int) -> None:
+def check_burst_args(seconds: float, min_steps: int, warmup_steps: int) -> BurstWindow:
     """Refuse a bad window before any work (sweeps and tunes check once, before their first
-    burst, so a typo is an error and not a row of failed bursts)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
-    if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 1:
-        raise KnobError("min_steps", min_steps, "an integer >= 1")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise KnobError("warmup_steps", warmup_steps, "an integer >= 0")
+    burst, so a typo is an error and not a row of failed bursts); the checked window."""
+    return BurstWindow(seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
 
 
 def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
@@ -392,7 +338,7 @@ def _warm_up(
     """Steps outside the window; returns (warmup_s, compile_s)."""
     start = plan.clock()
     step_s: list[float] = []
-    for _ in range(plan.warmup_steps):
+    for _ in range(plan.window.warmup_steps):
         if plan.stop.is_set():
             break
         t = plan.clock()
@@ -459,7 +405,8 @@ def _window(
         samples += count_samples(batch) * state.grad_accum
         elapsed = plan.clock() - start
         _report(plan, "measuring", elapsed, steps)
-        if plan.coord.agree_stop(elapsed >= plan.seconds and steps >= plan.min_steps):
+        done = elapsed >= plan.window.seconds and steps >= plan.window.min_steps
+        if plan.coord.agree_stop(done):
             break
     timing = timer.finish()  # records the closing mark and synchronizes
     plan.coord.barrier()
@@ -484,7 +431,7 @@ def _window(
 
 def _report(plan: BurstPlan, phase: str, elapsed_s: float, steps: int) -> None:
     if plan.progress is not None:
-        plan.progress(BurstProgress(phase, elapsed_s, plan.seconds, steps))
+        plan.progress(BurstProgress(phase, elapsed_s, plan.window.seconds, steps))
 
 
 def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) -> None:
@@ -566,12 +513,3 @@ def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -
             torch.cuda.reset_peak_memory_stats(dev)
     elif collect:
         gc.collect()
-
-
-def record_result(result: BurstResult, record: bool, store: object) -> None:
-    """Append to the history store unless ``record`` is False (default store if None)."""
-    if not record:
-        return
-    from workbench.history.store import open_store
-
-    result.id = open_store(store).append(result.to_dict())  # type: ignore[arg-type]

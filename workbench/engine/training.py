@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.knobs import Knobs
+from workbench.core import nccl
+from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
 from workbench.engine.batches import (
     Batch,
     BatchError,
@@ -407,10 +408,6 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     return reasons
 
 
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
-NCCL_ON_GLOO = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
-
-
 def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
     """DDP and NCCL knobs act only in a torchrun job; NCCL ones only on the NCCL backend.
 
@@ -418,13 +415,12 @@ def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
     knobs act there; in this process (world_size 1, no NCCL variables) nothing wraps it.
     """
     reasons: dict[str, str] = {}
-    in_job = knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
-    if not in_job:
+    if not needs_processes(knobs, device.type):
         for name in DDP_KNOBS:
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
     if knobs.nccl and device.type != "cuda":
-        reasons["nccl"] = NCCL_ON_GLOO
+        reasons["nccl"] = nccl.ON_GLOO
     return reasons
 
 

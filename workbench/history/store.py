@@ -43,6 +43,7 @@ __all__ = [
     "StoreError",
     "default_store_path",
     "open_store",
+    "record_result",
     "records_frame",
 ]
 
@@ -289,6 +290,14 @@ class HistoryStore:
 def open_store(store: HistoryStore | str | os.PathLike[str] | None = None) -> HistoryStore:
     """Accept what callers pass around: a store (returned as is), a path, or None (default)."""
     return store if isinstance(store, HistoryStore) else HistoryStore(store)
+
+
+def record_result(result: Any, record: bool, store: object) -> None:
+    """Append a result (anything with ``to_dict()``, a BurstResult) to the history unless
+    ``record`` is False, and set its ``id``: every burst is recorded through here."""
+    if not record:
+        return
+    result.id = open_store(store).append(result.to_dict())  # type: ignore[arg-type]
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ from typing import Any
 
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.engine.burst import BurstProgress, run_burst
+from workbench.distributed.dispatch import run_burst
+from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
 
 _log = logging.getLogger(__name__)

@@ -46,12 +46,12 @@ from workbench.analysis.loader_ceiling import settled_warmup
 from workbench.analysis.sweeps import WorkloadArg, check_values
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
+from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
 from workbench.engine.burst import (
     BurstInterrupted,
     BurstProgress,
     check_burst_args,
-    run_burst,
 )
 from workbench.engine.failures import describe_error
 from workbench.engine.workloads import Workload, default_workload_name, resolve_workload

@@ -19,23 +19,29 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from workbench.core.knobs import KnobError
+import torch
+
+from workbench.core.errors import InputError
+from workbench.engine import hardware
 from workbench.engine.workloads.base import Workload, count_train_flops, default_optimizer
 from workbench.engine.workloads.gpt import gpt
 from workbench.engine.workloads.vision import cnn, resnet50
 
 WorkloadFactory = Callable[..., Workload]
+WorkloadArg = str | Workload | WorkloadFactory | None
+"""What every entry point takes as ``workload``: a name, a Workload, a factory, or None."""
 _REGISTRY: dict[str, WorkloadFactory] = {"cnn": cnn, "resnet50": resnet50, "gpt": gpt}
 _BUILT_IN = frozenset(_REGISTRY)
 _FACTORY = "module:function that returns a Workload, importable from the current directory"
 
 
-class UnknownWorkload(KnobError):
+class UnknownWorkload(InputError):
     """A workload that cannot be found: an unknown name, a module that is not there, a
     function the module lacks, or a factory that returns something else."""
 
     def __init__(self, value: object, allowed: str):
-        super().__init__("workload", value, allowed)
+        err = InputError.not_allowed("workload", value, allowed)
+        super().__init__(str(err), name="workload", value=value, allowed=allowed)
 
 
 def register_workload(name: str, factory: WorkloadFactory) -> None:
@@ -50,6 +56,19 @@ def workload_names() -> tuple[str, ...]:
 def default_workload_name(device_type: str) -> str:
     """``cnn`` on a CPU (fast enough to be interactive), ``resnet50`` on a GPU."""
     return "resnet50" if device_type == "cuda" else "cnn"
+
+
+def resolve_target(
+    workload: WorkloadArg, device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+) -> tuple[Workload, torch.device]:  # fmt: skip
+    """Which workload runs on which device: the one place that decides both.
+
+    ``device`` None is the GPU where there is one; ``workload`` None is the default for that
+    device (``default_workload_name``). Bad input raises an InputError naming it.
+    """
+    dev = hardware.resolve_device(device)
+    return resolve_workload(workload or default_workload_name(dev.type), data_dir), dev
 
 
 def resolve_workload(
@@ -105,7 +124,7 @@ def _call_factory(factory: WorkloadFactory, spec: str, data_dir: str | Path | No
 
 def _check_no_data_dir(spec: str, data_dir: str | Path | None) -> None:
     if data_dir is not None:
-        raise KnobError(
+        raise InputError.not_allowed(
             "data_dir", str(data_dir),
             f"{spec} has no data_dir parameter to take it (add one, "
             "def make(data_dir=None), or leave the data folder out)",
@@ -256,7 +275,7 @@ def name_for_ranks(
         source = workload.extras.get("source")
         if not isinstance(source, str):
             shown = _Shown(f"<Workload {workload.name!r}>")
-            raise KnobError("workload", shown, _fix_for_object(workload.name))
+            raise InputError.not_allowed("workload", shown, _fix_for_object(workload.name))
         return name_for_ranks(source, data_dir)
     if not isinstance(workload, str):
         return _checked_function(workload, data_dir)
@@ -274,13 +293,15 @@ def _checked_function(factory: object, data_dir: str | Path | None, shown: objec
     if shown is None:
         shown = _Shown(f"<function {name.partition(':')[2]}>" if name else repr(factory))
     if name is None or (not _out_of_reach(name) and import_factory(name) is not factory):
-        raise KnobError("workload", shown, _fix_for_object(None))  # a partial, a bound method
+        raise InputError.not_allowed(
+            "workload", shown, _fix_for_object(None)
+        )  # a partial, a bound method
     return _checked_spec(name, shown, data_dir)
 
 
 def _checked_spec(spec: str, shown: object, data_dir: str | Path | None) -> str:
     if _out_of_reach(spec):
-        raise KnobError("workload", shown, _fix_for_function(spec.partition(":")[2]))
+        raise InputError.not_allowed("workload", shown, _fix_for_function(spec.partition(":")[2]))
     _call_factory(import_factory(spec), spec, data_dir)
     return spec
 
@@ -358,6 +379,7 @@ def _module_exists(name: str) -> bool:
 __all__ = [
     "UnknownWorkload",
     "Workload",
+    "WorkloadArg",
     "count_train_flops",
     "default_optimizer",
     "default_workload_name",
@@ -365,6 +387,7 @@ __all__ = [
     "importable_name",
     "name_for_ranks",
     "register_workload",
+    "resolve_target",
     "resolve_workload",
     "workload_names",
 ]

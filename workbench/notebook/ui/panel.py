@@ -33,7 +33,8 @@ from workbench.core.results import BurstResult
 from workbench.engine import hardware
 from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
-from workbench.engine.workloads import default_workload_name, resolve_workload
+from workbench.engine.window import BurstWindow
+from workbench.engine.workloads import resolve_target
 from workbench.history.store import open_store
 from workbench.notebook import plots
 from workbench.notebook.runner import BurstRunner
@@ -100,14 +101,11 @@ class Bench:
         data_dir: Any = None,
         store: Any = None,
     ):
-        self.device = hardware.resolve_device(device)
-        self.workload = resolve_workload(
-            workload or default_workload_name(self.device.type), data_dir
-        )
+        self.workload, self.device = resolve_target(workload, device, data_dir)
         self.knobs = knobs or Knobs()
         self.store = open_store(store)
         self.info = hardware.device_info(self.device)
-        self.seconds, self.warmup_steps, self.min_steps = seconds, warmup_steps, min_steps
+        self.window = BurstWindow(seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
         self.last_result: BurstResult | None = None  # the newest, whatever its status
         self.last_tune: Any = None  # the TuneResult of the last auto-tune that finished
         self._to_save: tuple[Any, BurstResult] | None = None  # (what Save writes, its burst)
@@ -120,9 +118,7 @@ class Bench:
             on_progress=self._on_progress,
             on_result=self._on_result,
             on_error=self._on_error,
-            seconds=seconds,
-            warmup_steps=warmup_steps,
-            min_steps=min_steps,
+            window=self.window,
             device=self.device,
             store=self.store,
         )
@@ -200,7 +196,7 @@ class Bench:
         from workbench.analysis.diagnosis import diagnose
 
         def work(task: _Task) -> str:
-            d = diagnose(self.workload, self.knobs, **self._window(), device=self.device,
+            d = diagnose(self.workload, self.knobs, window=self.window, device=self.device,
                          store=self.store, cancel=task.cancel, burst_progress=self._on_progress,
                          progress=lambda _stage, r: self._on_task_burst(r))  # fmt: skip
             return d.summary()
@@ -237,9 +233,13 @@ class Bench:
             self._show_knobs(t.best)
 
     def _window(self) -> dict[str, Any]:
-        """The panel's burst window, for its diagnoses and tunes as for its own bursts."""
-        return {"seconds": self.seconds, "warmup_steps": self.warmup_steps,
-                "min_steps": self.min_steps}  # fmt: skip
+        """The panel's burst window as keywords, for the tuner's signature."""
+        w = self.window
+        return {"seconds": w.seconds, "warmup_steps": w.warmup_steps, "min_steps": w.min_steps}
+
+    @property
+    def seconds(self) -> float:
+        return self.window.seconds
 
     def comm(self, sizes: list[int] | None = None) -> None:
         """All-reduce benchmark with the panel's world_size and NCCL knobs, in the background;

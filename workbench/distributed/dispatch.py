@@ -1,0 +1,77 @@
+"""``run_burst``: one burst, in this process or as a torchrun job, whichever its knobs need.
+
+The engine measures a burst in one process (``workbench.engine.burst.run_in_process``); this
+layer adds the other way, a DDP job under torchrun (``workbench.distributed.jobs``). Knobs
+that only fresh processes can honour (``needs_processes``: several ranks, NCCL variables on a
+GPU) go to a job; everything else stays here. Either way the burst holds the process's burst
+slot, so a newer burst anywhere in the kernel stops it first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from workbench.core.knobs import Knobs, needs_processes
+from workbench.core.results import BurstResult
+from workbench.distributed import jobs
+from workbench.engine import hardware
+from workbench.engine.burst import BurstProgress, Clock, run_in_process, superseded
+from workbench.engine.slot import exclusive
+from workbench.engine.window import BurstWindow
+from workbench.engine.workloads import WorkloadArg, resolve_target
+from workbench.history.store import record_result
+
+
+def run_burst(
+    workload: WorkloadArg = None,
+    knobs: Knobs | None = None,
+    *,
+    seconds: float | None = None,
+    min_steps: int | None = None,
+    warmup_steps: int | None = None,
+    window: BurstWindow | None = None,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[BurstProgress], None] | None = None,
+    clock: Clock = time.perf_counter,
+    timeout_s: float | None = None,
+) -> BurstResult:
+    """Run one measured training burst and return (and record) its BurstResult.
+
+    ``workload``: a built-in name (``cnn``, ``resnet50``, ``gpt``), a Workload, or a factory;
+    None picks ``cnn`` on a CPU and ``resnet50`` on a GPU. The window: ``window`` (a
+    BurstWindow; default 3 s, at least 5 steps, 3 warm-up steps), with ``seconds``,
+    ``min_steps`` or ``warmup_steps`` replacing its numbers. ``cancel``: set it (from another
+    thread) to stop at the next step boundary; the result then has ``status="cancelled"``.
+    ``record``/``store``: append the result to the history store (default location unless a
+    store or path is given).
+
+    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
+    torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds that job.
+    """
+    win = BurstWindow.of(window, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
+    knobs = Knobs() if knobs is None else knobs
+    stop = cancel or threading.Event()
+    dev = hardware.resolve_device(device)
+    if not needs_processes(knobs, dev.type):
+        wl, dev = resolve_target(workload, dev, data_dir)
+        return run_in_process(wl, knobs, dev, win, record=record, store=store, cancel=stop,
+                              progress=progress, clock=clock)  # fmt: skip
+    with exclusive(stop) as got:  # superseded while it waited: no job starts beside the newer
+        if got:
+            return jobs.run_distributed_burst(
+                workload, knobs, window=win, device=dev, data_dir=data_dir, record=record,
+                store=store, cancel=stop, progress=progress, timeout_s=timeout_s,
+            )  # fmt: skip
+    wl, dev = resolve_target(workload, device, data_dir)
+    result = superseded(wl, knobs, dev, win)
+    record_result(result, record, store)
+    return result
