@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from workbench.history.store import open_store
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -75,8 +77,6 @@ def __getattr__(name: str) -> Any:
 
 def history(store: Any = None, **filters: Any):
     """Past bursts from the history store as a pandas DataFrame (newest last)."""
-    from workbench.history.store import open_store
-
     return open_store(store).frame(**filters)
 
 

@@ -136,7 +136,7 @@ def test_bad_input_is_refused_before_anything_starts():
         TWO.replace(NCCL_PROTO="LL2")
     with pytest.raises(KnobError, match=r"world_size=64.*one rank per core"):
         wb.run_burst("cnn", wb.Knobs(world_size=64))
-    with pytest.raises(KnobError, match="fresh processes"):
+    with pytest.raises(InputError, match="fresh processes"):
         wb.run_burst(lambda: None, TWO)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -224,7 +224,7 @@ def test_old_rows_read_renamed_fields_under_their_new_names(
 def test_store_renames_what_results_renames() -> None:
     from workbench.core import results
 
-    assert store_mod._RENAMED == results.RENAMED
+    assert store_mod.RENAMED is results.RENAMED  # one table: the store reads the results'
     assert set(results.RENAMED.values()) <= {f.name for f in dataclasses.fields(BurstResult)}
 
 
@@ -470,3 +470,15 @@ def test_import_needs_only_stdlib() -> None:
         "assert 'pandas' not in sys.modules, 'pandas imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_results_created_at_is_the_rows_one_clock(history: HistoryStore) -> None:
+    """The result in memory and its stored row agree: the store keeps the result's clock."""
+    from workbench.core.results import BurstResult
+    from workbench.history.store import record_result
+
+    r = BurstResult(workload="cnn", device="cpu", created_at="2026-12-03T18:00:00.123456+00:00")
+    record_result(r, True, history)
+    assert history.get(r.id)["created_at"] == r.created_at
+    history.append(burst())  # a record without one is stamped now
+    assert history.records()[-1]["created_at"] > r.created_at

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
+from workbench.core.jsonsafe import jsonable
 from workbench.core.knobs import Knobs
 
 STATUSES = ("ok", "oom", "error", "cancelled")
@@ -38,6 +39,12 @@ class Spread:
         if self.p50 is None or self.iqr is None or self.p50 <= 0:
             return None
         return self.iqr / self.p50 > NOISY_IQR_RATIO
+
+
+def utc_now() -> str:
+    """The one clock of every result's ``created_at`` (UTC, ISO 8601): set when the result is
+    made, and kept as is by the history store, so the result in memory and its row agree."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def spread(values: Sequence[float]) -> Spread:
@@ -156,7 +163,7 @@ class BurstResult:
         """JSON-ready dict; non-finite floats become None."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["knobs"] = self.knobs.to_dict()
-        return {k: _finite(v) for k, v in out.items()}
+        return jsonable(out, "result")
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False)
@@ -189,16 +196,6 @@ class BurstResult:
         if self.suspect:
             line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
         return line
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _num(x: float | None) -> str:

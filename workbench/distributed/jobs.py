@@ -19,7 +19,6 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import torch
 from workbench.core import nccl
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
-from workbench.core.results import BurstResult
+from workbench.core.results import BurstResult, utc_now
 from workbench.distributed.allreduce import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
 from workbench.distributed.torchrun import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.engine import hardware
@@ -180,7 +179,7 @@ def _burst_result(
         status=_status(outcome), error=outcome.error, workload=name.rsplit(":", 1)[-1],
         device=str(dev),
         knobs=knobs, device_name=info.name, device_mem_mib=info.total_mem_mib,
-        seconds=float(seconds), created_at=_now(), versions=hardware.versions(),
+        seconds=float(seconds), created_at=utc_now(), versions=hardware.versions(),
         backend=backend_for(dev.type), launch_s=outcome.elapsed_s,
         nccl_flags=nccl.flags(knobs.nccl),
     )  # fmt: skip
@@ -254,7 +253,7 @@ def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommRe
         status=_status(outcome), error=outcome.error,
         world_size=knobs.world_size, backend=backend_for(dev.type), device=dev.type,
         device_name=info.name, nccl=dict(knobs.nccl), nccl_flags=nccl.flags(knobs.nccl),
-        elapsed_s=outcome.elapsed_s, created_at=_now(), versions=hardware.versions(),
+        elapsed_s=outcome.elapsed_s, created_at=utc_now(), versions=hardware.versions(),
     )  # fmt: skip
     if knobs.nccl and dev.type != "cuda":
         result.no_effect["nccl"] = nccl.ON_GLOO
@@ -262,7 +261,3 @@ def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommRe
         result.rows = outcome.result.get("rows", [])
         result.suspect = wrong_sums(result.rows)
     return result
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -45,7 +44,7 @@ import torch
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
-from workbench.core.results import BurstResult, spread
+from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.engine.coordinator import Coordinator, Solo
@@ -252,7 +251,7 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
         seconds=float(seconds),
         no_effect=no_effect(knobs, dev, wl),
         nccl_flags=nccl_flags(knobs.nccl),
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=utc_now(),
         versions=hardware.versions(),
     )
 

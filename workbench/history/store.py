@@ -25,14 +25,15 @@ Why it is built this way:
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from workbench.core.jsonsafe import jsonable
+from workbench.core.results import RENAMED, BurstResult, utc_now
 
 if TYPE_CHECKING:
     import pandas
@@ -59,9 +60,6 @@ _ADVICE = (
     f"for over {_BUSY_TIMEOUT_S:.0f} s; 'malformed' means the file is damaged: move it away."
 )
 _FRONT = ("id", "created_at", "workload", "device", "status")
-_RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
-"""Result fields renamed since rows were first stored, old -> new: the same table as
-``core.results.RENAMED``, kept here so that this module needs only the standard library."""
 
 # The latest schema, used as is for a new file. Plain statements, run one by one with
 # ``execute`` inside our own transaction (``executescript`` would commit on its own).
@@ -140,8 +138,9 @@ class HistoryStore:
     def append(self, record: Mapping[str, Any]) -> int:
         """Store one burst result (a JSON-serializable dict) and return its new id.
 
-        NaN and infinite floats are stored as null. ``id`` and ``created_at`` are assigned
-        here; same-named keys in ``record`` are shadowed by them when read back.
+        NaN and infinite floats are stored as null. ``id`` is assigned here; ``created_at`` is
+        the record's own (a result's, set once when it was made), or now for a record without
+        one; read back, both come from the row's columns.
         """
         row = _row(record)
         with self._connect() as conn, _transaction(conn):
@@ -323,8 +322,6 @@ def _burst_columns() -> list[str]:
     Those of a default BurstResult's row, so a result field or knob added later is a column
     here too; NCCL variable columns exist only where a burst set them.
     """
-    from workbench.core.results import BurstResult  # here: results need nothing from the store
-
     return list(_flatten(BurstResult().to_dict()))
 
 
@@ -376,9 +373,10 @@ def _row(record: Mapping[str, Any]) -> tuple[Any, ...]:
     for key in _REQUIRED:
         if not isinstance(record.get(key), str):
             raise ValueError(f"burst record has no {key!r} (a string is required): {record!r}")
-    clean = _jsonable(dict(record), "record")
+    clean = jsonable(dict(record), "record")
+    created = clean.get("created_at")  # the result's own clock, set once when it was made
     return (
-        datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        created if isinstance(created, str) and created else utc_now(),
         clean["workload"],
         clean.get("device") if isinstance(clean.get("device"), str) else None,
         clean["status"],
@@ -386,34 +384,6 @@ def _row(record: Mapping[str, Any]) -> tuple[Any, ...]:
         _number(clean.get("peak_mem_mib")),
         json.dumps(clean, allow_nan=False, separators=(",", ":")),
     )
-
-
-def _jsonable(value: Any, where: str) -> Any:
-    """A copy of ``value`` that ``json.dumps(allow_nan=False)`` accepts: NaN/inf -> None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int)):  # bool is an int
-        return value
-    if isinstance(value, Mapping):
-        return {_key(k, where): _jsonable(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    item = getattr(value, "item", None)  # numpy / torch scalars
-    if callable(item):
-        try:
-            return _jsonable(item(), where)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    raise TypeError(
-        f"{where} is a {type(value).__name__}, which the history store cannot save as JSON; "
-        "convert it to a number, string, list or dict first"
-    )
-
-
-def _key(key: Any, where: str) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"{where} has a non-string key {key!r}; JSON object keys are strings")
-    return key
 
 
 def _number(value: Any) -> float | None:
@@ -438,7 +408,7 @@ def _current_names(record: Mapping[str, Any]) -> dict[str, Any]:
     """
     renamed: dict[str, Any] = {}
     for key, value in record.items():
-        new = _RENAMED.get(key)
+        new = RENAMED.get(key)
         if new is None:
             renamed[key] = value
         elif new not in record:

@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from workbench.config.saved import load_config
+from workbench.engine import hardware
+from workbench.engine.workloads import resolve_workload
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -76,8 +82,6 @@ def start() -> str:
     """
     import altair as alt
 
-    from workbench.engine import hardware
-
     alt.renderers.enable("svg")
     dev = hardware.resolve_device(None)
     info = hardware.device_info(dev)
@@ -89,15 +93,11 @@ def start() -> str:
 
 def on_gpu() -> bool:
     """True where a CUDA device is available: the cells that need one check this."""
-    import torch
-
     return torch.cuda.is_available()
 
 
 def sample_dataset(workload: str = "cnn") -> Any:
     """The training dataset of a built-in workload (the sample JPEGs for ``cnn``)."""
-    from workbench.engine.workloads import resolve_workload
-
     return resolve_workload(workload).dataset()
 
 
@@ -360,8 +360,6 @@ def check_loader(loader: Any, config: TunedConfig | str | Path) -> Check:
     if not isinstance(loader, DataLoader):
         return Check(False, f"that is a {type(loader).__name__}, not a torch DataLoader")
     if isinstance(config, (str, Path)):
-        from workbench.config.saved import load_config
-
         config = load_config(config)
     wanted = config.dataloader_kwargs()
     wrong = [

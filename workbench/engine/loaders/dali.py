@@ -50,7 +50,8 @@ from typing import Any, TypeVar
 import torch
 
 from workbench.core.knobs import KnobError, Knobs
-from workbench.engine.loaders import LoaderUnavailable, check_batch_fits
+from workbench.engine.datasets import ImageFiles
+from workbench.engine.loaders.stream import LoaderUnavailable, check_batch_fits
 from workbench.engine.workloads import Workload
 
 INSTALL_HINT = "install the `dali` extra (pip install 'workbench[dali]')"
@@ -225,8 +226,6 @@ def _file_list(dataset: Any, workload: Workload) -> tuple[tuple[str, ...], tuple
     ImageFolder and ImageFiles keep), else ImageFolder order over ``workload.image_dir``."""
     samples = getattr(dataset, "samples", None)
     if not _is_file_list(samples):
-        from workbench.engine.datasets import ImageFiles
-
         samples = ImageFiles(workload.image_dir).samples  # type: ignore[arg-type]
     files = tuple(str(path) for path, _ in samples)
     return files, tuple(int(label) for _, label in samples)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.knobs import Knobs
 from workbench.engine.batches import Batch, count_samples, move_batch
-from workbench.engine.loaders import check_batch_fits
+from workbench.engine.loaders.stream import check_batch_fits
 
 
 class SyntheticStream:

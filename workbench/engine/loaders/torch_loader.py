@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from workbench.core.knobs import Knobs
-from workbench.engine.loaders import check_batch_fits
+from workbench.engine.loaders.stream import check_batch_fits
 
 # A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
 WORKER_TIMEOUT_S = 120.0

@@ -7,16 +7,39 @@ button is pressed; the widgets here call back into it.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import altair as alt
 import ipywidgets as w
+import torch
 
+from workbench.core.knobs import Knobs
+from workbench.engine.hardware import DeviceInfo
+from workbench.engine.workloads import Workload
 from workbench.notebook.ui.controls import KnobControls, disabled_reasons
 from workbench.notebook.ui.drawn import drawn_signal
 
-if TYPE_CHECKING:
-    from workbench.notebook.ui.panel import Bench
+
+class PanelActions(Protocol):
+    """What the widgets read from and call back into: the Bench (ui/panel.py) is one. The
+    layout depends on this, not on the Bench, so the two modules do not import each other."""
+
+    device: torch.device
+    knobs: Knobs
+    workload: Workload
+    info: DeviceInfo
+    seconds: float
+
+    def on_knob(self, name: str) -> None: ...
+    def message(self, text: str, error: bool = False) -> None: ...
+    def save_config(self, path: str) -> Any: ...
+    def saved_what(self) -> str: ...
+    def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def diagnose(self) -> None: ...
+    def autotune(self) -> None: ...
+    def comm(self) -> None: ...
+
 
 CHARTS = ("throughput", "memory", "split", "comm")
 
@@ -25,14 +48,14 @@ class PanelWidgets:
     """The widgets of one displayed panel, wired to a Bench: each control's change and each
     button calls back into the Bench, which owns the behaviour."""
 
-    def __init__(self, bench: Bench):
+    def __init__(self, bench: PanelActions):
         # first: its model reaches the browser first, and says "frontend" the soonest
         self.drawn = drawn_signal([f"wb-chart-{n}" for n in CHARTS])
         self.syncing = False
         self.disabled = disabled_reasons(bench.device.type)
         self.controls = KnobControls(bench.knobs, bench.device.type)
         for name, control in self.controls.controls.items():
-            control.observe(lambda _c, n=name: bench._on_knob(n), names="value")
+            control.observe(lambda _c, n=name: bench.on_knob(n), names="value")
         self.status = _with_class(w.Label("ready"), "wb-status")
         self.progress = _with_class(w.FloatProgress(min=0.0, max=1.0), "wb-progress")
         self.result = _with_class(w.HTML(), "wb-result")
@@ -47,14 +70,14 @@ class PanelWidgets:
                                         self._charts_box(),
                                         self.history, self.drawn]), "wb-panel")  # fmt: skip
 
-    def _header(self, bench: Bench) -> w.Widget:
+    def _header(self, bench: PanelActions) -> w.Widget:
         wl, info = bench.workload, bench.info
         text = (f"<b>workbench</b> — {html.escape(wl.name)} ({html.escape(wl.description)}) "
                 f"on {html.escape(str(bench.device))} ({html.escape(info.name)}), "
                 f"{bench.seconds:g} s bursts")  # fmt: skip
         return w.HTML(text)
 
-    def _buttons(self, bench: Bench) -> w.Widget:
+    def _buttons(self, bench: PanelActions) -> w.Widget:
         run = _with_class(w.Button(description="Run", icon="play", tooltip="rerun"), "wb-run")
         stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
         path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"},
@@ -74,13 +97,13 @@ class PanelWidgets:
         save.on_click(lambda _b: self._save(bench, path.value))
         return w.VBox([w.HBox([run, stop, diag, tune, comm]), w.HBox([save, path])])
 
-    def _save(self, bench: Bench, path: str) -> None:
+    def _save(self, bench: PanelActions, path: str) -> None:
         try:
             saved = bench.save_config(path)
         except (ValueError, OSError) as exc:
-            bench._message(str(exc), error=True)
+            bench.message(str(exc), error=True)
             return
-        bench._message(f"saved {saved}: {bench.saved_what()}")
+        bench.message(f"saved {saved}: {bench.saved_what()}")
 
     def _status_row(self) -> w.Widget:
         return w.HBox([self.progress, self.status])

@@ -27,9 +27,11 @@ from typing import Any
 import altair as alt
 import ipywidgets as w
 
+from workbench.analysis.diagnosis import diagnose
 from workbench.config.saved import save_config
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
+from workbench.distributed.jobs import comm_bench
 from workbench.engine import hardware
 from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
@@ -49,6 +51,7 @@ from workbench.notebook.ui.status import (
     result_status,
     suspect_html,
 )
+from workbench.tuning.tuner import default_space, tune
 
 _WINDOW_UPDATE_EVERY_S = 1.0  # status-line updates inside the measured window: one a second
 
@@ -158,7 +161,7 @@ class Bench:
             self.knobs = knobs
         replaced = self._supersede_task()
         if replaced or self._runner.busy:
-            self._message(f"restarted: the running {replaced or 'burst'} was cancelled")
+            self.message(f"restarted: the running {replaced or 'burst'} was cancelled")
         if self.first_draw is not None:  # a held first burst that this one replaces
             self.first_draw.cancel()
         self.events.append({"submit_s": time.perf_counter()})
@@ -193,7 +196,6 @@ class Bench:
     def diagnose(self) -> None:
         """Full vs loader-only vs compute-only with the panel's knobs, on a background thread;
         the verdict lands in the message line."""
-        from workbench.analysis.diagnosis import diagnose
 
         def work(task: _Task) -> str:
             d = diagnose(self.workload, self.knobs, window=self.window, device=self.device,
@@ -207,8 +209,6 @@ class Bench:
         """Search ``space`` from the panel's knobs; bursts appear live in the charts. When the
         tuner finishes (or is stopped) its best config moves into the controls and becomes
         what Save writes; a newer action that cancels the tune leaves both alone."""
-        from workbench.tuning.tuner import default_space, tune
-
         space = space or default_space(self.device, self.workload, self.knobs)
 
         def work(task: _Task) -> str:
@@ -244,8 +244,6 @@ class Bench:
     def comm(self, sizes: list[int] | None = None) -> None:
         """All-reduce benchmark with the panel's world_size and NCCL knobs, in the background;
         every run of this panel is drawn in the busbw chart, so NCCL settings compare."""
-        from workbench.distributed.jobs import comm_bench
-
         knobs = self.knobs
 
         def work(task: _Task) -> str:
@@ -279,7 +277,7 @@ class Bench:
         task = _Task(name, threading.Event())
         task.thread = threading.Thread(target=self._run_task, args=(task, work),
                                        name="workbench-task", daemon=True)  # fmt: skip
-        self._message(label)
+        self.message(label)
         self._task = task
         task.thread.start()
 
@@ -293,7 +291,7 @@ class Bench:
                 error = False
         if task.superseded:  # the newer action's message stands
             return
-        self._message(text or f"{task.name} cancelled", error=error)
+        self.message(text or f"{task.name} cancelled", error=error)
 
     def _on_task_burst(self, result: Any, knob: str | None = None) -> None:
         if not isinstance(result, BurstResult):  # the loader-only measurement: no chart row
@@ -336,7 +334,7 @@ class Bench:
         return words
 
     # -- knob changes ----------------------------------------------------------------------
-    def _on_knob(self, name: str) -> None:
+    def on_knob(self, name: str) -> None:
         ui = self._ui
         assert ui is not None
         if ui.syncing:
@@ -345,10 +343,10 @@ class Bench:
             knobs = Knobs.from_dict(ui.controls.values())
         except KnobError as exc:
             ui.controls.note(note_target(exc.knob, ui), str(exc), kind="error")
-            self._message(str(exc), error=True)
+            self.message(str(exc), error=True)
             return
         ui.controls.clear_errors(ui.disabled)
-        self._message("")
+        self.message("")
         self.knobs, self.last_moved = knobs, name
         self.run()
 
@@ -376,7 +374,7 @@ class Bench:
         try:
             self._show_result(result)
         except Exception as exc:
-            self._message(f"burst #{result.id} ended {result.status}, but the panel could not "
+            self.message(f"burst #{result.id} ended {result.status}, but the panel could not "
                           f"show it: {type(exc).__name__}: {exc}", error=True)  # fmt: skip
 
     def _show_result(self, result: BurstResult) -> None:
@@ -390,7 +388,7 @@ class Bench:
         if result.status in ("oom", "error"):
             where = note_target(result.bad_knob, ui) if result.bad_knob else self.last_moved
             ui.controls.note(where, f"{result.status}: {result.error}", kind="error")
-            self._message(f"burst #{result.id} {result.status}: {result.error}", error=True)
+            self.message(f"burst #{result.id} {result.status}: {result.error}", error=True)
         self._redraw(highlight_id=result.id, knobs=result.knobs, on_throughput=self._mark_chart)
 
     def _mark_chart(self) -> None:
@@ -406,7 +404,7 @@ class Bench:
             if knob:
                 self._ui.controls.note(note_target(knob, self._ui), str(exc), kind="error")
             text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-            self._message(text, error=True)
+            self.message(text, error=True)
 
     # -- drawing -----------------------------------------------------------------------------
     def _redraw(
@@ -436,7 +434,7 @@ class Bench:
         label = "device memory" if self.device.type == "cuda" else "system RAM"
         return self.info.total_mem_mib, label
 
-    def _message(self, text: str, error: bool = False) -> None:
+    def message(self, text: str, error: bool = False) -> None:
         if self._ui is None:
             return
         colour = "#b00020" if error else "#333"
