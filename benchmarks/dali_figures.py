@@ -28,10 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench import Knobs, run_burst
-from workbench.analysis.loader_ceiling import run_loader_burst, settled_warmup
+from workbench.analysis.loader_ceiling import run_loader_burst
 from workbench.engine import hardware
 from workbench.engine.datasets import ensure_datasets, read_manifest
 from workbench.engine.loaders.dali import dali_available
+from workbench.engine.window import BurstWindow, settled_warmup
 
 LOADERS = ("torch", "dali")
 
@@ -62,8 +63,7 @@ def loader_figures(args: argparse.Namespace, workers: list[int]) -> list[dict[st
         r = run_loader_burst(
             wl,
             knobs,
-            seconds=args.seconds,
-            warmup_batches=max(3, settled_warmup(knobs, 3)),
+            window=BurstWindow(seconds=args.seconds, warmup_steps=max(3, settled_warmup(knobs, 3))),
             device=args.device,
             data_dir=args.data,
         )

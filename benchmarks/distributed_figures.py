@@ -16,6 +16,7 @@ import statistics
 import time
 
 import torch
+from bench_args import parser
 
 import workbench as wb
 from workbench.distributed.jobs import comm_bench
@@ -34,12 +35,7 @@ def burst_row(world_size: int, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--workers", type=int, default=0)
-    args = p.parse_args()
+    args = parser(__doc__, seconds=3.0, repeats=3, batch=32, workers=0).parse_args()
     ensure_datasets()
     rows: dict[int, list[dict]] = {1: [], 2: []}
     for _ in range(args.repeats):  # interleaved: drift on a shared machine hits both alike

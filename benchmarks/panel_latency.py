@@ -12,11 +12,12 @@ Usage: python benchmarks/panel_latency.py [--moves N] [--seconds S] [--workers 0
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import threading
 import time
+
+from bench_args import parser
 
 from workbench import Knobs
 from workbench.notebook.ui import Bench
@@ -62,11 +63,7 @@ def cancel_latency(bench: Bench, repeats: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--moves", type=int, default=6)
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--workers", type=int, default=0)
-    args = ap.parse_args()
+    args = parser(__doc__, moves=6, seconds=2.0, workers=0).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         knobs = Knobs(num_workers=args.workers)
         bench = Bench("cnn", knobs, seconds=args.seconds, store=f"{tmp}/h.sqlite")

@@ -63,6 +63,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_args import parser
+
 _PANEL_WINDOW = {"warmup_steps": 2, "min_steps": 3}  # Bench's defaults
 _CELL_DEFAULTS = {"seconds": 3.0, "warmup_steps": 3, "min_steps": 5}  # run_burst's defaults
 
@@ -549,11 +551,7 @@ def _browser_summary(args: argparse.Namespace, firsts: list, pairs: list) -> Non
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=0)
+    ap = parser(__doc__, pairs=6, seconds=2.0, batch=32, workers=0)
     ap.add_argument("--workload", default="cnn")
     ap.add_argument("--kernel", action="store_true")
     ap.add_argument("--cell-window", action="store_true")

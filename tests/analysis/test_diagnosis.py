@@ -16,6 +16,7 @@ from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst
 from workbench.core.knobs import KnobError
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
+from workbench.engine.window import BurstWindow
 from workbench.history.store import open_store
 
 FAST = {"seconds": 0.3, "warmup_steps": 1, "min_steps": 3}
@@ -84,7 +85,8 @@ def test_compute_bound_with_serial_loading_suggests_workers_first():
 
 
 def test_the_loader_alone_is_measured_and_not_recorded(store_path):
-    r = run_loader_burst(tensor_workload(), Knobs(batch_size=16), seconds=0.2, min_batches=3)
+    window = BurstWindow(seconds=0.2, min_steps=3)
+    r = run_loader_burst(tensor_workload(), Knobs(batch_size=16), window=window)
     assert r.status == "ok" and r.samples_per_s > 0 and r.batches >= 3
     assert r.samples == r.batches * 16 and r.batch_ms_p50 > 0
     assert len(open_store(store_path)) == 0

@@ -6,8 +6,9 @@ from workloads_for_tests import dict_items_workload, tensor_workload
 
 from workbench import Knobs
 from workbench.analysis.loader_ceiling import run_loader_burst
+from workbench.engine.window import BurstWindow
 
-FAST = {"seconds": 0.2, "min_batches": 3, "warmup_batches": 1}
+FAST = {"window": BurstWindow(seconds=0.2, min_steps=3, warmup_steps=1)}
 
 
 def test_tensor_batches_are_counted_by_their_batch_dimension():

@@ -316,13 +316,19 @@ def test_handle_lookup_failure_falls_back_to_cpu_figures(
 # --------------------------------------------------------------------------- NVML missing
 
 
-def test_missing_nvml_warns_once_per_process(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.fixture
+def missing_nvml(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> FakeNvml:
+    """An NVML whose library is not there; the workbench's warnings captured."""
     fake = FakeNvml(init_error=FakeLibraryNotFound())
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     caplog.set_level(logging.WARNING, logger="workbench")
+    return fake
 
+
+def test_missing_nvml_warns_once_per_process(
+    missing_nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = missing_nvml
     for _ in range(2):
         summary = Sampler("cuda:0", interval_s=0.01).start().stop()
         assert summary.source == "cpu"
@@ -339,11 +345,9 @@ def test_missing_nvml_warns_once_per_process(
 
 
 def test_cpu_device_needs_no_nvml_and_no_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    missing_nvml: FakeNvml, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake = FakeNvml(init_error=FakeLibraryNotFound())
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    caplog.set_level(logging.WARNING, logger="workbench")
+    fake = missing_nvml
     summary = Sampler("cpu", interval_s=0.01).start().stop()
 
     assert summary.source == "cpu"

@@ -181,30 +181,29 @@ def test_module_not_found_says_where_it_looked(here):
     )
 
 
-def test_a_missing_dependency_is_not_a_missing_module(here):
-    name = _module(here, "import transformers_that_is_not_installed\n")
+@pytest.mark.parametrize(
+    ("source", "function", "ending"),
+    [
+        ("import transformers_that_is_not_installed\n", "make",
+         "importing {name} failed: it needs 'transformers_that_is_not_installed', not "
+         "installed here"),
+        (FACTORY + "\ndef make_other():\n    pass\n\ndef _private():\n    pass\n", "make_modle",
+         "module {name} ({here}/{name}.py) has no 'make_modle'; its functions: make_model, "
+         "make_other"),
+    ],
+    ids=["a missing dependency is not a missing module", "a missing function lists the rest"],
+)  # fmt: skip
+def test_what_a_module_lacks_is_named(here, source, function, ending):
+    name = _module(here, source)
     with pytest.raises(UnknownWorkload) as caught:
-        resolve_workload(f"{name}:make")
-    assert str(caught.value).endswith(
-        f"importing {name} failed: it needs 'transformers_that_is_not_installed', "
-        "not installed here"
-    )
+        resolve_workload(f"{name}:{function}")
+    assert str(caught.value).endswith(ending.format(name=name, here=here))
 
 
 def test_a_module_that_fails_to_import_is_one_line_with_the_reason(here):
     name = _module(here, "def broken(:\n")
     with pytest.raises(UnknownWorkload, match=f"importing {name} failed: SyntaxError: .*line 1"):
         resolve_workload(f"{name}:make")
-
-
-def test_a_missing_function_lists_the_modules_functions(here):
-    name = _module(here, FACTORY + "\ndef make_other():\n    pass\n\ndef _private():\n    pass\n")
-    with pytest.raises(UnknownWorkload) as caught:
-        resolve_workload(f"{name}:make_modle")
-    assert str(caught.value).endswith(
-        f"module {name} ({here / name}.py) has no 'make_modle'; its functions: make_model, "
-        "make_other"
-    )
 
 
 def test_a_function_that_returns_something_else_is_named(here):

@@ -80,12 +80,17 @@ def test_a_combination_that_cannot_work_is_a_message_not_a_burst(store_path):
     assert "needs num_workers" not in ui.controls.notes["prefetch_factor"].value
 
 
-def test_oom_shows_next_to_the_knob_and_the_panel_keeps_working(store_path):
-    bench = _bench(store_path, workload=hungry_workload(limit=8))
+def _moved_to_batch_32(store_path, workload):
+    """A panel whose first burst ran at batch size 32: a move of the slider, as a person's."""
+    bench = _bench(store_path, workload=workload)
     bench.panel(autorun=False)
-    ui = bench._ui
-    ui.controls.controls["batch_size"].value = 32
+    bench._ui.controls.controls["batch_size"].value = 32
     _settle(bench)
+    return bench, bench._ui
+
+
+def test_oom_shows_next_to_the_knob_and_the_panel_keeps_working(store_path):
+    bench, ui = _moved_to_batch_32(store_path, hungry_workload(limit=8))
     assert bench.last_result.status == "oom"
     assert "oom" in ui.controls.notes["batch_size"].value
     assert "oom" in ui.status.value
@@ -95,11 +100,7 @@ def test_oom_shows_next_to_the_knob_and_the_panel_keeps_working(store_path):
 
 
 def test_a_batch_bigger_than_the_dataset_is_noted_at_batch_size(store_path):
-    bench = _bench(store_path, workload=tensor_workload(n=24))
-    bench.panel(autorun=False)
-    ui = bench._ui
-    ui.controls.controls["batch_size"].value = 32
-    _settle(bench)
+    bench, ui = _moved_to_batch_32(store_path, tensor_workload(n=24))
     ui.controls.controls["num_workers"].value = 1  # fails again, still for the batch size
     _settle(bench)
     assert bench.last_result.bad_knob == "batch_size"

@@ -20,14 +20,14 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from workbench.core.knobs import Knobs
-from workbench.core.results import spread
+from workbench.core.results import Outcome, spread
 from workbench.engine.batches import count_samples, move_batch
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders import BatchStream, build_loader
@@ -39,14 +39,9 @@ Clock = Callable[[], float]
 
 
 @dataclass(kw_only=True, slots=True)
-class LoaderResult:
+class LoaderResult(Outcome):
     """What the loader alone delivered. Unknown values are None, as in BurstResult."""
 
-    status: str = "ok"
-    error: str | None = None
-    workload: str = ""
-    device: str = ""
-    knobs: Knobs = field(default_factory=Knobs)
     samples_per_s: float | None = None
     batches: int = 0
     samples: int = 0
@@ -56,10 +51,6 @@ class LoaderResult:
     batch_ms_p50: float | None = None
     batch_ms_iqr: float | None = None
     noisy: bool | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -71,10 +62,7 @@ def run_loader_burst(
     workload: WorkloadArg = None,
     knobs: Knobs | None = None,
     *,
-    window: BurstWindow | None = None,
-    seconds: float | None = None,
-    min_batches: int | None = None,
-    warmup_batches: int | None = None,
+    window: BurstWindow = BurstWindow(),  # noqa: B008 (frozen: one shared default is safe)
     device: str | torch.device | None = None,
     data_dir: str | Path | None = None,
     cancel: threading.Event | None = None,
@@ -82,16 +70,13 @@ def run_loader_burst(
 ) -> LoaderResult:
     """Time-boxed iteration of the loader these knobs build; no model, nothing recorded.
 
-    The window is a burst's (``window``; a batch stands for a step), with ``seconds``,
-    ``min_batches`` and ``warmup_batches`` replacing its numbers. Warm-up takes at least the
-    batches the workers prefetch (``prefetched_batches``): with no model to slow it down, the
+    The window is a burst's (``window``; a batch stands for a step). Warm-up takes at least
+    the batches the workers prefetch (``prefetched_batches``): with no model to slow it down, the
     window would otherwise start by emptying a full queue. Failures are results (``status``
     oom/error/cancelled), as in ``run_burst``.
     """
-    win = BurstWindow.of(window, seconds=seconds, min_steps=min_batches,
-                         warmup_steps=warmup_batches)  # fmt: skip
     knobs = Knobs() if knobs is None else knobs
-    win = replace(win, warmup_steps=max(win.warmup_steps, prefetched_batches(knobs)))
+    win = replace(window, warmup_steps=max(window.warmup_steps, prefetched_batches(knobs)))
     wl, dev = resolve_target(workload, device, data_dir)
     result = LoaderResult(workload=wl.name, device=str(dev), knobs=knobs)
     stop = cancel or threading.Event()

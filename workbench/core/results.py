@@ -59,14 +59,25 @@ def spread(values: Sequence[float]) -> Spread:
 
 
 @dataclass(kw_only=True, slots=True)
-class BurstResult:
-    """One burst: the contract's fields first, then what users need beside them."""
+class Outcome:
+    """How a measurement ended, what ran, where and with which knobs: the first fields of every
+    result (a burst's, the loader-only ceiling's), in this order in their JSON."""
 
     status: str = "ok"
     error: str | None = None
     workload: str = ""
     device: str = ""
     knobs: Knobs = field(default_factory=Knobs)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(kw_only=True, slots=True)
+class BurstResult(Outcome):
+    """One burst: the contract's fields first, then what users need beside them."""
+
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     step_ms_p50: float | None = None
@@ -136,10 +147,6 @@ class BurstResult:
     """Wall time of the whole torchrun job, start-up included."""
     nccl_flags: dict[str, str] = field(default_factory=dict)
     """NCCL variables that change numerics or that NCCL documents as debug-only."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
     @property
     def bad_knob(self) -> str | None:

@@ -132,6 +132,18 @@ def run_example(config: str | Path, *args: str) -> None:
 # -- reading a sweep ---------------------------------------------------------------------------
 
 
+def _read_answer(
+    answer: Any, frame: pd.DataFrame, knob: str, metric: str, question: str
+) -> Check | tuple[dict[Any, float], Any]:
+    """The medians per value and the measured value the answer names; a Check instead when
+    there is no answer or it names a value that was not measured."""
+    if answer is None:
+        return _no_answer(question)
+    medians = _medians(frame, knob, metric)
+    value = _measured_value(answer, medians, knob)
+    return value if isinstance(value, Check) else (medians, value)
+
+
 def _medians(frame: pd.DataFrame, knob: str, metric: str) -> dict[Any, float]:
     """Median ``metric`` of the successful bursts at each value of ``knob``."""
     for column in (knob, metric):
@@ -171,12 +183,10 @@ def check_best(
 
     Values within ``tolerance`` of the best count as right: a short burst cannot rank them.
     """
-    if answer is None:
-        return _no_answer(f"the {knob} value with the highest {metric}")
-    medians = _medians(frame, knob, metric)
-    value = _measured_value(answer, medians, knob)
-    if isinstance(value, Check):
-        return value
+    read = _read_answer(answer, frame, knob, metric, f"the {knob} value with the highest {metric}")
+    if isinstance(read, Check):
+        return read
+    medians, value = read
     best = max(medians, key=medians.__getitem__)
     got, top = medians[value], medians[best]
     if value == best:
@@ -238,12 +248,11 @@ def check_knee(
     Right when the answer reaches the bar within ``tolerance`` and no smaller value clearly
     clears it (by more than ``tolerance``): near the bar, noise decides, and both are accepted.
     """
-    if answer is None:
-        return _no_answer(f"the smallest {knob} reaching {share:.0%} of the best {metric}")
-    medians = _medians(frame, knob, metric)
-    value = _measured_value(answer, medians, knob)
-    if isinstance(value, Check):
-        return value
+    question = f"the smallest {knob} reaching {share:.0%} of the best {metric}"
+    read = _read_answer(answer, frame, knob, metric, question)
+    if isinstance(read, Check):
+        return read
+    medians, value = read
     bar = share * max(medians.values())
     ordered = sorted(medians)
     expected = next(v for v in ordered if medians[v] >= bar)
