@@ -43,9 +43,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from workbench import Knobs, run_burst, search, tune, tuner
-from workbench.loader_bench import settled_warmup
-from workbench.tune_result import changed
+from workbench import Knobs, run_burst, tune
+from workbench.analysis.loader_ceiling import settled_warmup
+from workbench.tuning import search, tuner
+from workbench.tuning.result import changed
 
 SPACE = {
     "batch_size": [16, 32, 64, 128],

@@ -1,6 +1,6 @@
 """The tuner against Optuna (TPE, GP) and random search on simulated landscapes, equal budgets.
 
-Each landscape (``workbench.landscapes``: compute-bound, data-bound, memory-limited with an
+Each landscape (``workbench.tuning.landscapes``: compute-bound, data-bound, memory-limited with an
 OOM edge, cpu-contended, flat; 2-30% noise per burst) is searched by every method with the
 same budget of bursts, from the same start (the default knobs). A method's *pick* is the
 config it would hand the user: the tuner's ``best`` (highest median after confirmation),
@@ -46,11 +46,11 @@ from typing import Any
 
 import torch
 
-from workbench import tuner
-from workbench.knobs import Knobs
-from workbench.landscapes import KINDS, Bursts, Landscape, draw, grid
-from workbench.search import Search, coordinate, guided
-from workbench.tuner import tune_on
+from workbench.core.knobs import Knobs
+from workbench.tuning import tuner
+from workbench.tuning.landscapes import KINDS, Bursts, Landscape, draw, grid
+from workbench.tuning.search import Search, coordinate, guided
+from workbench.tuning.tuner import tune_on
 
 METHODS = ("workbench", "optuna_tpe", "optuna_gp", "random")
 Pick = tuple[Knobs | None, int, list[Knobs]]  # the pick, bursts used, configs measured
