@@ -418,3 +418,55 @@ def test_a_users_space_with_more_workers_than_cores_warns_and_runs(fake, monkeyp
     with pytest.warns(RuntimeWarning, match=r"num_workers=\[4\] in the space: more loader"):
         _tune({"num_workers": [0, 2, 4]}, budget=6)
     assert Knobs(num_workers=4) in f.calls
+
+
+def _loader_bound(k: Knobs) -> tuple[float, float]:
+    """A model that runs 400 samples/s fed by workers that decode 100 each: (sps, wait %)."""
+    model, per_worker = 400.0, 100.0
+    if k.num_workers == 0:  # the loop loads, then trains: times add up
+        sps = 1.0 / (1.0 / model + 1.0 / per_worker)
+        return sps, 100.0 * (1.0 / per_worker) / (1.0 / model + 1.0 / per_worker)
+    sps = min(model, per_worker * k.num_workers)
+    return sps, 100.0 * (1.0 - sps / model)
+
+
+def test_a_starved_loop_jumps_to_the_workers_its_data_wait_asks_for(fake, monkeypatch):
+    monkeypatch.setattr(hardware, "_cpu_count", lambda: 16)
+    f = fake(lambda k, n: _loader_bound(k)[0], wait=lambda k: _loader_bound(k)[1])
+    space = {"num_workers": [0, 1, 2, 3, 4, 6, 8], "prefetch_factor": [2, 4]}
+    t = _tune(space, budget=8)
+    # 80 samples/s with 80% wait: the model alone runs 400, the loop loads 100: 4 workers,
+    # 5.2 with headroom, so the smallest listed count above it, 6, with the deepest queue
+    assert f.calls[1] == Knobs(num_workers=6, prefetch_factor=4)
+    assert t.best.num_workers >= 4 and t.best_result.samples_per_s == 400.0
+
+
+@pytest.mark.parametrize(
+    ("workers", "sps", "wait", "need"),
+    [(0, 80.0, 80.0, 1.3 * 400 / 100), (2, 200.0, 50.0, 1.3 * 400 / 100), (4, 400.0, 5.0, None)],
+)
+def test_loader_need_reads_the_model_speed_and_one_workers_rate_off_the_wait(
+    workers, sps, wait, need
+):
+    from workbench.tuning.search import Measured, loader_need
+
+    r = BurstResult(knobs=Knobs(num_workers=workers), samples_per_s=sps, data_wait_pct=wait)
+    m = Measured(r.knobs, (r,), sps, True)
+    assert loader_need(m) == (pytest.approx(need) if need else None)
+
+
+def test_the_batch_walk_picks_off_its_curve_not_its_luckiest_burst(fake):
+    # The true curve rises to a plateau; 64 read 25% high once (luck). The raw maximum would
+    # be 64; the parabola through all five sizes puts the top at the large sizes.
+    readings = {16: 100.0, 32: 140.0, 64: 230.0, 128: 190.0, 256: 200.0, 512: 205.0}
+    f = fake(lambda k, n: readings[k.batch_size] if n == 0 else readings[k.batch_size] * 0.99)
+    from workbench.tuning.search import Search, smoothed_batch
+
+    search = Search(lambda k: f(None, k, warmup_steps=0, record=False), space={},
+                    budget=10, limit_mib=None, device=torch.device("cpu"), workload=None,
+                    cancel=threading.Event())  # fmt: skip
+    walked = [Knobs(batch_size=b) for b in readings]
+    for k in walked:
+        search.measure(k, "walk")
+    assert smoothed_batch(search, walked).batch_size >= 256
+    assert smoothed_batch(search, walked[:2]) is None  # two sizes are no curve

@@ -50,7 +50,7 @@ def test_the_memory_margin_holds_on_real_peak_memory(monkeypatch):
 def test_the_memory_limit_reads_pss_so_workers_sharing_pages_fit(monkeypatch):
     """Loader workers share the burst's pages: summed RSS counts them once per process, PSS
     once. A limit between the two must let the config with workers through."""
-    from test_telemetry import HAS_PSS, KeptSampler, shared_workload
+    from engine.test_telemetry import HAS_PSS, KeptSampler, shared_workload
 
     from workbench.engine import burst
 

@@ -9,17 +9,21 @@ workbench/tune_noise.py):
    cost more than it saved: within 5% of the true best on 45% of them at 12 bursts against
    63% measured once (74% against 78% at 16, 79% against 80% at 24). Until a config has run
    twice the noise is ``tune_noise.PRIOR_NOISE``.
-2. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
+2. **Guided moves** (``search.guided``): the loader workers the start's data wait asks for,
+   the compute choices (precision, layout), the batch walked to its memory edge and picked
+   off a curve fitted to the walk's runs, then the loader again for the faster model.
+3. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
    left is more than the confirmation needs (``confirmation_reserve``, recomputed after every
    burst from the noise measured so far and the contenders close to the leader).
-3. **Confirmation, interleaved.** A single short burst on a shared machine can be 2-30% off,
+4. **Confirmation, interleaved.** A single short burst on a shared machine can be 2-30% off,
    and the maximum of many noisy bursts is biased upwards: the config that won its one burst
    by luck would otherwise be the answer. In passes, interleaved so drift hits them alike,
    the start (always, at least once: the speed-up then compares medians measured side by
-   side) and every contender *close* to the leader (within ``tune_noise.Z_CLOSE`` standard
+   side; ``START_RUNS`` before extra runs of the contenders), the search's own answer, and
+   every contender *close* to the leader (within ``tune_noise.Z_CLOSE`` standard
    errors, the top ``MAX_CONTENDERS``) are measured again until each has
    ``tune_noise.runs_needed(noise)`` runs; the winner is the highest *median*.
-4. **The speed-up with its interval**: the winner's median over the start's, with a 95%
+5. **The speed-up with its interval**: the winner's median over the start's, with a 95%
    interval from the pooled noise (``tune_noise.ratio_interval``); when it holds 1 the
    summary says the runs cannot separate them.
 
@@ -58,7 +62,7 @@ from workbench.engine.workloads import Workload, default_workload_name, resolve_
 from workbench.history.store import HistoryStore, open_store
 from workbench.tuning import noise as tune_noise
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
-from workbench.tuning.search import Measured, Search, coordinate, joint_steps
+from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
 
 MAX_CONTENDERS = 3
 """Configs confirmed at the end besides the start: the leader and the two closest to it."""
@@ -69,6 +73,9 @@ MAX_RESERVE_SHARE = 0.4
 """The confirmation never keeps more than this share of the budget from the rounds: at high
 noise a few runs more cannot beat it, and the search must still get somewhere."""
 MAX_MARGIN = 0.9
+START_RUNS = 2
+"""Runs of the start the confirmation gives before the contenders' own (the speed-up's
+denominator: one run has no spread to show)."""
 
 
 def tune(
@@ -154,12 +161,13 @@ def tune_on(
 
 
 def _drive(search: Search, start: Knobs) -> None:
-    """Start, coordinate rounds under the reserve (with joint steps of two knobs
-    while budget is left after they converge), then confirm; Ctrl-C ends it early."""
+    """Start, the guided moves (loader from the data wait, compute choices, batch to its
+    edge), coordinate rounds under the reserve (with joint steps of two knobs while budget is
+    left after they converge), then confirm; Ctrl-C ends it early."""
     try:
         search.reserve = lambda: confirmation_reserve(search, start)
         search.measure(start, "start")
-        best = coordinate(search, start)
+        best = coordinate(search, guided(search, start))
         while not search.halted:  # the rounds converged with budget left: try pairs of knobs
             search.knob = None
             joint = joint_steps(search, best)
@@ -167,7 +175,7 @@ def _drive(search: Search, start: Knobs) -> None:
                 break
             best = coordinate(search, joint)
         search.reserve, search.knob = (lambda: 0), None
-        confirm(search, start)
+        confirm(search, start, best)
     except KeyboardInterrupt:
         search.stopped = "interrupted"
 
@@ -196,18 +204,26 @@ def confirmation_reserve(search: Search, start: Knobs) -> int:
     return min(1 + owed, max(1, round(search.budget * MAX_RESERVE_SHARE)))
 
 
-def confirm(search: Search, start: Knobs) -> None:
-    """Interleaved passes over the start and the close contenders until each has the runs
-    the measured noise asks for (``tune_noise.runs_needed``); a pass can change the ranking
-    and the noise, so both are recomputed each pass. The start is in the first pass
-    whatever its runs: its last run sits among the contenders' (the speed-up divides by it)."""
+def confirm(search: Search, start: Knobs, answer: Knobs | None = None) -> None:
+    """Interleaved passes over the start, the search's own ``answer`` and the contenders
+    close to the leader, until each contender has the runs the measured noise asks for
+    (``tune_noise.runs_needed``); a pass can change the ranking and the noise, so both are
+    recomputed each pass.
+
+    The start is in the first pass whatever its runs (its last run sits among the
+    contenders': the speed-up divides by it), then in passes until it has ``START_RUNS``;
+    runs past that go to the contenders first: which config wins matters more than how
+    precisely the speed-up is known. The ``answer`` (where the moves converged, on a curve
+    fitted to their runs) is confirmed even when one lucky burst elsewhere leads: otherwise
+    the leader by one reading is all that is checked."""
     first = True
     while not search.halted:
         need = tune_noise.runs_needed(search.noise_or_prior())
-        todo = [m.knobs for m in contenders(search) if len(m.runs) < need]
-        start_m = search.measured(start)
-        start_due = start_m is not None and start_m.fits and (first or len(start_m.runs) < need)
-        if start_due and start not in todo:
+        close = [m.knobs for m in contenders(search)]
+        if answer is not None and search.score(answer) is not None and answer not in close:
+            close = [answer, *close[: MAX_CONTENDERS - 1]]
+        todo = [k for k in close if len(search.runs[k]) < need]
+        if _start_due(search, start, need, first, bool(todo)) and start not in todo:
             todo.insert(0, start)
         if not todo:
             return
@@ -216,6 +232,13 @@ def confirm(search: Search, start: Knobs) -> None:
             if search.measure(knobs, stage, again=True) is None:
                 return
         first = False
+
+
+def _start_due(search: Search, start: Knobs, need: int, first: bool, others_due: bool) -> bool:
+    m = search.measured(start)
+    if m is None or not m.fits:
+        return False
+    return first or len(m.runs) < (min(need, START_RUNS) if others_due else need)
 
 
 # -- checking the input -----------------------------------------------------------------------
