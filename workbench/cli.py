@@ -13,7 +13,9 @@ import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from workbench.core.errors import InputError, KnobError
@@ -197,6 +199,7 @@ def _is_bad_input(exc: Exception) -> bool:
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.core.knobs import Knobs
     from workbench.distributed.dispatch import run_burst
 
@@ -264,6 +267,7 @@ def _fmt(v: Any) -> str:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.history.store import open_store
 
     if args.limit is not None and args.limit < 1:
@@ -284,6 +288,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.engine import datasets as data
     from workbench.engine.workloads.base import say_progress
 
@@ -303,6 +308,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.notebook.lab import open_lab
 
     return open_lab(port=args.port, open_browser=not args.no_browser)
@@ -310,8 +316,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     """Validate a saved config and print what to paste; warnings go to stderr, one per line."""
-    import warnings
-
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.config.saved import load_config
     from workbench.core.nccl import flags as nccl_flags
 
@@ -339,6 +344,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.analysis.sweeps import sweep
     from workbench.core.knobs import Knobs
 
@@ -355,7 +361,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                repeats=args.repeats, device=args.device, data_dir=args.data,
                record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
     if plot is not None:
-        from workbench.notebook import plots
+        from workbench.notebook import plots  # Altair: only when a chart file is asked for
 
         plots.save(plots.sweep(df, args.knob), plot)
     if args.json:
@@ -367,6 +373,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.analysis.diagnosis import diagnose
     from workbench.core.knobs import Knobs
 
@@ -383,6 +390,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.config.saved import collate_fn_name, save_config
     from workbench.core.knobs import Knobs
     from workbench.engine.hardware import resolve_device
@@ -430,6 +438,7 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.analysis.profiling import profile_burst
     from workbench.core.knobs import Knobs
 
@@ -448,6 +457,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.core.knobs import parse_value
 
     items = [t.strip() for t in text.split(",")]
@@ -471,8 +481,6 @@ def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:
 
 def _checked_path(option: str, path: str | None, suffixes: tuple[str, ...]) -> Any:
     """A file to write at the end, checked now: a long run must not fail at its last line."""
-    from pathlib import Path
-
     if path is None:
         return None
     target = Path(path).expanduser()
@@ -496,6 +504,7 @@ def _burst_line(r: Any, knob: str | None = None) -> str:
 
 
 def _cmd_comm(args: argparse.Namespace) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.core.knobs import Knobs
     from workbench.distributed.allreduce import parse_sizes
     from workbench.distributed.jobs import comm_bench
@@ -508,7 +517,7 @@ def _cmd_comm(args: argparse.Namespace) -> int:
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
                      timeout_s=args.timeout)  # fmt: skip
     if args.plot and res.ok:
-        from workbench.notebook import plots
+        from workbench.notebook import plots  # Altair: only when a chart file is asked for
 
         plots.save(plots.comm(res.frame()), args.plot)
     print(json.dumps(res.to_dict()) if args.json else res.table())

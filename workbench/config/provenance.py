@@ -100,6 +100,7 @@ def from_knobs(device: Any = None) -> dict[str, Any]:
     another GPU model warns, as it does for a measured config. ``device`` as in
     ``hardware.resolve_device`` (default: CUDA if present, else the CPU).
     """
+    # torch only when a config is saved: load_config stays torch-free
     from workbench.engine.hardware import device_info, versions
 
     info = device_info(device)
@@ -179,6 +180,7 @@ def current_machine() -> dict[str, Any]:
     allocator, which reads PYTORCH_CUDA_ALLOC_CONF right then, before a script could export
     that variable from the very config it is loading.
     """
+    # torch only when a config is saved: load_config stays torch-free
     import torch
 
     return {"gpus": _gpu_names(torch), "torch": str(torch.__version__)}
@@ -187,10 +189,11 @@ def current_machine() -> dict[str, Any]:
 def _gpu_names(torch: Any) -> list[str] | None:
     if torch.cuda.is_initialized():
         return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    # only when a config is saved: load_config stays torch-free
     from workbench.engine.telemetry import nvml_status
 
     if nvml_status() is None:
-        import pynvml
+        import pynvml  # NVML is optional: absent without an NVIDIA driver
 
         try:
             handles = [

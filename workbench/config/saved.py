@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import provenance
-from workbench.config.tuned_config import COLLATE_NAME, TunedConfig
+from workbench.config.tuned_config import COLLATE_NAME, TunedConfig, import_collate
 from workbench.config.yaml_text import (
     ConfigError,
     Section,
@@ -39,6 +39,7 @@ from workbench.config.yaml_text import (
 )
 from workbench.core import envvars, nccl
 from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
+from workbench.core.results import BurstResult
 
 __all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
            "load_config", "load_knobs", "save_config"]  # fmt: skip
@@ -87,8 +88,6 @@ def save_config(
 
 
 def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
-    from workbench.core.results import BurstResult
-
     extra = dict(env or {})
     for name in extra:
         if isinstance(name, str) and name.startswith("NCCL_"):
@@ -125,8 +124,6 @@ def collate_fn_name(collate_fn: Callable[..., Any] | str, path: str | Path | Non
     if isinstance(collate_fn, str):
         if not COLLATE_NAME.match(collate_fn):
             raise ConfigError(path, key, f"{collate_fn!r} is not allowed: 'module:function'")
-        from workbench.config.tuned_config import import_collate
-
         import_collate(collate_fn, path)  # it must import now, where it was measured
         return collate_fn
     module = getattr(collate_fn, "__module__", None)
@@ -146,8 +143,6 @@ def collate_fn_name(collate_fn: Callable[..., Any] | str, path: str | Path | Non
                    f"collate.py) and import it from there")  # fmt: skip
         raise ConfigError(path, key, problem)
     name = f"{module}:{qualname}"
-    from workbench.config.tuned_config import import_collate
-
     if import_collate(name, path) is not collate_fn:
         raise ConfigError(path, key, f"{name!r} names another object than this collate_fn")
     return name

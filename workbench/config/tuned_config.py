@@ -12,6 +12,7 @@ Light imports: torch is imported inside the methods that need it, never at impor
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from workbench.config import provenance
+from workbench.config.yaml_text import ConfigError
 from workbench.core.errors import InputError
 from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.core.nccl import flags as nccl_flags
@@ -73,6 +75,7 @@ class TunedConfig:
         what a script chooses itself (shuffle, sampler, drop_last, worker timeout and start
         method). ``pin_memory`` is dropped without CUDA, where it cannot act.
         """
+        # torch only when the script asks for a loader: load_config stays torch-free
         from workbench.engine.loaders.torch_loader import dataloader_kwargs
 
         full = dataloader_kwargs(self.knobs, _device_type(device))
@@ -86,6 +89,7 @@ class TunedConfig:
         torch refuses without workers. The saved ``collate_fn`` (the workload's, as measured)
         is imported and passed unless overridden.
         """
+        # torch only when the script asks for a loader: load_config stays torch-free
         from torch.utils.data import DataLoader
 
         kwargs = self.dataloader_kwargs()
@@ -104,6 +108,7 @@ class TunedConfig:
         tf32 is not an autocast dtype: it is a math mode of fp32 matmuls and convolutions,
         set by :meth:`apply_backend_flags`.
         """
+        # torch only when the script asks for it: load_config stays torch-free
         import torch
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.knobs.precision)
@@ -116,6 +121,7 @@ class TunedConfig:
         without loss scaling; None for every other precision."""
         if self.knobs.precision != "fp16":
             return None
+        # torch only when the script asks for it: load_config stays torch-free
         import torch
 
         return torch.amp.GradScaler(_device_type(device_type))
@@ -125,6 +131,7 @@ class TunedConfig:
 
         Process-wide and left set: call it once at start-up. Returns what was set.
         """
+        # torch only when the script asks for it: load_config stays torch-free
         from workbench.engine.training import apply_backend_flags
 
         return apply_backend_flags(self.knobs)
@@ -212,10 +219,6 @@ class TunedConfig:
 
 def import_collate(name: str, path: Path | str | None = None) -> Any:
     """The function a saved ``dataloader.collate_fn`` names (``module:function``)."""
-    import importlib
-
-    from workbench.config.yaml_text import ConfigError
-
     module_name, _, attr = name.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
@@ -259,6 +262,7 @@ def _device_type(device: str | None) -> str:
     """ "cuda" or "cpu" from a device string; None: CUDA when this machine has it."""
     if device is not None:
         return str(device).split(":")[0]
+    # torch only when the script asks for it: load_config stays torch-free
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -41,6 +41,7 @@ class CompileReport:
 
 
 def read_counts() -> DynamoCounts:
+    # the compiler stack loads only for compile bursts
     from torch._dynamo.utils import counters
 
     unimplemented = counters.get("unimplemented", {})
@@ -64,6 +65,7 @@ def clean_compiler(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    # the compiler stack loads only for compile bursts
     import torch._dynamo
 
     torch._dynamo.reset()

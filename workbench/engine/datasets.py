@@ -273,7 +273,7 @@ def _write_atomic(path: Path, payload: bytes) -> None:
 def _lock(root: Path) -> Iterator[None]:
     """An exclusive lock on `root` so two processes never build into it at once (POSIX)."""
     try:
-        import fcntl
+        import fcntl  # POSIX only
     except ImportError:  # Windows: no advisory locks here; builds are rare and explicit
         yield
         return

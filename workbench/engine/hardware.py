@@ -165,6 +165,7 @@ def _driver_version() -> str | None:
     if nvml_status() is not None:
         return None
     try:
+        # NVML is optional: absent without an NVIDIA driver
         import pynvml
 
         version = pynvml.nvmlSystemGetDriverVersion()

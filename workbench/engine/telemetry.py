@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
+    # torch only for a GPU: provenance reads NVML through here without it
     import torch
 
 __all__ = ["Sampler", "TelemetrySummary", "nvml_status", "telemetry_problems"]
@@ -187,6 +188,7 @@ def nvml_status() -> str | None:
 
 def _nvml_init() -> str | None:
     try:
+        # NVML is optional: absent without an NVIDIA driver
         import pynvml
     except ImportError as exc:
         return f"nvidia-ml-py is not installed ({exc})"
@@ -219,6 +221,7 @@ def _torch_index(index: int | None) -> int:
     if index is not None:
         return index
     try:
+        # torch only for a GPU: provenance reads NVML through here without it
         import torch
 
         return torch.cuda.current_device() if torch.cuda.is_available() else 0
@@ -228,6 +231,7 @@ def _torch_index(index: int | None) -> int:
 
 def _cuda_props(index: int) -> Any | None:
     try:
+        # torch only for a GPU: provenance reads NVML through here without it
         import torch
 
         if not torch.cuda.is_available():
@@ -707,6 +711,7 @@ class Sampler:
             self._notes.append(f"NVML not available ({reason})")
             _warn_once(f"NVML not available ({reason}): GPU telemetry off, using CPU figures")
             return
+        # NVML is optional: absent without an NVIDIA driver
         import pynvml
 
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.core import nccl
 from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
@@ -188,8 +189,6 @@ def count_flops_live(state: TrainState, rows: Batch) -> float | None:
     ``.item()`` on a tensor). One forward and backward of ``rows`` in eval mode, before any
     window; the gradients are dropped after. None under DDP, whose hooks would see a backward
     outside a step, or when the model fails here too."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     if state.wrapped:
         return None
     model = state.plain or state.model

@@ -307,6 +307,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
 
     Sweeps and tunes return their bursts this way, so the same plots read them.
     """
+    # pandas (~0.5 s) only for frames: workbench history --json stays light
     import pandas as pd
 
     rows = [_flatten(record) for record in records]

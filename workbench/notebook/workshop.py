@@ -13,21 +13,24 @@ median: a short burst cannot tell those apart, and the check says so.
 
 from __future__ import annotations
 
+import shlex
 import statistics
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import torch
+from torch.utils.data import DataLoader
 
 from workbench.config.saved import load_config
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from workbench.analysis.diagnosis import Diagnosis
     from workbench.analysis.profiling import ProfileResult
     from workbench.config.tuned_config import TunedConfig
@@ -80,6 +83,7 @@ def start() -> str:
     JupyterLab 4.6 renders Vega-Lite only up to v5 by itself; SVG output shows everywhere,
     also in a notebook saved with its outputs. Returns (and prints) one line about the device.
     """
+    # Altair only for the lessons that draw
     import altair as alt
 
     alt.renderers.enable("svg")
@@ -116,10 +120,6 @@ def run_example(config: str | Path, *args: str) -> None:
     """Run ``examples/train.py --config CONFIG ARGS...`` with this Python and print its output.
 
     The command is printed first: it is what a training job would run."""
-    import shlex
-    import subprocess
-    import sys
-
     command = [sys.executable, str(example_script()), "--config", str(config), *args]
     print("$", shlex.join(["python", *command[1:]]))
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -302,8 +302,6 @@ _VERDICT_WORDS = {
 
 def ceilings(diagnosis: Diagnosis) -> pd.DataFrame:
     """The diagnosis's three measurements, without its verdict: for reading them first."""
-    import pandas as pd
-
     rows = [
         ("full pipeline", diagnosis.full_sps, "loader and model together"),
         ("loader alone", diagnosis.loader_sps, "what the data pipeline can deliver"),
@@ -364,8 +362,6 @@ def check_loader(loader: Any, config: TunedConfig | str | Path) -> Check:
     """Does ``loader`` (a torch DataLoader) use the tuned arguments of ``config``?"""
     if loader is None:
         return _no_answer("a DataLoader built from the config", "loader")
-    from torch.utils.data import DataLoader
-
     if not isinstance(loader, DataLoader):
         return Check(False, f"that is a {type(loader).__name__}, not a torch DataLoader")
     if isinstance(config, (str, Path)):

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench.analysis.sweeps import bursts_frame
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 
@@ -196,8 +197,6 @@ class TuneResult:
 
     def frame(self) -> pd.DataFrame:
         """Every burst as a history-shaped frame (``wb.plots`` reads it)."""
-        from workbench.analysis.sweeps import bursts_frame
-
         return bursts_frame(self.bursts, workload=self.workload)
 
 

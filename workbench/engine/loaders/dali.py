@@ -418,6 +418,7 @@ def _import_dali() -> Any:
     if reason:
         raise LoaderUnavailable(f"loader='dali' cannot run here: {reason}")
     try:
+        # DALI is optional (the dali extra): imported only when a DALI stream is built
         import nvidia.dali as dali
         import nvidia.dali.fn  # noqa: F401  (the operators, as dali.fn)
         import nvidia.dali.plugin.pytorch as dali_torch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
+from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
 
@@ -113,8 +115,6 @@ def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | N
 
 
 def _count_on_meta(workload: Workload, sample: Batch) -> float:
-    from torch.utils.flop_counter import FlopCounterMode
-
     with torch.device("meta"):
         model = workload.model()
     inputs, target = split_batch(sample)
@@ -131,8 +131,6 @@ def say_progress(message: str) -> None:
     on its way ("images: 80/800") is rewritten in place by the next message (a carriage
     return, which terminals and Jupyter's output both honour), so a notebook shows one line
     that counts up rather than ten."""
-    import sys
-
     count = message.rpartition(": ")[2].split("/")
     partial = len(count) == 2 and all(c.isdigit() for c in count) and count[0] != count[1]
     print(f"\rworkbench: {message}", end="" if partial else "\n", file=sys.stderr, flush=True)

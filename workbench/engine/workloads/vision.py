@@ -16,6 +16,7 @@ _STD = (0.229, 0.224, 0.225)
 
 def train_transform(size: int):
     """The classic ImageNet training augmentation, at ``size`` pixels."""
+    # torchvision only when an image workload is built
     from torchvision import transforms as T
 
     return T.Compose(
@@ -93,6 +94,7 @@ def resnet50(data_dir: str | Path | None = None) -> Workload:
     """torchvision's ResNet-50 (random init) on 224 px crops: the classic GPU benchmark."""
 
     def build(n: int) -> nn.Module:
+        # torchvision only when an image workload is built
         from torchvision.models import resnet50 as tv_resnet50
 
         return tv_resnet50(weights=None, num_classes=n)

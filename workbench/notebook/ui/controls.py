@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import ipywidgets as w
+import torch
 
 from workbench.core.knobs import KnobError, Knobs, KnobSpec, knob_specs
 from workbench.engine.loaders.dali import dali_available
@@ -45,8 +46,6 @@ def disabled_reasons(device_type: str) -> dict[str, str]:
 def max_ranks(device_type: str) -> int:
     """Ranks one machine can run: one per GPU, or one per CPU core."""
     if device_type == "cuda":
-        import torch
-
         return max(1, torch.cuda.device_count())
     return os.cpu_count() or 1
 

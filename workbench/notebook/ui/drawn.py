@@ -95,6 +95,7 @@ class DrawnSignal(anywidget.AnyWidget):
 def kernel_present() -> bool:
     """Is this code running in a Jupyter kernel (where a frontend may draw widgets)?"""
     try:
+        # IPython only inside a kernel
         from IPython import get_ipython
     except ImportError:
         return False
@@ -181,6 +182,7 @@ class FirstDraw:
 
 def drawn_signal(charts: Sequence[str]) -> DrawnSignal:
     """The signal widget for a panel whose charts carry these CSS classes."""
+    # ipywidgets only when a panel is drawn
     import ipywidgets as w
 
     return DrawnSignal(charts=list(charts), layout=w.Layout(display="none"))

@@ -26,6 +26,7 @@ from typing import Any
 
 import altair as alt
 import ipywidgets as w
+import pandas as pd
 
 from workbench.analysis.diagnosis import diagnose
 from workbench.config.saved import save_config
@@ -264,8 +265,6 @@ class Bench:
     def _draw_comm(self) -> None:
         if self._ui is None or not self.comm_results:
             return
-        import pandas as pd
-
         frames = [r.frame().assign(label=comm_label(r)) for r in self.comm_results]
         self._ui.charts["comm"].chart = plots.comm(pd.concat(frames, ignore_index=True))
 
