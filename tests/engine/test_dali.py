@@ -556,10 +556,12 @@ def test_sweep_loader_torch_vs_dali_from_the_cli(tiny_data, tmp_path, capsys):
 
 def test_the_loader_alone_measures_dali_too(tiny_data):
     from workbench.analysis.loader_ceiling import run_loader_burst
+    from workbench.engine.window import BurstWindow
 
     _needs_dali()
-    r = run_loader_burst("cnn", Knobs(loader="dali", batch_size=6, num_workers=1),
-                         seconds=0.2, data_dir=tiny_data, device="cpu")  # fmt: skip
+    knobs = Knobs(loader="dali", batch_size=6, num_workers=1)
+    window = BurstWindow(seconds=0.2)
+    r = run_loader_burst("cnn", knobs, window=window, data_dir=tiny_data, device="cpu")
     assert r.ok, r.error
     assert r.samples == r.batches * 6 and r.samples_per_s > 0
 

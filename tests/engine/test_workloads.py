@@ -106,10 +106,10 @@ def test_following_the_fix_gives_a_name_the_ranks_accept(here, monkeypatch):
 def test_a_script_function_is_told_to_move_next_to_the_script(here, monkeypatch):
     _as_script(monkeypatch, here / "train.py")
     with pytest.raises(InputError) as caught:
-        name_for_ranks("__main__:build")  # the name spelled out does not cross either
+        name_for_ranks("__main__:make_mine")  # the name spelled out does not cross either
     assert str(caught.value).endswith(
-        f"build is defined in train.py (__main__), which they cannot import: move build into "
-        f"build.py next to train.py ({here}) and pass workload='build:build'"
+        f"make_mine is defined in train.py (__main__), which they cannot import: move make_mine "
+        f"into make_mine.py next to train.py ({here}) and pass workload='make_mine:make_mine'"
     )
 
 

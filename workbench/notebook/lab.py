@@ -40,7 +40,7 @@ def notebooks_dir() -> Path:
     """``./notebooks`` if present, else the one beside the installed package (a checkout)."""
     for candidate in (
         Path.cwd() / "notebooks",
-        Path(__file__).resolve().parent.parent / "notebooks",
+        Path(__file__).resolve().parents[2] / "notebooks",
     ):
         if (candidate / QUICKSTART).is_file():
             return candidate

@@ -107,7 +107,7 @@ def sample_dataset(workload: str = "cnn") -> Any:
 
 def example_script() -> Path:
     """``examples/train.py``: the production script (in a repository checkout)."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "train.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "train.py"
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} not found: examples/train.py comes with the repository checkout, not with "
