@@ -59,8 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.analysis.sweeps import with_knob
-from workbench.core.knobs import SPECS, KnobError, Knobs
+from workbench.core.knobs import SPECS, KnobError, Knobs, with_knob
 from workbench.core.results import BurstResult
 from workbench.engine.training import no_effect
 from workbench.engine.workloads import Workload
@@ -89,7 +88,8 @@ DATA_FIRST_WAIT_PCT = 30.0
 """Data knobs go first when the loop waited for data this share of the window or more."""
 _GROUP_ORDER = {True: ("data", "compute", "dist"), False: ("compute", "data", "dist")}
 
-Runner = Callable[[Knobs], BurstResult]
+Measure = Callable[[Knobs], BurstResult]
+"""One burst of a config: the tuner's stored bursts, or a simulated landscape's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ class Search:
 
     def __init__(
         self,
-        run: Runner,
+        run: Measure,
         *,
         space: dict[str, list[Any]],
         budget: int,

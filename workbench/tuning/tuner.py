@@ -41,28 +41,27 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.analysis.loader_ceiling import settled_warmup
-from workbench.analysis.sweeps import WorkloadArg, check_values
+from workbench.analysis.sweeps import check_values
+from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
-from workbench.engine.burst import (
-    BurstInterrupted,
-    BurstProgress,
-    check_burst_args,
-)
+from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
-from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
-from workbench.history.store import HistoryStore, open_store
+from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
+from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
+from workbench.history.store import HistoryStore
 from workbench.tuning import noise as tune_noise
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11; hints only
 
 MAX_CONTENDERS = 3
 """Configs confirmed at the end besides the start: the leader and the two closest to it."""
@@ -85,16 +84,9 @@ def tune(
     budget: int = 16,
     memory_margin: float = 0.1,
     base: Knobs | None = None,
-    seconds: float = 3.0,
-    warmup_steps: int = 3,
-    min_steps: int = 5,
-    device: str | torch.device | None = None,
-    data_dir: str | Path | None = None,
-    record: bool = True,
-    store: object = None,
-    cancel: threading.Event | None = None,
     progress: Callable[[TuneProgress], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    **options: Unpack[BurstOptions],
 ) -> TuneResult:
     """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
 
@@ -103,7 +95,9 @@ def tune(
     loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
     ``budget`` caps the bursts. Sizes between the listed batch sizes may be measured when the
     memory edge falls between them.
-    Warm-up is long enough to consume what loader workers prefetch (``settled_warmup``):
+    ``options``: the window, device and history of every burst (``BurstOptions``: seconds,
+    min_steps, warmup_steps, device, data_dir, record, store, cancel).
+    Warm-up is long enough to consume what loader workers prefetch (``BurstWindow.settled``):
     otherwise a short window is served from a full queue and deep prefetching wins for the
     wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
     ``burst_progress`` gets each burst's own progress. Without ``space``,
@@ -113,16 +107,13 @@ def tune(
     began = time.perf_counter()
     check_budget(budget)
     check_margin(memory_margin)
-    check_burst_args(seconds, min_steps, warmup_steps)
     start = Knobs() if base is None else base
     checked = None if space is None else check_space(space)  # before a dataset is built
-    dev = hardware.resolve_device(device)
-    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    setup = BurstSetup.of("tune", options)
+    wl, dev = resolve_target(workload, setup.device, setup.data_dir)
     total = hardware.device_info(dev).total_mem_mib
-    stop = cancel or threading.Event()
-    window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
-    run = _Runner(wl, dev, stop, open_store(store) if record else None,
-                  {**window, "progress": burst_progress})  # fmt: skip
+    stop = setup.cancel
+    run = _StoredBursts(wl, dev, stop, setup.store, setup.window, burst_progress)
     if checked is not None:
         _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
@@ -246,13 +237,14 @@ def _start_due(search: Search, start: Knobs, need: int, first: bool, others_due:
 
 def check_budget(budget: Any) -> None:
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise KnobError("budget", budget, "an integer >= 1 (the most bursts the tune may run)")
+        allowed = "an integer >= 1 (the most bursts the tune may run)"
+        raise InputError.not_allowed("budget", budget, allowed)
 
 
 def check_margin(margin: Any) -> None:
     ok = isinstance(margin, (int, float)) and not isinstance(margin, bool)
     if not ok or not math.isfinite(margin) or not 0 <= margin <= MAX_MARGIN:
-        raise KnobError(
+        raise InputError.not_allowed(
             "memory_margin",
             margin,
             f"a number from 0 to {MAX_MARGIN} (the share of device memory kept free, e.g. 0.1)",
@@ -262,7 +254,7 @@ def check_margin(margin: Any) -> None:
 def check_space(space: Any) -> dict[str, list[Any]]:
     """Each knob known, each value valid on its own, no empty lists; duplicates dropped."""
     if not isinstance(space, Mapping) or not space:
-        raise KnobError(
+        raise InputError.not_allowed(
             "space", space, "at least one knob with its values, e.g. {'batch_size': [32, 64, 128]}"
         )
     checked: dict[str, list[Any]] = {}
@@ -313,7 +305,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
 # -- running and reporting --------------------------------------------------------------------
 
 
-class _Runner:
+class _StoredBursts:
     """One burst per call, never raising for a burst. The tune stores its bursts itself
     (``run_burst`` gets ``record=False``), so that:
 
@@ -326,19 +318,19 @@ class _Runner:
 
     def __init__(
         self, wl: Workload, dev: torch.device, stop: threading.Event,
-        target: HistoryStore | None, window: dict[str, Any],
+        target: HistoryStore | None, window: BurstWindow,
+        progress: Callable[[BurstProgress], None] | None,
     ) -> None:  # fmt: skip
         self.wl, self.dev, self.stop, self.window, self.target = wl, dev, stop, window, target
+        self.progress = progress
         self.interrupted = False
         self.unstored: list[str] = []
         """The history's error for each burst it failed to store."""
 
     def __call__(self, knobs: Knobs) -> BurstResult:
         try:
-            warmup = settled_warmup(knobs, self.window["warmup_steps"])
-            window = {**self.window, "warmup_steps": warmup}
-            r = run_burst(self.wl, knobs, device=self.dev, record=False, cancel=self.stop,
-                          **window)  # fmt: skip
+            r = run_burst(self.wl, knobs, window=self.window.settled(knobs), device=self.dev,
+                          record=False, cancel=self.stop, progress=self.progress)  # fmt: skip
         except BurstInterrupted as stopped:
             self.interrupted, r = True, stopped.result
         except Exception as exc:  # refused before it ran: still a recorded result

@@ -213,7 +213,7 @@ class Bench:
         space = space or default_space(self.device, self.workload, self.knobs)
 
         def work(task: _Task) -> str:
-            t = tune(self.workload, space, budget=budget, base=self.knobs, **self._window(),
+            t = tune(self.workload, space, budget=budget, base=self.knobs, window=self.window,
                      device=self.device, store=self.store, cancel=task.cancel,
                      burst_progress=self._on_progress,
                      progress=lambda p: self._on_task_burst(p.result, p.knob))  # fmt: skip
@@ -232,11 +232,6 @@ class Bench:
         if t.best is not None and isinstance(best, BurstResult) and best.ok:
             self._to_save = (t, best)
             self._show_knobs(t.best)
-
-    def _window(self) -> dict[str, Any]:
-        """The panel's burst window as keywords, for the tuner's signature."""
-        w = self.window
-        return {"seconds": w.seconds, "warmup_steps": w.warmup_steps, "min_steps": w.min_steps}
 
     @property
     def seconds(self) -> float:
