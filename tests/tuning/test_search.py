@@ -21,6 +21,7 @@ from workbench.core.errors import InputError
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
 from workbench.engine.burst import BurstInterrupted, record_result
+from workbench.engine.window import BurstWindow
 from workbench.history.store import HistoryStore, StoreError, open_store
 from workbench.tuning.search import midpoint
 from workbench.tuning.tuner import default_space
@@ -42,7 +43,7 @@ class FakeBursts:
         BurstInterrupted with it, as run_burst does after a Ctrl-C."""
         nth = self.calls.count(knobs)
         self.calls.append(knobs)
-        self.warmups.append(kwargs["warmup_steps"])
+        self.warmups.append(kwargs["window"].warmup_steps)
         out = self.speed(knobs, nth)
         if out == "ctrl-c":
             r = BurstResult(status="cancelled", workload="tiny", device="cpu", knobs=knobs)
@@ -462,7 +463,8 @@ def test_the_batch_walk_picks_off_its_curve_not_its_luckiest_burst(fake):
     f = fake(lambda k, n: readings[k.batch_size] if n == 0 else readings[k.batch_size] * 0.99)
     from workbench.tuning.search import Search, smoothed_batch
 
-    search = Search(lambda k: f(None, k, warmup_steps=0, record=False), space={},
+    no_warmup = BurstWindow(warmup_steps=0)
+    search = Search(lambda k: f(None, k, window=no_warmup, record=False), space={},
                     budget=10, limit_mib=None, device=torch.device("cpu"), workload=None,
                     cancel=threading.Event())  # fmt: skip
     walked = [Knobs(batch_size=b) for b in readings]
