@@ -129,6 +129,21 @@ class BurstResult:
     """Wall time of the whole torchrun job, start-up included."""
     nccl_flags: dict[str, str] = field(default_factory=dict)
     """NCCL variables that change numerics or that NCCL documents as debug-only."""
+    # -- memory and money (workbench.memory, workbench.cost, workbench.oom) --
+    memory_breakdown: dict[str, Any] | None = None
+    """The peak's parts in MiB: params, grads, optimizer state, activations (saved for
+    backward), the rest (CUDA: activations and workspace), the peak (``workbench.memory``)."""
+    fragmentation_pct: float | None = None
+    """CUDA: (peak reserved - peak allocated) / peak reserved, in %; None on a CPU."""
+    mem_timeline: list[list[float]] = field(default_factory=list)
+    """CPU: ``[seconds since the burst started, MiB]`` of the process tree's memory (PSS, or
+    summed RSS where PSS cannot be read), at most about 100 points."""
+    cost: dict[str, Any] | None = None
+    """With a price per device hour: ``price_per_hour``, ``per_million_samples``,
+    ``idle_share_pct`` and more (``workbench.cost``); None without a price."""
+    oom_report: dict[str, Any] | None = None
+    """An OOM explained (``workbench.oom``): what was tried, the largest batch that fitted, the
+    breakdown at the failure and the knobs that freed memory in measured bursts."""
 
     @property
     def ok(self) -> bool:

@@ -58,7 +58,10 @@ test machine: 0 workers 293, 1 worker 248, 2 workers with prefetch 8 up to 333 s
 Batch size is searched with no patience: its curve rises to a plateau or an OOM."""
 DATA_FIRST_WAIT_PCT = 30.0
 """Data knobs go first when the loop waited for data this share of the window or more."""
-_GROUP_ORDER = {True: ("data", "compute", "dist"), False: ("compute", "data", "dist")}
+_GROUP_ORDER = {
+    True: ("data", "compute", "memory", "dist"),
+    False: ("compute", "data", "memory", "dist"),
+}
 
 Runner = Callable[[Knobs], BurstResult]
 

@@ -72,6 +72,9 @@ def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.Valu
         control = w.Checkbox(value=value, indent=False, **common)
     elif spec.kind == "choice":
         control = w.Dropdown(options=list(spec.choices or ()), value=value, **common)
+    elif spec.kind == "text":  # alloc_conf: checked by Knobs, the refusal shown beside it
+        control = w.Text(value=value, placeholder="expandable_segments:True",
+                         continuous_update=False, **common)  # fmt: skip
     else:  # the NCCL mapping
         control = w.Textarea(value=nccl_to_text(value), placeholder="NCCL_ALGO=Ring",
                              continuous_update=False, **common)  # fmt: skip
@@ -143,7 +146,8 @@ class KnobControls:
                 control.value = value
 
     def box(self) -> w.Widget:
-        groups = {"data": "Data loading", "compute": "Compute", "dist": "Distributed"}
+        groups = {"data": "Data loading", "compute": "Compute", "memory": "Memory",
+                  "dist": "Distributed"}  # fmt: skip
         tabs = []
         for group in groups:
             rows = [
