@@ -54,9 +54,7 @@ def default_timeout_s(seconds: float, knobs: Knobs) -> float:
     return _SETUP_ALLOWANCE_S + compile_allowance + 4.0 * seconds
 
 
-def worker_env(
-    nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = ""
-) -> dict[str, str]:
+def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -> dict[str, str]:
     """The ranks' environment: this process's, plus the NCCL knobs, plus what a rank needs.
 
     A copy: ``os.environ`` itself is left as it was. Each rank gets an equal share of the CPU
