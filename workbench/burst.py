@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from workbench import compiler, hardware, memory
+from workbench import compiler, cost, hardware, memory
 from workbench.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.coordinator import Coordinator, Solo
 from workbench.failures import cuda_health, is_oom_error, note_failure
@@ -138,6 +138,8 @@ def run_burst(
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
     timeout_s: float | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
 
@@ -147,23 +149,29 @@ def run_burst(
     ``record``/``store``: append the result to the history store (default location unless a
     store or path is given).
 
-    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
-    torchrun, in fresh processes (``workbench.distributed``); ``timeout_s`` bounds that job.
+    With ``world_size > 1`` (or NCCL variables or ``alloc_conf`` on a GPU) the burst runs
+    under torchrun, in fresh processes (``workbench.distributed``); ``timeout_s`` bounds that job.
+
+    ``price_per_hour`` (default: ``$WORKBENCH_PRICE_PER_HOUR``, else none) gives the result a
+    ``cost`` (``workbench.cost``); ``epoch_samples``, a dataset size, adds the cost per epoch.
+    An OOM result gets ``oom_report`` (``workbench.oom``), read against the history.
     """
     check_burst_args(seconds, min_steps, warmup_steps)
+    money = (cost.resolve_price(price_per_hour), cost.check_count(epoch_samples, "epoch_samples"))
     knobs = Knobs() if knobs is None else knobs
     dev = hardware.resolve_device(device)
     cancel = cancel or threading.Event()
     from workbench import distributed
 
     if distributed.needs_processes(knobs, dev):
-        return _as_job(workload, knobs, dev, cancel, record, store, seconds=seconds,
+        return _as_job(workload, knobs, dev, cancel, record, store, money, seconds=seconds,
                        min_steps=min_steps, warmup_steps=warmup_steps, data_dir=data_dir,
                        progress=progress, timeout_s=timeout_s)  # fmt: skip
     wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
     plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
     with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
         result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, seconds)
+    finish(result, money, store)
     record_result(result, record, store)
     if sigint.fired:
         raise BurstInterrupted(result)
@@ -261,6 +269,7 @@ def _as_job(
     cancel: threading.Event,
     record: bool,
     store: object,
+    money: tuple[float | None, float | None],
     **job: Any,
 ) -> BurstResult:
     """The burst as a torchrun job, holding the slot; superseded while it waited, no job
@@ -269,10 +278,12 @@ def _as_job(
 
     with exclusive(cancel) as got:
         if got:
-            return distributed.run_distributed_burst(workload, knobs, device=dev, record=record,
-                                                     store=store, cancel=cancel, **job)  # fmt: skip
-    wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
-    result = _superseded(wl, knobs, dev, job["seconds"])
+            result = distributed.run_distributed_burst(workload, knobs, device=dev, record=False,
+                                                       cancel=cancel, **job)  # fmt: skip
+    if not got:
+        wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
+        result = _superseded(wl, knobs, dev, job["seconds"])
+    finish(result, money, store)
     record_result(result, record, store)
     return result
 
@@ -602,6 +613,16 @@ def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -
             torch.cuda.reset_peak_memory_stats(dev)
     elif collect:
         gc.collect()
+
+
+def finish(result: BurstResult, money: tuple[float | None, float | None], store: object) -> None:
+    """What a result gets after it is measured: its cost with a price, and, out of memory, its
+    explanation against the history (``workbench.cost``, ``workbench.oom``)."""
+    result.cost = cost.burst_cost(result, *money)
+    if result.status == "oom":
+        from workbench import oom
+
+        result.oom_report = oom.explain_from_store(result, store)
 
 
 def record_result(result: BurstResult, record: bool, store: object) -> None:

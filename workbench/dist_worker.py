@@ -74,7 +74,7 @@ class DdpCoordinator:
         return self.rank, self.world_size
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        if not needs_ddp(self.knobs, self.world_size):
+        if not needs_ddp(self.knobs):
             return model  # one rank only for a fresh allocator: train it as the kernel would
         self._on_phase("ddp")  # DDP's constructor broadcasts the weights: a wait for all ranks
         ddp = DistributedDataParallel(
@@ -102,11 +102,11 @@ class DdpCoordinator:
         return out
 
 
-def needs_ddp(knobs: Knobs, world_size: int) -> bool:
+def needs_ddp(knobs: Knobs) -> bool:
     """DDP wraps the model with several ranks, or with NCCL variables (they act only through
     DDP's communicator); a one-rank job that exists for ``alloc_conf`` alone trains unwrapped,
     so it measures what the same knobs measure in the kernel, less the allocator's defaults."""
-    return world_size > 1 or bool(knobs.nccl)
+    return knobs.world_size > 1 or bool(knobs.nccl)
 
 
 def count_grad_syncs(ddp: DistributedDataParallel) -> dict[str, int]:

@@ -39,7 +39,7 @@ from workbench.memory import note_kept
 
 _BLOCK_CLASS_NAMES = ("BasicBlock", "Bottleneck")
 _LAYER_LISTS = ("layers", "h", "blocks", "layer")
-_IMPL_ARGS = {"foreach": (True, False), "fused": (False, True), "for-loop": (False, False)}
+IMPL_ARGS = {"foreach": (True, False), "fused": (False, True), "for-loop": (False, False)}
 
 
 def checkpoint_blocks(model: nn.Module) -> list[nn.Module]:
@@ -87,7 +87,7 @@ NO_BLOCKS = (
 def with_impl(optimizer: torch.optim.Optimizer, impl: str) -> tuple[torch.optim.Optimizer, str]:
     """``optimizer`` rebuilt with implementation ``impl``; (optimizer, "") or, when its class
     cannot take it, (the original, the reason). Rebuilt before its first step: no state yet."""
-    foreach, fused = _IMPL_ARGS[impl]
+    foreach, fused = IMPL_ARGS[impl]
     cls = type(optimizer)
     params = inspect.signature(cls.__init__).parameters
     if "foreach" not in params or (fused and "fused" not in params):

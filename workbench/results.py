@@ -189,6 +189,8 @@ class BurstResult:
         """One line a person can read."""
         if self.status != "ok":
             failed = f"{self.workload} {self.status}: {self.error}"
+            if self.oom_report:
+                failed += "\n" + self.oom_report["summary"]
             return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
         parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
         if self.tokens_per_s is not None:
@@ -198,6 +200,11 @@ class BurstResult:
         parts.append(f"peak mem {_num(self.peak_mem_mib)} MiB")
         if self.mfu_pct is not None:
             parts.append(f"MFU {self.mfu_pct:.1f}%")
+        if self.fragmentation_pct is not None:
+            parts.append(f"fragmentation {self.fragmentation_pct:.1f}%")
+        if self.cost and self.cost.get("per_million_samples") is not None:
+            parts.append(f"{_num(self.cost['per_million_samples'])} per million samples "
+                         f"({_num(self.cost['idle_share_pct'])}% idle)")  # fmt: skip
         if self.noisy:
             parts.append("NOISY")
         line = ", ".join(parts)
