@@ -40,6 +40,8 @@ _EXPORTS = {
     "ProfileResult": "workbench.profiling",
     "comm_bench": "workbench.distributed",
     "CommResult": "workbench.comm",
+    "memory_snapshot": "workbench.memory",
+    "MemorySnapshot": "workbench.memory",
 }
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from workbench.diagnosis import Diagnosis, diagnose
     from workbench.distributed import comm_bench
     from workbench.knobs import KnobError, Knobs, knob_specs
+    from workbench.memory import MemorySnapshot, memory_snapshot
     from workbench.profiling import ProfileResult, profile_burst
     from workbench.results import BurstResult
     from workbench.runner import BurstRunner
@@ -89,5 +92,6 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
     "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
-    "profile_burst", "ProfileResult", "comm_bench", "CommResult",
+    "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
+    "MemorySnapshot",
 ]  # fmt: skip
