@@ -374,6 +374,11 @@ def _placeholder(title: str, message: str = "no bursts yet") -> alt.LayerChart:
     return alt.layer(_message_layer(message), title=title_params, width=WIDTH, height=HEIGHT)
 
 
+def waiting(title: str, message: str) -> alt.LayerChart:
+    """An empty chart that says what fills it (the panel's charts before their first data)."""
+    return _placeholder(title, message)
+
+
 def _title(text: str, bursts: pd.DataFrame) -> alt.TitleParams:
     failed = int(bursts["failed"].sum())
     parts = [f"{len(bursts)} burst{'s' if len(bursts) != 1 else ''}"]

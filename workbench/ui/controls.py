@@ -24,8 +24,8 @@ from workbench.loaders.dali import dali_available
 POWERS_OF_TWO = tuple(2**i for i in range(13))  # 1 .. 4096
 ACCUM_STEPS = (1, 2, 4, 8, 16, 32, 64)
 PREFETCH = (0, 1, 2, 4, 8, 16)  # 0 stands for "unset": a SelectionSlider cannot hold None
-_STYLE = {"description_width": "130px"}
-_LAYOUT = {"width": "360px"}
+_STYLE = {"description_width": "180px"}  # the longest name, activation_checkpointing, whole
+_LAYOUT = {"width": "410px"}
 
 
 def disabled_reasons(device_type: str) -> dict[str, str]:
@@ -141,6 +141,9 @@ class KnobControls:
         for name, control in self.controls.items():
             value = getattr(knobs, name)
             kind = self.specs[name].kind
+            if kind == "text":  # alloc_conf: "" is its unset value, not a number
+                control.value = value
+                continue
             control.value = nccl_to_text(value) if kind == "mapping" else value or 0
             if kind not in ("mapping", "optional_int"):
                 control.value = value
