@@ -629,8 +629,9 @@ def test_the_memory_snapshot_button_draws_memory_at_every_step(store_path):
 
 
 def test_every_knob_name_fits_its_label():
-    """dali_hw_decoder_load was cut to "dali_hw_decoder_..." at 130 px; names are drawn in
-    about 7 px per character at JupyterLab's 13 px font (measured 7.0-7.4 in Chromium)."""
+    """dali_hw_decoder_load was cut to "dali_hw_decoder_..." at 130 px (20 characters: 6.5 px
+    each fit). 7.4 px per character is an estimate with margin for a 13 px sans-serif font,
+    not a measurement; the browser test's screenshot is where to look."""
     from workbench.knobs import KNOB_NAMES
     from workbench.ui.controls import _STYLE
 
