@@ -109,3 +109,18 @@ def test_gpu_snapshot_is_a_pickle_the_viewer_opens(tmp_path):
     assert all(s["reserved_mib"] >= s["allocated_mib"] for s in snap.steps)
     assert snap.result.fragmentation_pct is not None
     assert snap.result.memory_breakdown["rest_mib"] is not None
+
+
+def test_the_probe_leaves_nothing_alive():
+    """A pack hook that returns the saved tensor itself makes a saved output hold its own
+    grad_fn: a cycle through C++ that leaked one batch of activations per burst."""
+    import gc
+    import weakref
+
+    lin = nn.Linear(64, 64)
+    with memory.SavedTensorProbe(lin.parameters()):
+        y = torch.relu(lin(torch.randn(8, 64)))  # relu saves its own output
+    gone = weakref.ref(y)
+    del y
+    gc.collect()
+    assert gone() is None

@@ -83,8 +83,11 @@ class SavedTensorProbe:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        """Count, and keep a detached view: returning ``t`` itself would make a saved *output*
+        hold its own ``grad_fn`` (tensor -> node -> packed tensor), a cycle through C++ that
+        Python's collector cannot see, and each probe's activations would never be freed."""
         self.add(t)
-        return t
+        return t.detach()
 
     def add(self, t: Any) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
