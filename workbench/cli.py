@@ -523,8 +523,10 @@ def _parse_values(knob: str, text: str) -> list[Any]:
     sep = ";" if knob == "alloc_conf" else ","
     items = [t.strip() for t in text.split(sep)]
     if not text.strip() or "" in items:
-        example = "default;expandable_segments:True" if sep == ";" else "16,32,64"
-        raise KnobError(knob, text, f"values separated by '{sep}', e.g. {example} (none empty)")
+        if sep == ",":
+            raise KnobError(knob, text, "comma-separated values, e.g. 16,32,64 (none may be empty)")
+        example = "default;expandable_segments:True"
+        raise KnobError(knob, text, f"values separated by ';', e.g. {example} (none may be empty)")
     return [parse_value(knob, t) for t in items]
 
 

@@ -499,3 +499,12 @@ def test_history_table_shows_cost_where_a_price_was_given(sweep):
     table = plots.history_table(priced, n=10)
     assert table["cost/M samples"].tolist()[-1] == "1.25"
     assert "cost/M samples" not in plots.history_table(sweep).columns
+
+
+def test_memory_timeline_fits_the_steps_and_says_what_fills_it_when_empty():
+    steps = [{"step": 1, "phase": "warmup", "process_mib": 600.0},
+             {"step": 2, "phase": "measuring", "process_mib": 640.0}]  # fmt: skip
+    spec = plots.memory_timeline(steps, device_mem_mib=24000).to_dict()
+    assert spec["encoding"]["y"]["scale"] == {"zero": False}  # the steps, not the capacity
+    assert "capacity 24,000 MiB" in spec["title"]
+    assert "run a burst" in str(plots.memory_timeline([]).to_dict())
