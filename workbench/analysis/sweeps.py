@@ -35,6 +35,8 @@ def sweep(
     repeats: int = 1,
     progress: Callable[[BurstResult], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
     **options: Unpack[BurstOptions],
 ) -> pd.DataFrame:
     """Run one burst per value of ``knob`` (``repeats`` times each) and return the bursts.
@@ -47,6 +49,7 @@ def sweep(
     setting ``cancel`` stops the running burst at a step boundary and returns the bursts so
     far. Warm-up is at least ``warmup_steps`` and long enough to consume what loader workers
     prefetch (``BurstWindow.settled``), so every value is measured in its steady state.
+    ``price_per_hour``/``epoch_samples``: each burst's ``cost`` (``workbench.core.cost``).
     """
     setup = BurstSetup.of("sweep", options)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -59,8 +62,9 @@ def sweep(
         for knobs in plan:
             if setup.cancel.is_set():
                 break
-            r = run_burst(wl, knobs, window=setup.window.settled(knobs),
-                          progress=burst_progress, **setup.burst_args())  # fmt: skip
+            r = run_burst(wl, knobs, window=setup.window.settled(knobs), progress=burst_progress,
+                          price_per_hour=price_per_hour, epoch_samples=epoch_samples,
+                          **setup.burst_args())  # fmt: skip
             results.append(r)
             if progress is not None:
                 progress(r)

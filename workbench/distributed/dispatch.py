@@ -16,11 +16,12 @@ from pathlib import Path
 
 import torch
 
+from workbench.core import cost
 from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.results import BurstResult
 from workbench.distributed import jobs
 from workbench.engine import hardware
-from workbench.engine.burst import BurstProgress, Clock, run_in_process, superseded
+from workbench.engine.burst import BurstProgress, Clock, finish, run_in_process, superseded
 from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import WorkloadArg, resolve_target
@@ -43,6 +44,8 @@ def run_burst(
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
     timeout_s: float | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
 
@@ -54,24 +57,30 @@ def run_burst(
     ``record``/``store``: append the result to the history store (default location unless a
     store or path is given).
 
-    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
-    torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds that job.
+    With ``world_size > 1`` (or NCCL variables or ``alloc_conf`` on a GPU) the burst runs
+    under torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds
+    that job. ``price_per_hour`` (default: ``$WORKBENCH_PRICE_PER_HOUR``, else none) gives the
+    result a ``cost`` (``workbench.core.cost``); ``epoch_samples``, a dataset size, adds the
+    cost per epoch. An OOM result gets ``oom_report`` (``workbench.engine.oom``).
     """
     win = BurstWindow.of(window, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
+    money = (cost.resolve_price(price_per_hour), cost.check_count(epoch_samples, "epoch_samples"))
     knobs = Knobs() if knobs is None else knobs
     stop = cancel or threading.Event()
     dev = hardware.resolve_device(device)
     if not needs_processes(knobs, dev.type):
         wl, dev = resolve_target(workload, dev, data_dir)
         return run_in_process(wl, knobs, dev, win, record=record, store=store, cancel=stop,
-                              progress=progress, clock=clock)  # fmt: skip
+                              progress=progress, clock=clock, money=money)  # fmt: skip
     with exclusive(stop) as got:  # superseded while it waited: no job starts beside the newer
         if got:
-            return jobs.run_distributed_burst(
-                workload, knobs, window=win, device=dev, data_dir=data_dir, record=record,
-                store=store, cancel=stop, progress=progress, timeout_s=timeout_s,
+            result = jobs.run_distributed_burst(
+                workload, knobs, window=win, device=dev, data_dir=data_dir, record=False,
+                cancel=stop, progress=progress, timeout_s=timeout_s,
             )  # fmt: skip
-    wl, dev = resolve_target(workload, device, data_dir)
-    result = superseded(wl, knobs, dev, win)
+    if not got:
+        wl, dev = resolve_target(workload, dev, data_dir)
+        result = superseded(wl, knobs, dev, win)
+    finish(result, money, store)
     record_result(result, record, store)
     return result

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from workbench.core import nccl
+from workbench.core import allocconf, nccl
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult, utc_now
@@ -48,7 +48,7 @@ def default_timeout_s(seconds: float, knobs: Knobs) -> float:
     return _SETUP_ALLOWANCE_S + compile_allowance + 4.0 * seconds
 
 
-def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
+def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -> dict[str, str]:
     """The ranks' environment: this process's, plus the NCCL knobs, plus what a rank needs.
 
     A copy: ``os.environ`` itself is left as it was. Each rank gets an equal share of the CPU
@@ -57,6 +57,7 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
     """
     env = dict(os.environ)
     env.update(nccl_vars)
+    env.update(allocconf.env_for(alloc_conf))  # both names: the knob wins over a stale one
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     if env.get("PYTHONPATH"):
@@ -133,7 +134,8 @@ def run_distributed_burst(
         warmup_steps=window.warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
     )  # fmt: skip
     try:
-        job = TorchrunJob(spec, knobs.world_size, worker_env(knobs.nccl, knobs.world_size), port)
+        env = worker_env(knobs.nccl, knobs.world_size, knobs.alloc_conf)
+        job = TorchrunJob(spec, knobs.world_size, env, port)
         outcome = job.run(cancel, _progress_relay(progress))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)

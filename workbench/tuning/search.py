@@ -86,7 +86,10 @@ LOADER_HEADROOM = 1.3
 loader that only just keeps up stalls on every slow batch."""
 DATA_FIRST_WAIT_PCT = 30.0
 """Data knobs go first when the loop waited for data this share of the window or more."""
-_GROUP_ORDER = {True: ("data", "compute", "dist"), False: ("compute", "data", "dist")}
+_GROUP_ORDER = {
+    True: ("data", "compute", "memory", "dist"),
+    False: ("compute", "data", "memory", "dist"),
+}
 
 Measure = Callable[[Knobs], BurstResult]
 """One burst of a config: the tuner's stored bursts, or a simulated landscape's."""

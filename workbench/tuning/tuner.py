@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.analysis.sweeps import check_values
+from workbench.core import cost
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
@@ -86,6 +87,9 @@ def tune(
     base: Knobs | None = None,
     progress: Callable[[TuneProgress], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
+    hours_per_month: float | None = None,
     **options: Unpack[BurstOptions],
 ) -> TuneResult:
     """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
@@ -93,8 +97,10 @@ def tune(
     Fits: every burst of the config peaked under ``(1 - memory_margin)`` of the device's
     memory (GPU memory on CUDA; on a CPU system RAM, against the PSS of the process and its
     loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
-    ``budget`` caps the bursts. Sizes between the listed batch sizes may be measured when the
-    memory edge falls between them.
+    With ``price_per_hour`` (or ``$WORKBENCH_PRICE_PER_HOUR``) every burst has a ``cost`` and
+    the result a ``saving`` against the start (``workbench.core.cost``; ``epoch_samples`` and
+    ``hours_per_month`` size it). ``budget`` caps the bursts. Sizes between the listed batch
+    sizes may be measured when the memory edge falls between them.
     ``options``: the window, device and history of every burst (``BurstOptions``: seconds,
     min_steps, warmup_steps, device, data_dir, record, store, cancel).
     Warm-up is long enough to consume what loader workers prefetch (``BurstWindow.settled``):
@@ -107,13 +113,17 @@ def tune(
     began = time.perf_counter()
     check_budget(budget)
     check_margin(memory_margin)
+    price = cost.resolve_price(price_per_hour)
+    money = {"price_per_hour": price,
+             "epoch_samples": cost.check_count(epoch_samples, "epoch_samples")}  # fmt: skip
+    hours = cost.check_count(hours_per_month, "hours_per_month")
     start = Knobs() if base is None else base
     checked = None if space is None else check_space(space)  # before a dataset is built
     setup = BurstSetup.of("tune", options)
     wl, dev = resolve_target(workload, setup.device, setup.data_dir)
     total = hardware.device_info(dev).total_mem_mib
     stop = setup.cancel
-    run = _StoredBursts(wl, dev, stop, setup.store, setup.window, burst_progress)
+    run = _StoredBursts(wl, dev, stop, setup.store, setup.window, burst_progress, money)
     if checked is not None:
         _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
@@ -124,7 +134,9 @@ def tune(
     if run.interrupted:
         search.stopped = "interrupted"
     search.notes += run.notes()
-    return _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+    result = _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+    result.saving = cost.tune_result_saving(result, price, money["epoch_samples"], hours)
+    return result
 
 
 def tune_on(
@@ -319,10 +331,10 @@ class _StoredBursts:
     def __init__(
         self, wl: Workload, dev: torch.device, stop: threading.Event,
         target: HistoryStore | None, window: BurstWindow,
-        progress: Callable[[BurstProgress], None] | None,
+        progress: Callable[[BurstProgress], None] | None, money: dict[str, Any],
     ) -> None:  # fmt: skip
         self.wl, self.dev, self.stop, self.window, self.target = wl, dev, stop, window, target
-        self.progress = progress
+        self.progress, self.money = progress, money
         self.interrupted = False
         self.unstored: list[str] = []
         """The history's error for each burst it failed to store."""
@@ -330,7 +342,8 @@ class _StoredBursts:
     def __call__(self, knobs: Knobs) -> BurstResult:
         try:
             r = run_burst(self.wl, knobs, window=self.window.settled(knobs), device=self.dev,
-                          record=False, cancel=self.stop, progress=self.progress)  # fmt: skip
+                          record=False, cancel=self.stop, progress=self.progress,
+                          **self.money)  # fmt: skip
         except BurstInterrupted as stopped:
             self.interrupted, r = True, stopped.result
         except Exception as exc:  # refused before it ran: still a recorded result
