@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 import torch
 import torch.distributed as dist
 
@@ -176,6 +175,8 @@ class CommResult:
 
     def frame(self):
         """One row per message size (pandas DataFrame), ready for ``plots.comm``."""
+        import pandas as pd  # pandas (~0.2 s): only for the table
+
         columns = ["size_bytes", "count", "dtype", "calls", "time_us", "algbw_gbps",
                    "busbw_gbps", "correct"]  # fmt: skip
         df = pd.DataFrame(self.rows, columns=columns)

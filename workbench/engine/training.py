@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.core import nccl
 from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
@@ -199,6 +198,9 @@ def count_flops_live(state: TrainState, rows: Batch) -> float | None:
     ``.item()`` on a tensor). One forward and backward of ``rows`` in eval mode, before any
     window; the gradients are dropped after. None under DDP, whose hooks would see a backward
     outside a step, or when the model fails here too."""
+    # FlopCounterMode loads triton (~0.2 s): imported only when FLOPs are counted
+    from torch.utils.flop_counter import FlopCounterMode
+
     if state.wrapped:
         return None
     model = state.plain or state.model

@@ -50,7 +50,6 @@ from typing import Any, TypeVar
 import torch
 
 from workbench.core.knobs import KnobError, Knobs
-from workbench.engine.datasets import ImageFiles
 from workbench.engine.loaders.stream import LoaderUnavailable, check_batch_fits
 from workbench.engine.workloads import Workload
 
@@ -224,6 +223,8 @@ def _device_id(device: torch.device) -> int:
 def _file_list(dataset: Any, workload: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(files, labels) exactly as the torch dataset pairs them: its ``samples`` list (what
     ImageFolder and ImageFiles keep), else ImageFolder order over ``workload.image_dir``."""
+    from workbench.engine.datasets import ImageFiles  # PIL, numpy: only without a file list
+
     samples = getattr(dataset, "samples", None)
     if not _is_file_list(samples):
         samples = ImageFiles(workload.image_dir).samples  # type: ignore[arg-type]

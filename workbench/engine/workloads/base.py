@@ -13,7 +13,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
-from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
 
@@ -115,6 +114,9 @@ def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | N
 
 
 def _count_on_meta(workload: Workload, sample: Batch) -> float:
+    # FlopCounterMode loads triton (~0.2 s): imported only when FLOPs are counted
+    from torch.utils.flop_counter import FlopCounterMode
+
     with torch.device("meta"):
         model = workload.model()
     inputs, target = split_batch(sample)

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workbench.engine import datasets as data
 from workbench.engine.workloads.base import Workload, say_progress
 
 
@@ -80,6 +79,8 @@ def _adamw(params):
 
 def gpt(data_dir: str | Path | None = None, shape: GPTShape = GPTShape()) -> Workload:
     """Byte-level GPT (6 layers, 384 wide, 256 tokens) on the standard-library token file."""
+    from workbench.engine import datasets as data  # PIL and numpy: only when the workload is built
+
     path = _token_file(data_dir)
     data.check_token_file(path)
     return Workload(
@@ -96,6 +97,8 @@ def gpt(data_dir: str | Path | None = None, shape: GPTShape = GPTShape()) -> Wor
 
 
 def _token_file(data_dir: str | Path | None) -> Path:
+    from workbench.engine import datasets as data  # PIL and numpy: only when the workload is built
+
     if data_dir is None:
         return data.ensure_datasets(progress=say_progress).tokens
     path = Path(data_dir).expanduser()

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from torch import nn
 
-from workbench.engine import datasets as data
 from workbench.engine.workloads.base import Workload, say_progress
 
 # ImageNet statistics: the sample images and a user's photos are normalized the same way.
@@ -35,6 +34,8 @@ def image_folder(data_dir: str | Path | None) -> Path:
     An explicit folder must exist and hold images (a DataError otherwise); with none given the
     sample datasets are used, and built first if they are missing.
     """
+    from workbench.engine import datasets as data  # PIL and numpy: only when the workload is built
+
     if data_dir is None:
         return data.ensure_datasets(progress=say_progress).images
     path = Path(data_dir).expanduser()
@@ -45,6 +46,8 @@ def image_folder(data_dir: str | Path | None) -> Path:
 
 
 def _image_workload(name: str, model, size: int, data_dir, description: str) -> Workload:
+    from workbench.engine import datasets as data  # PIL and numpy: only when the workload is built
+
     folder = image_folder(data_dir)
     _, classes = data.check_image_folder(folder)
     n_classes = len(classes)
