@@ -50,10 +50,17 @@ def build_loader(
 ) -> BatchStream:
     """The stream ``knobs.loader`` names. ``shard=(rank, world_size)``: this rank's slice of
     the dataset in a DDP job (every rank reads different samples, as DistributedSampler does)."""
+    from workbench.formats import dataset_for
+
+    if knobs.cache == "cold":  # the first batch and the warm-up read from the disk too
+        from workbench.storage import drop_dataset_pages
+
+        drop_dataset_pages(workload, knobs)
     if knobs.loader == "synthetic":
         from workbench.loaders.synthetic import SyntheticStream
 
-        return SyntheticStream.from_dataset(workload.dataset(), knobs, device, workload.collate_fn)
+        dataset = dataset_for(workload, knobs)
+        return SyntheticStream.from_dataset(dataset, knobs, device, workload.collate_fn)
     if knobs.loader == "dali":
         from workbench.loaders.dali import build_dali_stream
 
@@ -63,7 +70,7 @@ def build_loader(
     from workbench.loaders.torch_loader import TorchStream
 
     return TorchStream(
-        workload.dataset(), knobs, device, shard=shard, collate_fn=workload.collate_fn
+        dataset_for(workload, knobs), knobs, device, shard=shard, collate_fn=workload.collate_fn
     )
 
 

@@ -1,0 +1,117 @@
+"""``lmdb``: one LMDB environment of the encoded JPEGs, read at random by key.
+
+Key: the sample's index in the source ImageFolder (8 ASCII digits); value: its label as 8
+little-endian bytes, then the JPEG as it was. LMDB serves reads from a memory map of one
+file (``data.mdb``), so a random read is a page-cache lookup or a page fault on that file:
+no open()/close() per image as with a folder of files. Opened read-only, without a lock file
+and without read-ahead (LMDB's advice for random access to data larger than memory).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from torch.utils.data import Dataset
+
+from workbench.formats.manifest import FormatError, open_checked
+
+DATA_FILE = "data.mdb"
+_LABEL = struct.Struct("<q")
+_TXN_SAMPLES = 256
+"""Samples per write transaction: one commit (and its sync) per batch of them."""
+
+
+def key(index: int) -> bytes:
+    return b"%08d" % index
+
+
+class LmdbWriter:
+    """Writes samples into a new LMDB environment in ``folder``."""
+
+    def __init__(self, folder: Path, total_bytes: int, count: int):
+        import lmdb
+
+        # Values larger than a page go to overflow pages: up to one page of slack each.
+        map_size = int(total_bytes * 1.1) + count * 8192 + 64 * 2**20
+        self.folder = folder
+        self._env = lmdb.open(str(folder), map_size=map_size, subdir=True, meminit=False)
+        self._txn = self._env.begin(write=True)
+        self._pending = 0
+
+    def write(self, index: int, label: int, jpeg: bytes) -> None:
+        self._txn.put(key(index), _LABEL.pack(label) + jpeg)
+        self._pending += 1
+        if self._pending >= _TXN_SAMPLES:
+            self._txn.commit()
+            self._txn = self._env.begin(write=True)
+            self._pending = 0
+
+    def close(self) -> dict[str, int]:
+        self._txn.commit()
+        self._env.sync(True)
+        self._env.close()
+        (self.folder / "lock.mdb").unlink(missing_ok=True)  # readers open without locking
+        return {DATA_FILE: (self.folder / DATA_FILE).stat().st_size}
+
+
+class LmdbDataset(Dataset):
+    """Map-style dataset over the LMDB: ``(transform(image), label)`` by index."""
+
+    def __init__(self, folder: str | Path, transform: Callable | None = None):
+        self.folder = Path(folder)
+        self.manifest = open_checked(self.folder, "lmdb")
+        self.transform = transform
+        self._env: Any = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return self.manifest.count
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_env": None, "_pid": -1}
+
+    def _open(self) -> Any:
+        """The environment, opened once per process: an LMDB handle must not cross a fork."""
+        if self._env is None or self._pid != os.getpid():
+            import lmdb
+
+            try:
+                self._env = lmdb.open(str(self.folder), readonly=True, lock=False,
+                                      readahead=False, meminit=False, max_readers=1024)  # fmt: skip
+            except lmdb.Error as exc:
+                raise FormatError(f"cannot open LMDB {self.folder / DATA_FILE}: {exc}") from exc
+            self._pid = os.getpid()
+        return self._env
+
+    def raw(self, index: int) -> tuple[int, bytes]:
+        """(label, JPEG bytes) of sample ``index``, undecoded."""
+        import lmdb
+
+        try:
+            with self._open().begin(buffers=False) as txn:
+                value = txn.get(key(index))
+        except lmdb.Error as exc:
+            raise FormatError(f"corrupt LMDB {self.folder / DATA_FILE}: {exc}") from exc
+        if value is None or len(value) <= _LABEL.size:
+            raise FormatError(f"LMDB {self.folder / DATA_FILE} has no sample {index}")
+        return _LABEL.unpack_from(value)[0], value[_LABEL.size :]
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        if index < 0:
+            index += len(self)
+        label, jpeg = self.raw(index)
+        try:
+            with Image.open(io.BytesIO(jpeg)) as img:
+                img.load()
+                rgb = img.convert("RGB")
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise FormatError(
+                f"corrupt image {index} in LMDB {self.folder / DATA_FILE}: {exc}"
+            ) from exc
+        return (self.transform(rgb) if self.transform else rgb), label
