@@ -49,7 +49,7 @@ from workbench.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.coordinator import Coordinator, Solo
 from workbench.failures import cuda_health, is_oom_error, note_failure
 from workbench.knobs import KnobError, Knobs
-from workbench.loaders import BatchStream, build_loader
+from workbench.loaders import BatchStream, build_loader, drop_before_window
 from workbench.nccl import flags as nccl_flags
 from workbench.results import BurstResult, spread
 from workbench.selfcheck import burst_problems
@@ -343,6 +343,7 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
         del rows
         if counts is not None:
             counts.append(compiler.read_counts())
+        drop_before_window(stream)  # cache=cold only
         measured = _window(state, stream, knobs, dev, plan)
         if counts is not None:
             measured.compile_report = compiler.report(*counts, compiler.read_counts())

@@ -31,7 +31,7 @@ from workbench import hardware
 from workbench.batches import count_samples, move_batch
 from workbench.failures import describe_error, is_oom_error
 from workbench.knobs import KnobError, Knobs
-from workbench.loaders import BatchStream, build_loader
+from workbench.loaders import BatchStream, build_loader, drop_before_window
 from workbench.results import spread
 from workbench.timing import synchronize
 from workbench.workloads import Workload, default_workload_name, resolve_workload
@@ -158,6 +158,7 @@ def _measure(
             _deliver(stream, knobs, dev)
         synchronize(dev)
         r.warmup_s = clock() - t1
+        drop_before_window(stream)  # cache=cold only
         _window(r, stream, knobs, dev, stop, clock, seconds, min_batches)
     finally:
         stream.close()

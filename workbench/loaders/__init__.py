@@ -50,12 +50,30 @@ def build_loader(
 ) -> BatchStream:
     """The stream ``knobs.loader`` names. ``shard=(rank, world_size)``: this rank's slice of
     the dataset in a DDP job (every rank reads different samples, as DistributedSampler does)."""
-    from workbench.formats import dataset_for
-
-    if knobs.cache == "cold":  # the first batch and the warm-up read from the disk too
+    stream = _build(workload, knobs, device, shard)
+    if knobs.cache == "cold":  # dropped now (set-up and warm-up read cold) and before the window
         from workbench.storage import drop_dataset_pages
 
-        drop_dataset_pages(workload, knobs)
+        stream.cold_files = drop_dataset_pages(workload, knobs)  # type: ignore[attr-defined]
+    return stream
+
+
+def drop_before_window(stream: BatchStream) -> None:
+    """``cache=cold``: drop the dataset's pages again, so the measured window starts with none
+    of them in the page cache (what warm-up read included). Loader workers keep prefetching
+    meanwhile, as they would at the start of an epoch."""
+    files = getattr(stream, "cold_files", None)
+    if files:
+        from workbench.storage import drop_pages
+
+        drop_pages(files)
+
+
+def _build(
+    workload: Workload, knobs: Knobs, device: torch.device, shard: tuple[int, int] | None
+) -> BatchStream:
+    from workbench.formats import dataset_for
+
     if knobs.loader == "synthetic":
         from workbench.loaders.synthetic import SyntheticStream
 
@@ -74,4 +92,10 @@ def build_loader(
     )
 
 
-__all__ = ["BatchStream", "LoaderUnavailable", "build_loader", "check_batch_fits"]
+__all__ = [
+    "BatchStream",
+    "LoaderUnavailable",
+    "build_loader",
+    "check_batch_fits",
+    "drop_before_window",
+]
