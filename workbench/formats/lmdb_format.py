@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,36 @@ DATA_FILE = "data.mdb"
 _LABEL = struct.Struct("<q")
 _TXN_SAMPLES = 256
 """Samples per write transaction: one commit (and its sync) per batch of them."""
+
+
+_ENVS: dict[str, tuple[tuple[int, int], Any]] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _environment(folder: Path) -> Any:
+    """One read-only environment per folder and process, opened on first use. A forked
+    loader worker inherits its parent's handle, which LMDB must not use across a fork (and
+    refuses to open twice): the worker closes its copy and opens its own. So does a process
+    whose folder was converted again (another file now)."""
+    import lmdb
+
+    try:
+        owner = (os.getpid(), os.stat(folder / DATA_FILE).st_ino)
+    except OSError as exc:
+        raise FormatError(f"cannot open LMDB {folder / DATA_FILE}: {exc}") from exc
+    with _ENVS_LOCK:
+        opened, env = _ENVS.get(str(folder), (None, None))
+        if env is not None and opened != owner:
+            env.close()  # this process's copy only
+            env = None
+        if env is None:
+            try:
+                env = lmdb.open(str(folder), readonly=True, lock=False, readahead=False,
+                                meminit=False, max_readers=1024)  # fmt: skip
+            except lmdb.Error as exc:
+                raise FormatError(f"cannot open LMDB {folder / DATA_FILE}: {exc}") from exc
+            _ENVS[str(folder)] = (owner, env)
+        return env
 
 
 def key(index: int) -> bytes:
@@ -67,27 +98,14 @@ class LmdbDataset(Dataset):
         self.folder = Path(folder)
         self.manifest = open_checked(self.folder, "lmdb")
         self.transform = transform
-        self._env: Any = None
-        self._pid = -1
 
     def __len__(self) -> int:
         return self.manifest.count
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_env": None, "_pid": -1}
-
     def _open(self) -> Any:
-        """The environment, opened once per process: an LMDB handle must not cross a fork."""
-        if self._env is None or self._pid != os.getpid():
-            import lmdb
-
-            try:
-                self._env = lmdb.open(str(self.folder), readonly=True, lock=False,
-                                      readahead=False, meminit=False, max_readers=1024)  # fmt: skip
-            except lmdb.Error as exc:
-                raise FormatError(f"cannot open LMDB {self.folder / DATA_FILE}: {exc}") from exc
-            self._pid = os.getpid()
-        return self._env
+        """The environment, shared by every dataset of this folder in this process (LMDB
+        refuses a second open of one environment in a process) and never across a fork."""
+        return _environment(self.folder)
 
     def raw(self, index: int) -> tuple[int, bytes]:
         """(label, JPEG bytes) of sample ``index``, undecoded."""
