@@ -40,19 +40,25 @@ _EXPORTS = {
     "ProfileResult": "workbench.profiling",
     "comm_bench": "workbench.distributed",
     "CommResult": "workbench.comm",
+    "convert_dataset": "workbench.convert",
+    "storage_check": "workbench.storage",
+    "compare_formats": "workbench.format_bench",
 }
 
 if TYPE_CHECKING:
     from workbench.burst import BurstProgress, run_burst
     from workbench.comm import CommResult
     from workbench.config import TunedConfig, load_config, save_config
+    from workbench.convert import convert_dataset
     from workbench.data import DataError, build_datasets, ensure_datasets
     from workbench.diagnosis import Diagnosis, diagnose
     from workbench.distributed import comm_bench
+    from workbench.format_bench import compare_formats
     from workbench.knobs import KnobError, Knobs, knob_specs
     from workbench.profiling import ProfileResult, profile_burst
     from workbench.results import BurstResult
     from workbench.runner import BurstRunner
+    from workbench.storage import storage_check
     from workbench.store import HistoryStore, open_store
     from workbench.sweeps import sweep
     from workbench.tune_result import TuneResult
@@ -90,4 +96,5 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
     "profile_burst", "ProfileResult", "comm_bench", "CommResult",
+    "convert_dataset", "storage_check", "compare_formats",
 ]  # fmt: skip

@@ -31,6 +31,8 @@ def compare_formats(
     caches: Sequence[str] = CACHES,
     modes: Sequence[str] = MODES,
     seconds: float = 2.0,
+    min_steps: int = 5,
+    warmup_steps: int = 3,
     repeats: int = 1,
     data_dir: str | os.PathLike[str] | None = None,
     build: bool = True,
@@ -54,9 +56,11 @@ def compare_formats(
                     if progress:
                         progress(f"{fmt}, {cache}, {mode} (repeat {repeat + 1}/{repeats})")
                     if mode == "loader":
-                        r: Any = run_loader_burst(wl, k, seconds=seconds)
+                        r: Any = run_loader_burst(wl, k, seconds=seconds, min_batches=min_steps,
+                                                  warmup_batches=warmup_steps)  # fmt: skip
                     else:
-                        r = run_burst(wl, k, seconds=seconds, record=record)
+                        r = run_burst(wl, k, seconds=seconds, min_steps=min_steps,
+                                      warmup_steps=warmup_steps, record=record)  # fmt: skip
                     rows.append({
                         "data_format": fmt, "cache": cache, "mode": mode, "repeat": repeat,
                         "samples_per_s": r.samples_per_s if r.ok else None,

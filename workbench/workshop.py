@@ -32,6 +32,7 @@ __all__ = [
     "ceilings",
     "check_best",
     "check_comm_peak",
+    "check_format",
     "check_knee",
     "check_loader",
     "check_speedup",
@@ -192,6 +193,23 @@ def check_best(
         f"{knob}={value} gave {got:,.1f} {metric}, but {knob}={best} gave {top:,.1f} "
         f"({top / got - 1:.0%} more); compare the {metric} column",
     )
+
+
+def check_format(
+    answer: Any,
+    frame: pd.DataFrame,
+    *,
+    mode: str = "loader",
+    cache: str = "cold",
+    tolerance: float = 0.05,
+) -> Check:
+    """Lesson 9: is ``answer`` the fastest ``data_format`` in ``compare_formats``'s frame, for
+    one mode (loader alone or full burst) and one cache state?"""
+    for column, value in (("mode", mode), ("cache", cache)):
+        if column not in frame.columns or value not in set(frame[column]):
+            raise ValueError(f"{column}={value!r} was not measured: pass compare_formats' frame")
+    chosen = frame[(frame["mode"] == mode) & (frame["cache"] == cache)]
+    return check_best(answer, chosen, "data_format", tolerance=tolerance)
 
 
 def check_speedup(
