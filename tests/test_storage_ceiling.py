@@ -78,3 +78,20 @@ def test_a_compute_bound_run_is_warned_about_a_cold_first_epoch(cnn):
 def test_the_storage_rule_on_numbers():
     assert storage_bound(90, 100, 400) and not storage_bound(300, 100, 400)
     assert not storage_bound(390, 400, 400) and not storage_bound(None, 100, 400)
+
+
+def test_cold_drops_lmdb_pages_this_process_had_mapped(cnn):
+    from workbench.formats import dataset_for
+    from workbench.storage import _MEMORY_FS, cached_fraction, device_of, drop_dataset_pages
+
+    knobs = Knobs(data_format="lmdb")
+    data_mdb = cnn.image_dir.parent / "images.lmdb" / "data.mdb"
+    if device_of(data_mdb).fstype in _MEMORY_FS:
+        pytest.skip("the data is in RAM: no page cache to drop")
+    ds = dataset_for(cnn, knobs)
+    for i in range(len(ds)):
+        ds.raw(i)  # every value's pages mapped in this process
+    assert cached_fraction(data_mdb) > 0.5
+    drop_dataset_pages(cnn, knobs)
+    assert cached_fraction(data_mdb) < 0.1
+    assert ds.raw(3)[0] in (0, 1)  # the dataset reopens its environment

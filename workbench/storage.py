@@ -65,9 +65,10 @@ def drop_pages(files: Iterable[str | os.PathLike[str]]) -> tuple[int, int]:
 
 def drop_dataset_pages(workload: Any, knobs: Any) -> list[Path]:
     """``cache=cold``: drop the pages of the files this format reads; returns those files."""
-    from workbench.formats import data_files
+    from workbench.formats import data_files, release_mappings
 
     files = data_files(workload, knobs)
+    release_mappings(files)
     drop_pages(files)
     return files
 

@@ -60,9 +60,11 @@ def storage_ceiling(
     result = StorageCeiling(knobs.data_format, threads=max(1, knobs.num_workers))
     try:
         units, files = _units(wl, knobs)
+        from workbench.formats import release_mappings
         from workbench.storage import device_of, drop_pages
 
         result.device = device_of(files[0]).describe() if files else None
+        release_mappings(files)
         drop_pages(files)
         _read(units, result, seconds, stop or threading.Event())
     except Exception as exc:  # a failed ceiling is a result, as a failed burst is

@@ -136,6 +136,15 @@ def data_files(wl: Workload, knobs: Knobs) -> list[Path]:
     return [folder / name for name in manifest.files]
 
 
+def release_mappings(files: list[Path]) -> None:
+    """Close this process's LMDB mappings of these files (see ``close_environment``)."""
+    from workbench.formats.lmdb_format import DATA_FILE, close_environment
+
+    for path in files:
+        if path.name == DATA_FILE:
+            close_environment(path.parent)
+
+
 __all__ = [
     "CONVERTED",
     "DATA_FORMATS",
@@ -148,4 +157,5 @@ __all__ = [
     "located",
     "open_format",
     "read_manifest",
+    "release_mappings",
 ]

@@ -58,6 +58,16 @@ def _environment(folder: Path) -> Any:
         return env
 
 
+def close_environment(folder: Path) -> None:
+    """Close this process's environment of ``folder`` (the next read reopens it). Pages a
+    process has mapped stay in the page cache whatever one asks: ``cache=cold`` closes the
+    mapping before it drops the file's pages."""
+    with _ENVS_LOCK:
+        opened, env = _ENVS.pop(str(folder), (None, None))
+        if env is not None and opened is not None and opened[0] == os.getpid():
+            env.close()
+
+
 def key(index: int) -> bytes:
     return b"%08d" % index
 

@@ -64,8 +64,10 @@ def drop_before_window(stream: BatchStream) -> None:
     meanwhile, as they would at the start of an epoch."""
     files = getattr(stream, "cold_files", None)
     if files:
+        from workbench.formats import release_mappings
         from workbench.storage import drop_pages
 
+        release_mappings(files)
         drop_pages(files)
 
 
