@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--modes", default="loader,full", help="loader, full or both (default)")
     p.add_argument("--json", metavar="FILE", help="also write every row here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +77,8 @@ def _run(root: Path, args: argparse.Namespace) -> int:
             f"  storage ceiling {fmt:<11} {ceilings[fmt]['samples_per_s'] or 0:>9,.0f} samples/s"
             f" {ceilings[fmt]['mb_s'] or 0:>8,.0f} MB/s (raw, cold, {args.workers} threads)"
         )
-    frame = compare_formats(wl, knobs, seconds=args.seconds, repeats=args.repeats,
+    modes = tuple(m.strip() for m in args.modes.split(","))
+    frame = compare_formats(wl, knobs, seconds=args.seconds, repeats=args.repeats, modes=modes,
                             progress=lambda m: print("   ", m, file=sys.stderr))  # fmt: skip
     table = summary(frame)
     print(table.round(1).to_string())

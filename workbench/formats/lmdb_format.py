@@ -3,8 +3,11 @@
 Key: the sample's index in the source ImageFolder (8 ASCII digits); value: its label as 8
 little-endian bytes, then the JPEG as it was. LMDB serves reads from a memory map of one
 file (``data.mdb``), so a random read is a page-cache lookup or a page fault on that file:
-no open()/close() per image as with a folder of files. Opened read-only, without a lock file
-and without read-ahead (LMDB's advice for random access to data larger than memory).
+no open()/close() per image as with a folder of files. Opened read-only, without a lock file,
+and *with* the kernel's read-ahead: LMDB advises turning it off for random access to data
+larger than memory, but that advice is for small values. An image is ~110 KB of contiguous
+overflow pages; without read-ahead each 4 KiB page faults on its own, and a cold read here
+(virtio disk, 2 threads) fell from 4,000-7,400 to 420-550 samples/s.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def _environment(folder: Path) -> Any:
             env = None
         if env is None:
             try:
-                env = lmdb.open(str(folder), readonly=True, lock=False, readahead=False,
+                env = lmdb.open(str(folder), readonly=True, lock=False, readahead=True,
                                 meminit=False, max_readers=1024)  # fmt: skip
             except lmdb.Error as exc:
                 raise FormatError(f"cannot open LMDB {folder / DATA_FILE}: {exc}") from exc
