@@ -164,3 +164,13 @@ def test_a_token_workload_has_no_image_formats(root):
     gpt = resolve_workload("gpt", root)
     with pytest.raises(KnobError, match="workload 'gpt' reads no image folder"):
         dataset_for(gpt, Knobs(data_format="shards"))
+
+
+def test_the_panel_has_format_and_cache_controls_with_their_docs():
+    from workbench.ui.controls import KnobControls
+
+    controls = KnobControls(Knobs(data_format="lmdb"), "cpu").controls
+    fmt, cache = controls["data_format"], controls["cache"]
+    assert list(fmt.options) == ["files", "shards", "lmdb", "predecoded"] and fmt.value == "lmdb"
+    assert list(cache.options) == ["warm", "cold"] and "first epoch" in cache.tooltip
+    assert "workbench data --format" in fmt.tooltip
