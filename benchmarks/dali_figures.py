@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workbench import Knobs, hardware, run_burst
-from workbench.data import ensure_datasets, read_manifest
-from workbench.loader_bench import run_loader_burst, settled_warmup
-from workbench.loaders.dali import dali_available
+from workbench import Knobs, run_burst
+from workbench.analysis.loader_ceiling import run_loader_burst, settled_warmup
+from workbench.engine import hardware
+from workbench.engine.datasets import ensure_datasets, read_manifest
+from workbench.engine.loaders.dali import dali_available
 
 LOADERS = ("torch", "dali")
 

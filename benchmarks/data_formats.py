@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workbench.data import build_datasets, read_manifest
+from workbench.engine.datasets import build_datasets, read_manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +43,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(root: Path, args: argparse.Namespace) -> int:
-    from workbench.convert import convert_dataset
-    from workbench.format_bench import compare_formats, summary
-    from workbench.formats import image_size
-    from workbench.formats.predecoded import resolution_for
-    from workbench.knobs import Knobs
-    from workbench.storage import device_of
-    from workbench.storage_ceiling import storage_ceiling
-    from workbench.workloads import resolve_workload
+    from workbench.analysis.format_bench import compare_formats, summary
+    from workbench.analysis.storage_ceiling import storage_ceiling
+    from workbench.core.knobs import Knobs
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.formats import image_size
+    from workbench.engine.formats.predecoded import resolution_for
+    from workbench.engine.storage import device_of
+    from workbench.engine.workloads import resolve_workload
 
     wl = resolve_workload(args.workload, root)
     print(f"data: {wl.image_dir} on {device_of(wl.image_dir).describe()}")

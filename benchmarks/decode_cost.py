@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from workbench.data import encode_jpeg, ensure_datasets, read_manifest
+from workbench.engine.datasets import encode_jpeg, ensure_datasets, read_manifest
 
 IMAGENET = "ImageNet train, typical: 500x375, ~110 KB (not measured here)"
 

@@ -18,8 +18,8 @@ import time
 import torch
 
 import workbench as wb
-from workbench.data import ensure_datasets
-from workbench.distributed import comm_bench
+from workbench.distributed.jobs import comm_bench
+from workbench.engine.datasets import ensure_datasets
 
 
 def burst_row(world_size: int, args: argparse.Namespace) -> dict:

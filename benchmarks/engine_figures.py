@@ -28,9 +28,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from workbench import Knobs, run_burst
-from workbench.data import ensure_datasets
-from workbench.loaders.torch_loader import dataloader_kwargs
-from workbench.workloads import resolve_workload
+from workbench.engine.datasets import ensure_datasets
+from workbench.engine.loaders.torch_loader import dataloader_kwargs
+from workbench.engine.workloads import resolve_workload
 
 
 def plain_loop(data_dir: str, knobs: Knobs, seconds: float, warmup_steps: int) -> float:
@@ -127,7 +127,7 @@ def _cv(xs: list[float]) -> float:
 
 def burst_cost(data_dir: str) -> None:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import workbench.burst"], check=True)
+    subprocess.run([sys.executable, "-c", "import workbench.engine.burst"], check=True)
     import_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "WORKBENCH_HOME": home}

@@ -48,8 +48,8 @@ from gpu_rows import (  # noqa: E402
     step_sum_gap,
 )
 
-from workbench.data import ensure_datasets  # noqa: E402
-from workbench.telemetry import nvml_status  # noqa: E402
+from workbench.engine.datasets import ensure_datasets  # noqa: E402
+from workbench.engine.telemetry import nvml_status  # noqa: E402
 
 DEFAULT_BUDGET_S = 245.0
 """What gpu_session.sh gives the check on paper: its 350 s deadline less pytest -m gpu (85 s),

@@ -30,10 +30,11 @@ from typing import Any
 
 import torch
 
-from workbench import Knobs, hardware, run_burst
-from workbench.distributed import comm_bench
-from workbench.profiling import profile_burst
-from workbench.results import BurstResult
+from workbench import Knobs, run_burst
+from workbench.analysis.profiling import profile_burst
+from workbench.core.results import BurstResult
+from workbench.distributed.jobs import comm_bench
+from workbench.engine import hardware
 
 SECONDS = 2.0  # each burst's measured window
 STEP_SUM_TOLERANCE = 0.05  # event-timed steps vs the host-clock window: 5% apart is a fault

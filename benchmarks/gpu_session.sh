@@ -27,7 +27,7 @@ timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 
     tee "$out/gpu.txt"
 
 # DALI's gpu tests: run only where DALI imports; otherwise named as not run.
-dali_files=$(grep -l "pytest.mark.gpu" tests/test_dali*.py 2>/dev/null)
+dali_files=$(grep -l "pytest.mark.gpu" tests/engine/test_dali*.py 2>/dev/null)
 if "$py" -c 'import nvidia.dali' >/dev/null 2>&1; then
     dali="DALI gpu tests: run with the others"
     ignore=""
@@ -49,7 +49,7 @@ timeout -k 5 "$check_timeout" "$py" benchmarks/gpu_check.py --budget-s "$budget"
 check_rc=${PIPESTATUS[0]}
 
 files=""
-for f in $(grep -l "pytest.mark.gpu" tests/test_*.py); do
+for f in $(grep -rl --include="test_*.py" "pytest.mark.gpu" tests); do
     case " $ignore " in *" $f "*) ;; *) files="$files $f" ;; esac
 done
 echo "# pytest -m gpu on:$files"

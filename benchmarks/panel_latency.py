@@ -4,7 +4,7 @@
    holding the new point, median of several moves, split into set-up, warm-up, measured window
    and UI overhead (everything else: observer, thread hand-off, history read, chart building,
    widget messages). The browser's own share (chart spec to DOM) is measured by the browser
-   test (tests/test_browser.py) and was 40-60 ms in FIELD-NOTES.
+   test (tests/notebook/test_browser.py) and was 40-60 ms in FIELD-NOTES.
 2. Cancel: a newer knob move while a burst runs; time until the old burst has stopped.
 
 Usage: python benchmarks/panel_latency.py [--moves N] [--seconds S] [--workers 0|1|2]
@@ -19,7 +19,7 @@ import threading
 import time
 
 from workbench import Knobs
-from workbench.ui import Bench
+from workbench.notebook.ui import Bench
 
 
 def knob_to_chart(bench: Bench, moves: int) -> None:

@@ -24,14 +24,14 @@ what running on a background thread costs by itself, with no UI at all. ``--cell
 the cell's burst on a fresh thread too, so both sides meet the same OpenMP conditions and the
 ratio is the panel's own cost (with ``--no-ui`` as well: the noise of identical bursts).
 
-Why the thread matters on a CPU (see workbench/runner.py): GNU OpenMP (libgomp, which PyTorch's
-CPU build uses) lets idle workers spin 300,000 times before sleeping, but only 100 times when it
-manages more threads than there are CPUs. A kernel's main thread has one OpenMP team (2 threads
-on 2 cores: full spin); a burst on another thread adds a second (oversubscribed: short spin).
-With the cores free the two read within a few per cent; with other processes on the cores the
-main thread's spinning worker fights them and its burst reads 2-4x lower. So the panel's own
-cost is read with ``--cell-thread``, on quiet pairs; ``OMP_WAIT_POLICY=passive`` (set before the
-process starts) takes most of the main thread's collapse away.
+Why the thread matters on a CPU (see workbench/notebook/runner.py): GNU OpenMP (libgomp, which
+PyTorch's CPU build uses) lets idle workers spin 300,000 times before sleeping, but only 100
+times when it manages more threads than there are CPUs. A kernel's main thread has one OpenMP
+team (2 threads on 2 cores: full spin); a burst on another thread adds a second (oversubscribed:
+short spin). With the cores free the two read within a few per cent; with other processes on the
+cores the main thread's spinning worker fights them and its burst reads 2-4x lower. So the
+panel's own cost is read with ``--cell-thread``, on quiet pairs; ``OMP_WAIT_POLICY=passive``
+(set before the process starts) takes most of the main thread's collapse away.
 
 ``--browser`` measures what a person sees: a private JupyterLab in headless Chromium
 (tests/jupyterlab_driver.py) runs a notebook whose cells run a warm-up burst, a cell burst of the
@@ -119,8 +119,8 @@ def _timed(burst: Any) -> tuple[float, float]:
 
 def _pairs(args: argparse.Namespace) -> list[tuple[float, float, int, float]]:
     import workbench as wb
-    from workbench.runner import BurstRunner
-    from workbench.ui import Bench
+    from workbench.notebook.runner import BurstRunner
+    from workbench.notebook.ui import Bench
 
     knobs = wb.Knobs(batch_size=args.batch, num_workers=args.workers)
     cell_window = _CELL_DEFAULTS if args.cell_window else {"seconds": args.seconds, **_PANEL_WINDOW}
@@ -475,7 +475,7 @@ def run_browser(args: argparse.Namespace) -> None:
     assert chromium, "--browser needs Chromium (apt-get install -y chromium)"
     data_dir = args.data or os.environ.get("WORKBENCH_DATA")
     if not data_dir:
-        from workbench.data import build_datasets
+        from workbench.engine.datasets import build_datasets
 
         data_dir = str(build_datasets(Path(tempfile.gettempdir()) / "pvc_data").root)
     print(f"## Panel vs cell in JupyterLab + headless Chromium, {args.workload}, batch "

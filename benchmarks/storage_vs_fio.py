@@ -47,7 +47,7 @@ def fio_rate(path: Path, field: str, *, cold: bool, seconds: float) -> float:
 
 
 def workbench_rate(path: Path, field: str, *, cold: bool, seconds: float) -> float:
-    from workbench.storage import measure_one
+    from workbench.engine.storage import measure_one
 
     return measure_one(path, field, cold=cold, seconds=seconds)
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("fio") is None:
         print("fio is not installed (apt-get install fio)", file=sys.stderr)
         return 2
-    from workbench.storage import device_of
+    from workbench.engine.storage import device_of
 
     path = write_test_file(Path(args.path), args.size_mib)
     try:

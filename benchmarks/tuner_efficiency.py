@@ -18,8 +18,15 @@ config read from 57 to 239 samples/s in 1-2 s windows); a window of about an epo
 in proportion. Warm-up also drains what the workers prefetched (``settled_warmup``), as the
 tuner's does, so deep queues are not measured emptying a full queue.
 
+4. ``--optuna``: Optuna's TPE and GP samplers over the same space, each with as many bursts
+   as the tuner used (a real burst per trial, the default knobs enqueued first, as the tuner
+   starts there); their picks (``best_trial``: the highest single burst, what a study
+   reports) join the interleaved confirmation. ``--no-grid`` skips step 1 and judges the picks
+   against each other and the defaults only (a quarter of the wall time).
+
 Targets: the tuner's best within 5% of the grid's best, in at most 1/3 of the bursts.
 Usage: python benchmarks/tuner_efficiency.py [--seconds S] [--budget N] [--confirm N]
+       [--optuna] [--no-grid]
 Bursts go to a temporary history store, not the user's.
 """
 
@@ -32,11 +39,14 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import Any
 
-from workbench import Knobs, run_burst, search, tune, tuner
-from workbench.loader_bench import settled_warmup
-from workbench.tune_result import changed
+from workbench import Knobs, run_burst, tune
+from workbench.analysis.loader_ceiling import settled_warmup
+from workbench.tuning import search, tuner
+from workbench.tuning.result import changed
 
 SPACE = {
     "batch_size": [16, 32, 64, 128],
@@ -72,6 +82,38 @@ def run_grid(args: argparse.Namespace, store: Path) -> tuple[list, float]:
     return results, time.perf_counter() - start
 
 
+def run_optuna(sampler_name: str, budget: int, args: argparse.Namespace, store: Path) -> Knobs:
+    """A study of ``budget`` real bursts over SPACE (value indices, so GP sees the order);
+    its pick is the best trial, as a study reports it."""
+    import optuna  # the dev extra's; only this comparison needs it
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sampler = (optuna.samplers.TPESampler(seed=0) if sampler_name == "tpe"
+               else optuna.samplers.GPSampler(seed=0))  # fmt: skip
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial({n: SPACE[n].index(getattr(Knobs(), n)) for n in SPACE
+                         if getattr(Knobs(), n) in SPACE[n]} | {"prefetch_factor": 0})  # fmt: skip
+
+    def objective(trial: Any) -> float:
+        idx = {n: trial.suggest_int(n, 0, len(v) - 1) for n, v in SPACE.items()}
+        knobs = _knobs_at(idx)
+        r = burst(knobs, args, store)
+        print(f"  optuna_{sampler_name} {trial.number + 1:>2}  {changed(knobs):<40} "
+              f"{r.status:<5} {r.samples_per_s or 0:8.1f} samples/s", file=sys.stderr)  # fmt: skip
+        return (r.samples_per_s or 0.0) if r.ok else 0.0
+
+    study.optimize(objective, n_trials=budget)
+    return _knobs_at(study.best_trial.params)
+
+
+def _knobs_at(idx: dict[str, int]) -> Knobs:
+    values = {n: SPACE[n][idx[n]] for n in SPACE}
+    if values["num_workers"] == 0:
+        values["prefetch_factor"] = None  # means nothing without workers
+    return Knobs(**values)
+
+
 def confirm(configs: dict[str, Knobs], args: argparse.Namespace, store: Path) -> dict:
     """Re-measure each distinct config ``args.confirm`` times, interleaved; medians by name.
 
@@ -97,6 +139,12 @@ def main() -> None:
     p.add_argument("--compare-patience", type=int, default=None, metavar="N",
                    help="also tune with search.CLIMB_PATIENCE=N over the same grid, "
                         "confirmed side by side (a before/after for the climb)")  # fmt: skip
+    p.add_argument(
+        "--optuna",
+        action="store_true",
+        help="also run Optuna's TPE and GP samplers with the tuner's burst count",
+    )
+    p.add_argument("--no-grid", action="store_true", help="skip the exhaustive grid")
     p.add_argument("--compare-no-joint", action="store_true",
                    help="also tune without the joint two-knob steps (search.joint_steps), "
                         "confirmed side by side (a before/after for those steps)")  # fmt: skip
@@ -105,9 +153,15 @@ def main() -> None:
     budget = args.budget or n_grid // 3
     store = Path(tempfile.mkdtemp(prefix="wb-tuner-bench-")) / "history.sqlite"
 
-    grid, grid_s = run_grid(args, store)
+    grid, grid_s = ([], 0.0) if args.no_grid else run_grid(args, store)
     top = sorted((r for r in grid if r.ok), key=lambda r: -(r.samples_per_s or 0.0))[:3]
     t = run_tune(args, budget, store)
+    studies = {}
+    if args.optuna:
+        for name in ("tpe", "gp"):
+            began = time.perf_counter()
+            studies[f"optuna {name}"] = run_optuna(name, len(t.bursts), args, store)
+            print(f"  optuna {name}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
     other, other_label = None, ""
     if args.compare_patience is not None:
         shipped = search.CLIMB_PATIENCE
@@ -121,18 +175,42 @@ def main() -> None:
         tuner.joint_steps = shipped_joint
     named = {f"grid #{i}": r.knobs for i, r in enumerate(top, 1)}
     extra = {"other tuner": other.best} if other is not None else {}
-    confirmed = confirm({**named, "tuner best": t.best, **extra, "defaults": Knobs()}, args,
-                        store)  # fmt: skip
+    confirmed = confirm({**named, "tuner best": t.best, **extra, **studies,
+                         "defaults": Knobs()}, args, store)  # fmt: skip
+    if not named:  # --no-grid: the tuner and the studies against each other
+        report_picks(t, studies, confirmed)
+        return
     winner = max(named, key=lambda name: confirmed[name]["median"])
     confirmed["grid best"] = confirmed[winner]
     grid_best = top[int(winner[-1]) - 1]
     report(grid, grid_s, grid_best, t, confirmed, n_grid)
+    if studies:
+        report_picks(t, studies, confirmed)
     if other is not None:
         g = confirmed["grid best"]["median"]
         for label, tr, key in (("shipped", t, "tuner best"), (other_label, other, "other tuner")):
             print(f"{label}: {len(tr.bursts)} bursts, best "
                   f"{changed(tr.best)}, confirmed {confirmed[key]['median']:.1f} samples/s = "
                   f"{confirmed[key]['median'] / g:.3f} of the grid's best")  # fmt: skip
+
+
+def report_picks(t: Any, studies: dict[str, Knobs], confirmed: dict) -> None:
+    """The tuner's and each study's pick, confirmed side by side: median, runs, and the ratio
+    to the best confirmed median among them (and to the grid's best, when it ran)."""
+    picks = {"tuner best": t.best, **studies}
+    ref_name = "grid best" if "grid best" in confirmed else max(
+        picks, key=lambda n: confirmed[n]["median"])  # fmt: skip
+    ref = confirmed[ref_name]["median"]
+    d = confirmed["defaults"]["median"]
+    print(f"\n{'method':<11} {'bursts':>6}  {'pick':<44} {'median':>8} {'/ ' + ref_name:>14} "
+          f"{'/ defaults':>10}")  # fmt: skip
+    for name, knobs in picks.items():
+        c = confirmed[name]
+        print(f"{name:<11} {len(t.bursts):>6}  {changed(knobs):<44} {c['median']:>8.1f} "
+              f"{c['median'] / ref:>14.3f} {c['median'] / d:>10.2f}")  # fmt: skip
+    print(json.dumps({"picks": {n: {"knobs": k.to_dict(), **confirmed[n]}
+                                for n, k in picks.items()},
+                      "defaults": confirmed["defaults"], "reference": ref_name}))  # fmt: skip
 
 
 def run_tune(args: argparse.Namespace, budget: int, store: Path):

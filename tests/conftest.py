@@ -28,7 +28,7 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _workload_registry():
     """Workloads a test registers by name are gone after it: no test sees another's."""
-    from workbench import workloads
+    from workbench.engine import workloads
 
     saved = dict(workloads._REGISTRY)
     yield
@@ -46,7 +46,7 @@ def _no_ambient_nccl(monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """A small data root (images/ and tokens/) shared by the whole session."""
-    from workbench.data import build_datasets
+    from workbench.engine.datasets import build_datasets
 
     root = tmp_path_factory.mktemp("data")
     build_datasets(root, images_per_class=12, classes=3, token_mb=0.25)

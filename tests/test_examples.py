@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import ConfigWarning, load_config, save_config
-from workbench.knobs import Knobs
+from workbench.config.saved import ConfigWarning, load_config, save_config
+from workbench.core.knobs import Knobs
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train.py"
 LINE = re.compile(

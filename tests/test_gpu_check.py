@@ -17,7 +17,7 @@ from blocked_imports import _SITECUSTOMIZE
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, run_burst
-from workbench.results import BurstResult
+from workbench.core.results import BurstResult
 
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 _SESSION = _BENCH / "gpu_session.sh"
@@ -441,8 +441,9 @@ def test_the_session_reports_dali_gpu_tests_as_not_run_without_dali(tmp_path):
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     summary = (out / "summary.txt").read_text()
     assert re.search(r"DALI gpu tests: [1-9]\d* not run: DALI not installed", summary), summary
-    assert "tests/test_dali.py::test_gpu_mixed_decode_burst_runs_on_the_gpu: not run" in summary
+    dali_test = "tests/engine/test_dali.py::test_gpu_mixed_decode_burst_runs_on_the_gpu"
+    assert f"{dali_test}: not run" in summary
     assert "gpu_check exit 1" in summary
     ran = re.search(r"^# pytest -m gpu on:(.*)$", p.stdout, re.M).group(1).split()
-    assert "tests/test_burst.py" in ran and "tests/test_dali.py" not in ran
+    assert "tests/engine/test_burst.py" in ran and "tests/engine/test_dali.py" not in ran
     assert "skipped" in (out / "pytest_gpu.txt").read_text()

@@ -74,7 +74,9 @@ def test_an_import_attempt_fails_the_check_even_when_its_error_is_caught(attempt
 
 def test_a_probe_that_imports_nothing_is_recorded_but_allowed():
     """dali_available asks importlib.util.find_spec, which imports nothing: allowed."""
-    body = "from workbench.loaders.dali import dali_available\nout['why'] = dali_available()\n"
+    body = (
+        "from workbench.engine.loaders.dali import dali_available\nout['why'] = dali_available()\n"
+    )
     doc = run_blocked_raw(body)
     assert [(a["module"], a["kind"]) for a in doc["attempts"]] == [("nvidia.dali", "probe")]
     assert "dali.py" in doc["attempts"][0]["where"] and "not installed" in doc["out"]["why"]

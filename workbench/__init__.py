@@ -12,64 +12,64 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Knobs": "workbench.knobs",
-    "KnobError": "workbench.knobs",
-    "knob_specs": "workbench.knobs",
-    "run_burst": "workbench.burst",
-    "BurstProgress": "workbench.burst",
-    "BurstResult": "workbench.results",
-    "Workload": "workbench.workloads",
-    "register_workload": "workbench.workloads",
-    "workload_names": "workbench.workloads",
-    "HistoryStore": "workbench.store",
-    "open_store": "workbench.store",
-    "DataError": "workbench.data",
-    "build_datasets": "workbench.data",
-    "ensure_datasets": "workbench.data",
-    "Bench": "workbench.ui",
+    "Knobs": "workbench.core.knobs",
+    "KnobError": "workbench.core.knobs",
+    "knob_specs": "workbench.core.knobs",
+    "run_burst": "workbench.engine.burst",
+    "BurstProgress": "workbench.engine.burst",
+    "BurstResult": "workbench.core.results",
+    "Workload": "workbench.engine.workloads",
+    "register_workload": "workbench.engine.workloads",
+    "workload_names": "workbench.engine.workloads",
+    "HistoryStore": "workbench.history.store",
+    "open_store": "workbench.history.store",
+    "DataError": "workbench.engine.datasets",
+    "build_datasets": "workbench.engine.datasets",
+    "ensure_datasets": "workbench.engine.datasets",
+    "Bench": "workbench.notebook.ui",
     "save_config": "workbench.config",
     "load_config": "workbench.config",
-    "TunedConfig": "workbench.config",
-    "BurstRunner": "workbench.runner",
-    "sweep": "workbench.sweeps",
-    "diagnose": "workbench.diagnosis",
-    "Diagnosis": "workbench.diagnosis",
-    "tune": "workbench.tuner",
-    "TuneResult": "workbench.tune_result",
-    "profile_burst": "workbench.profiling",
-    "ProfileResult": "workbench.profiling",
-    "comm_bench": "workbench.distributed",
-    "CommResult": "workbench.comm",
-    "convert_dataset": "workbench.convert",
-    "storage_check": "workbench.storage",
-    "compare_formats": "workbench.format_bench",
+    "TunedConfig": "workbench.config.tuned_config",
+    "BurstRunner": "workbench.notebook.runner",
+    "sweep": "workbench.analysis.sweeps",
+    "diagnose": "workbench.analysis.diagnosis",
+    "Diagnosis": "workbench.analysis.diagnosis",
+    "tune": "workbench.tuning.tuner",
+    "TuneResult": "workbench.tuning.result",
+    "profile_burst": "workbench.analysis.profiling",
+    "ProfileResult": "workbench.analysis.profiling",
+    "comm_bench": "workbench.distributed.jobs",
+    "CommResult": "workbench.distributed.allreduce",
+    "convert_dataset": "workbench.engine.convert",
+    "storage_check": "workbench.engine.storage",
+    "compare_formats": "workbench.analysis.format_bench",
 }
 
 if TYPE_CHECKING:
-    from workbench.burst import BurstProgress, run_burst
-    from workbench.comm import CommResult
-    from workbench.config import TunedConfig, load_config, save_config
-    from workbench.convert import convert_dataset
-    from workbench.data import DataError, build_datasets, ensure_datasets
-    from workbench.diagnosis import Diagnosis, diagnose
-    from workbench.distributed import comm_bench
-    from workbench.format_bench import compare_formats
-    from workbench.knobs import KnobError, Knobs, knob_specs
-    from workbench.profiling import ProfileResult, profile_burst
-    from workbench.results import BurstResult
-    from workbench.runner import BurstRunner
-    from workbench.storage import storage_check
-    from workbench.store import HistoryStore, open_store
-    from workbench.sweeps import sweep
-    from workbench.tune_result import TuneResult
-    from workbench.tuner import tune
-    from workbench.ui import Bench
-    from workbench.workloads import Workload, register_workload, workload_names
+    from workbench.analysis.diagnosis import Diagnosis, diagnose
+    from workbench.analysis.format_bench import compare_formats
+    from workbench.analysis.profiling import ProfileResult, profile_burst
+    from workbench.analysis.sweeps import sweep
+    from workbench.config.saved import TunedConfig, load_config, save_config
+    from workbench.core.knobs import KnobError, Knobs, knob_specs
+    from workbench.core.results import BurstResult
+    from workbench.distributed.allreduce import CommResult
+    from workbench.distributed.jobs import comm_bench
+    from workbench.engine.burst import BurstProgress, run_burst
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.datasets import DataError, build_datasets, ensure_datasets
+    from workbench.engine.storage import storage_check
+    from workbench.engine.workloads import Workload, register_workload, workload_names
+    from workbench.history.store import HistoryStore, open_store
+    from workbench.notebook.runner import BurstRunner
+    from workbench.notebook.ui import Bench
+    from workbench.tuning.result import TuneResult
+    from workbench.tuning.tuner import tune
 
 
 def __getattr__(name: str) -> Any:
     if name == "plots":  # a module: wb.plots.throughput(df, "batch_size")
-        return importlib.import_module("workbench.plots")
+        return importlib.import_module("workbench.notebook.plots")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'workbench' has no attribute {name!r}")
@@ -80,7 +80,7 @@ def __getattr__(name: str) -> Any:
 
 def history(store: Any = None, **filters: Any):
     """Past bursts from the history store as a pandas DataFrame (newest last)."""
-    from workbench.store import open_store
+    from workbench.history.store import open_store
 
     return open_store(store).frame(**filters)
 

@@ -16,6 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from workbench.core.errors import InputError
+from workbench.history.store import StoreError
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKLOAD_HELP = (
     "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
@@ -210,21 +213,21 @@ def import_from_here() -> None:
 def _as_options(exc: Exception) -> str:
     """An error about an argument that is a CLI option (``workload``), worded with the
     option (``--workload='x' is not allowed: ...``), as the user typed it."""
-    option = _OPTION_OF.get(getattr(exc, "knob", None) or "")
+    option = _OPTION_OF.get(getattr(exc, "name", None) or "")
     if option is None:
         return str(exc)
     return f"{option}={exc.value!r} is not allowed: {exc.allowed}"  # type: ignore[attr-defined]
 
 
 def _is_bad_input(exc: Exception) -> bool:
-    from workbench.store import StoreError
-
-    return isinstance(exc, (ValueError, StoreError))
+    """Input the user can correct (exit 2): an InputError, or a history file that cannot be
+    used (StoreError: the --store path, a newer schema, a corrupt file)."""
+    return isinstance(exc, (InputError, StoreError))
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
-    from workbench.burst import run_burst
-    from workbench.knobs import Knobs
+    from workbench.core.knobs import Knobs
+    from workbench.engine.burst import run_burst
 
     knobs = Knobs().with_text(args.set)
     result = run_burst(
@@ -290,10 +293,10 @@ def _fmt(v: Any) -> str:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from workbench.store import open_store
+    from workbench.history.store import open_store
 
     if args.limit is not None and args.limit < 1:
-        raise ValueError(f"limit={args.limit} is not allowed: an integer >= 1")
+        raise InputError.not_allowed("limit", args.limit, "an integer >= 1")
     rows = open_store(args.store).records(
         workload=args.workload, status=args.status, limit=args.limit
     )
@@ -310,8 +313,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from workbench import data
-    from workbench.workloads.base import say_progress
+    from workbench.engine import datasets as data
+    from workbench.engine.workloads.base import say_progress
 
     if args.format:
         return _convert(args)
@@ -322,7 +325,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
-            raise ValueError(f"{name}={getattr(args, name)} is not allowed: an integer >= 1")
+            raise InputError.not_allowed(name, getattr(args, name), "an integer >= 1")
     paths = data.ensure_datasets(
         data.data_root(args.out),
         images_per_class=args.images_per_class,
@@ -336,8 +339,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from workbench.convert import convert_dataset
-    from workbench.workloads.base import say_progress
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.workloads.base import say_progress
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"workers={args.workers} is not allowed: an integer >= 1")
@@ -348,7 +351,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_io(args: argparse.Namespace) -> int:
-    from workbench.storage import storage_check
+    from workbench.engine.storage import storage_check
 
     check = storage_check(args.path, size_mib=args.size_mib, seconds=args.seconds)
     print(json.dumps(check.to_dict()) if args.json else check.summary())
@@ -356,7 +359,7 @@ def _cmd_io(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from workbench.lab import open_lab
+    from workbench.notebook.lab import open_lab
 
     return open_lab(port=args.port, open_browser=not args.no_browser)
 
@@ -365,8 +368,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     """Validate a saved config and print what to paste; warnings go to stderr, one per line."""
     import warnings
 
-    from workbench.config import load_config
-    from workbench.nccl import flags as nccl_flags
+    from workbench.config.saved import load_config
+    from workbench.core.nccl import flags as nccl_flags
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -392,8 +395,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.knobs import Knobs
-    from workbench.sweeps import sweep
+    from workbench.analysis.sweeps import sweep
+    from workbench.core.knobs import Knobs
 
     base, values = Knobs().with_text(args.set), _parse_values(args.knob, args.values)
     plot = _checked_path("plot", args.plot, (".html", ".png", ".svg", ".json"))
@@ -408,7 +411,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                repeats=args.repeats, device=args.device, data_dir=args.data,
                record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
     if plot is not None:
-        from workbench import plots
+        from workbench.notebook import plots
 
         plots.save(plots.sweep(df, args.knob), plot)
     if args.json:
@@ -420,8 +423,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from workbench.diagnosis import diagnose
-    from workbench.knobs import Knobs
+    from workbench.analysis.diagnosis import diagnose
+    from workbench.core.knobs import Knobs
 
     def landed(stage: str, r: Any) -> None:
         if not args.json:
@@ -436,11 +439,11 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from workbench.config import collate_fn_name, save_config
-    from workbench.hardware import resolve_device
-    from workbench.knobs import Knobs
-    from workbench.tuner import tune
-    from workbench.workloads import default_workload_name, resolve_workload
+    from workbench.config.saved import collate_fn_name, save_config
+    from workbench.core.knobs import Knobs
+    from workbench.engine.hardware import resolve_device
+    from workbench.engine.workloads import default_workload_name, resolve_workload
+    from workbench.tuning.tuner import tune
 
     out = _checked_path("out", args.out, (".yaml", ".yml"))
     start, space = Knobs().with_text(args.set), _parse_space(args.space)
@@ -483,8 +486,8 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.knobs import Knobs
-    from workbench.profiling import profile_burst
+    from workbench.analysis.profiling import profile_burst
+    from workbench.core.knobs import Knobs
 
     p = profile_burst(
         args.workload,
@@ -501,7 +504,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
-    from workbench.knobs import KnobError, parse_value
+    from workbench.core.knobs import KnobError, parse_value
 
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or "" in items:
@@ -511,7 +514,7 @@ def _parse_values(knob: str, text: str) -> list[Any]:
 
 def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:
     """``--space KNOB=V1,V2`` options as a space; None when none were given (the default)."""
-    from workbench.knobs import KnobError
+    from workbench.core.knobs import KnobError
 
     space: dict[str, list[Any]] = {}
     for item in items:
@@ -528,7 +531,7 @@ def _checked_path(option: str, path: str | None, suffixes: tuple[str, ...]) -> A
     """A file to write at the end, checked now: a long run must not fail at its last line."""
     from pathlib import Path
 
-    from workbench.knobs import KnobError
+    from workbench.core.knobs import KnobError
 
     if path is None:
         return None
@@ -551,19 +554,19 @@ def _burst_line(r: Any, knob: str | None = None) -> str:
 
 
 def _cmd_comm(args: argparse.Namespace) -> int:
-    from workbench.comm import parse_sizes
-    from workbench.distributed import comm_bench
-    from workbench.knobs import Knobs
+    from workbench.core.knobs import Knobs
+    from workbench.distributed.allreduce import parse_sizes
+    from workbench.distributed.jobs import comm_bench
 
     not_nccl = [item for item in args.set if not item.strip().startswith("NCCL_")]
     if not_nccl:
-        raise ValueError(f"--set {not_nccl[0]!r} is not allowed: comm takes NCCL_* variables")
+        raise InputError.not_allowed("--set", not_nccl[0], "comm takes NCCL_* variables")
     knobs = Knobs().with_text(args.set)
     sizes = parse_sizes(args.sizes) if args.sizes else None
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
                      timeout_s=args.timeout)  # fmt: skip
     if args.plot and res.ok:
-        from workbench import plots
+        from workbench.notebook import plots
 
         plots.save(plots.comm(res.frame()), args.plot)
     print(json.dumps(res.to_dict()) if args.json else res.table())

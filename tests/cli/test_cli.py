@@ -1,0 +1,330 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+
+# DESIGN.md's BurstResult fields: outside scripts read these names from `--json`.
+# fmt: off
+CONTRACT_FIELDS = {
+    "status", "error", "workload", "device", "knobs", "samples_per_s", "tokens_per_s",
+    "step_ms_p50", "step_ms_iqr", "steps", "measured_s", "warmup_s", "data_wait_pct",
+    "peak_mem_mib", "peak_reserved_mib", "gpu_util_pct", "power_w", "temp_c", "mfu_pct",
+    "noisy", "no_effect", "suspect",
+}
+# fmt: on
+
+
+def _run(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
+    store = tmp_path / "h.sqlite"
+    p = _run("burst", "--workload", "cnn", "--data", str(tiny_data), "--seconds", "0.5",
+             "--set", "batch_size=8", "--set", "num_workers=1", "--store", str(store),
+             "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # the whole of stdout parses as one document
+    assert doc["status"] == "ok" and doc["workload"] == "cnn"
+    assert doc["knobs"]["batch_size"] == 8 and doc["knobs"]["num_workers"] == 1
+    assert doc["samples_per_s"] > 0 and doc["gpu_util_pct"] is None
+    assert set(doc) >= CONTRACT_FIELDS, f"missing: {CONTRACT_FIELDS - set(doc)}"
+    # unknown is null, never 0: a CPU has no GPU figures, an image workload has no tokens
+    assert [doc[k] for k in ("tokens_per_s", "power_w", "temp_c", "mfu_pct")] == [None] * 4
+    assert doc["suspect"] == []  # every self-check passed
+    h = _run("history", "--store", str(store), "--json")
+    assert h.returncode == 0
+    rows = json.loads(h.stdout)
+    assert [r["id"] for r in rows] == [doc["id"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--set", "batch_size=0"], "batch_size=0 is not allowed"),
+        (["--set", "batch_size=-3"], "batch_size=-3 is not allowed"),
+        (["--set", "batch_size=abc"], "batch_size='abc' is not allowed: an integer"),
+        (["--set", "prefetch_factor=4"], "prefetch_factor=4 is not allowed: needs num_workers"),
+        (["--set", "precision=fp8"], "precision='fp8' is not allowed: one of fp32"),
+        (["--set", "warp=9"], "warp='9' is not allowed: unknown knob; known: batch_size"),
+        (["--workload", "nope"], "workload='nope' is not allowed: one of cnn, resnet50, gpt"),
+        (["--data", "/does/not/exist"], "/does/not/exist does not exist"),
+        (["--seconds", "0"], "seconds=0.0 is not allowed"),
+        (["--seconds", "abc"], "invalid float value: 'abc'"),
+        (["--set", "NCCL_ALGO=Rign"], "NCCL_ALGO='Rign' is not allowed: a comma-separated list"),
+        (["--set", "NCCL_IB_TIMEOUT=40"], "NCCL_IB_TIMEOUT='40' is not allowed: an integer 1-31"),
+        (["--set", "world_size=512"], "world_size=512 is not allowed: 1.."),
+        (["--set", "world_size=0"], "world_size=0 is not allowed"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, words, capsys):
+    code = main(["burst", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert words in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_batch_bigger_than_the_dataset_is_bad_input(tiny_data, tmp_path, capsys):
+    # found only once the data is read (inside the burst), so it is also a recorded result
+    store = tmp_path / "h.sqlite"
+    args = ["--data", str(tiny_data), "--set", "batch_size=64", "--store", str(store)]
+    code = main(["burst", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        "workbench burst: error: batch_size=64 is not allowed: the dataset has only 36 samples"
+    )
+    assert main(["history", "--store", str(store), "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["error"]
+
+
+def test_a_batch_bigger_than_each_ranks_share_is_bad_input_too(tiny_data, capsys):
+    # the rank that fails first reports it ("rank 0: KnobError: ...")
+    args = ["--data", str(tiny_data), "--set", "batch_size=32", "--set", "world_size=2"]
+    assert main(["burst", *args, "--no-record", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (
+        "workbench burst: error: batch_size=32 is not allowed: each rank's share of the "
+        "dataset has only 18 samples"
+    )
+
+
+def test_argparse_errors_are_one_line_too(capsys):
+    assert main(["burst", "--seconds", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "invalid float value" in err
+
+
+def test_data_folder_without_images_exits_2_in_a_real_process(tmp_path):
+    (tmp_path / "empty" / "cats").mkdir(parents=True)
+    p = _run("burst", "--data", str(tmp_path / "empty"), "--json")
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert str(tmp_path / "empty") in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_data_command_builds_and_reuses(tmp_path, capsys):
+    out = tmp_path / "d"
+    args = ["data", "--out", str(out), "--images-per-class", "2", "--classes", "2",
+            "--token-mb", "0.01", "--json"]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["root"] == str(out) and len(list(out.rglob("*.jpg"))) == 4
+    assert main(args) == 0  # second time: reused, same answer
+    assert json.loads(capsys.readouterr().out) == doc
+
+
+def test_history_of_an_empty_store(tmp_path, capsys):
+    assert main(["history", "--store", str(tmp_path / "h.sqlite"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_oom_is_a_result_with_exit_0(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(__file__)))
+    from workloads_for_tests import hungry_workload
+
+    from workbench.engine.workloads import register_workload
+
+    register_workload("hungry", lambda data_dir=None: hungry_workload(limit=4))
+    code = main(["burst", "--workload", "hungry", "--set", "batch_size=8", "--seconds", "0.2",
+                 "--no-record", "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["status"] == "oom" and "allocate" in doc["error"]
+
+
+def test_comm_prints_one_json_document_and_bad_input_exits_2(capsys):
+    p = _run("comm", "--world-size", "2", "--sizes", "8K,64K", "--set", "NCCL_PROTO=LL",
+             "--device", "cpu", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "ok" and doc["world_size"] == 2 and doc["backend"] == "gloo"
+    assert [r["size_bytes"] for r in doc["rows"]] == [8192, 65536]
+    assert all(r["correct"] for r in doc["rows"]) and "nccl" in doc["no_effect"]
+    for args, words in [
+        (["--set", "batch_size=8"], "comm takes NCCL_* variables"),
+        (["--sizes", "8Q"], "sizes='8Q' is not allowed"),
+        (["--set", "NCCL_PROTO=LL2"], "NCCL_PROTO='LL2' is not allowed"),
+    ]:
+        assert main(["comm", *args]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_two_rank_burst_from_the_cli_shows_each_rank(tiny_data, tmp_path):
+    p = _run("burst", "--workload", "cnn", "--data", str(tiny_data), "--seconds", "0.5",
+             "--set", "batch_size=4", "--set", "world_size=2", "--no-record")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "rank 0" in p.stdout and "rank 1" in p.stdout and "samples/s" in p.stdout
+
+
+def _interrupt_like_a_terminal(args: list[str], ready, tmp_path) -> tuple[int, str, list]:
+    """Start `workbench ARGS` in its own process group, wait until ``ready(proc, stderr_lines)``
+    and send SIGINT to the whole group, as a terminal's Ctrl-C (or Jupyter's interrupt) does:
+    the loader's or the builder's worker processes get it too."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "workbench", *args]
+    pipe = subprocess.PIPE
+    p = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, env=env, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not ready(psutil.Process(p.pid), lines) and time.monotonic() < deadline:
+        assert p.poll() is None, "".join(lines)
+        time.sleep(0.1)
+    children = psutil.Process(p.pid).children(recursive=True)
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(timeout=60)
+    reader.join(timeout=10)
+    time.sleep(0.5)
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    return p.returncode, "".join(lines), alive
+
+
+def test_ctrl_c_in_a_terminal_stops_a_burst_without_a_traceback(tiny_data, tmp_path):
+    def workers_running(proc, _lines):
+        return len(proc.children()) >= 2
+
+    code, err, alive = _interrupt_like_a_terminal(
+        ["burst", "--data", str(tiny_data), "--seconds", "60", "--set", "num_workers=2",
+         "--set", "batch_size=4", "--json"], workers_running, tmp_path)  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert alive == []
+
+
+def test_ctrl_c_in_a_terminal_stops_a_data_build_without_a_traceback(tmp_path):
+    def building_images(_proc, lines):
+        return any("images:" in ln for ln in lines)
+
+    code, err, alive = _interrupt_like_a_terminal(
+        ["data", "--out", str(tmp_path / "d"), "--images-per-class", "200"],
+        building_images, tmp_path)  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert alive == []
+
+
+def test_a_suspect_burst_says_so_in_the_text_output():
+    from workbench.cli import _format_result
+    from workbench.core.results import BurstResult
+
+    r = BurstResult(workload="cnn", suspect=["the step times add up to 1 ms but ..."])
+    assert "SUSPECT            the step times add up to 1 ms but ..." in _format_result(r.to_dict())
+
+
+USER_MODULE = """
+import torch
+from torch.utils.data import TensorDataset
+
+import workbench as wb
+
+
+def make_model():
+    x = torch.randn(256, 16)
+    return wb.Workload(name="mine", model=lambda: torch.nn.Linear(16, 2),
+                       dataset=lambda: TensorDataset(x, (x[:, 0] > 0).long()))
+
+
+def not_a_workload():
+    return {"model": None}
+"""
+
+
+def _workbench_script() -> str:
+    """The installed ``workbench`` command: unlike ``python -m workbench``, its import path
+    starts with its bin folder, not the current directory (what users run)."""
+    script = os.path.join(os.path.dirname(sys.executable), "workbench")
+    if not os.path.exists(script):
+        pytest.skip("the workbench command is not installed next to this Python")
+    return script
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_module_in_the_current_directory_is_found_by_the_command_and_its_ranks(
+    world_size, tmp_path
+):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # found from where it runs
+    p = subprocess.run(
+        [_workbench_script(), "burst", "--workload", "mymodel:make_model", "--seconds", "0.3",
+         "--set", "batch_size=8", "--set", f"world_size={world_size}", "--no-record", "--json"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "ok" and doc["workload"] == "mine"
+    assert len(doc["ranks"] or [None]) == world_size
+
+
+@pytest.mark.parametrize(
+    ("workload", "words"),
+    [
+        ("nomodule:make", "no module named 'nomodule' on the import path (which includes the "
+                          "current directory, {here}); one of cnn, resnet50, gpt, or "
+                          "module:function that returns a Workload"),
+        ("mymodel:make", "module mymodel ({here}/mymodel.py) has no 'make'; its functions: "
+                         "make_model, not_a_workload"),
+        ("mymodel:not_a_workload", "mymodel:not_a_workload returned dict, not a Workload"),
+        ("mymodel", "'mymodel' is a module: add its function's name, e.g. 'mymodel:make'"),
+    ],
+    ids=["no-module", "no-function", "not-a-workload", "module-only"],
+)  # fmt: skip
+def test_a_bad_workload_name_exits_2_with_one_line_naming_the_option(
+    workload, words, tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the directory first
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    for world_size in (1, 2):  # a distributed burst refuses it before launching, in the same words
+        code = main(["burst", "--workload", workload, "--set", f"world_size={world_size}",
+                     "--no-record", "--json"])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert (code, out) == (2, "")
+        assert err.startswith(f"workbench burst: error: --workload='{workload}' is not allowed: ")
+        assert words.format(here=tmp_path) in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sys.path[0] == str(tmp_path)
+
+
+def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    code = main(["burst", "--workload", "mymodel:make_model", "--data", str(tmp_path),
+                 "--no-record"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == (
+        f"workbench burst: error: --data='{tmp_path}' is not allowed: mymodel:make_model has no "
+        "data_dir parameter to take it (add one, def make(data_dir=None), or leave the data "
+        "folder out)"
+    )
+
+
+@pytest.mark.parametrize("command", ["burst", "sweep", "diagnose", "tune", "profile"])
+def test_the_workload_help_says_how_to_name_a_factory(command, capsys):
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--workload NAME|MODULE:FUNCTION a built-in name (cnn, resnet50, gpt) or "
+            "module:function that returns a Workload, importable from the current directory"
+            ) in text  # fmt: skip

@@ -1,0 +1,104 @@
+"""`workbench sweep`, `diagnose` and `tune`, run in-process (cli.main) on a tiny workload."""
+
+import json
+
+import pytest
+from workloads_for_tests import tensor_workload
+
+from workbench.cli import main
+from workbench.config.saved import load_knobs
+from workbench.engine.workloads import register_workload
+
+
+@pytest.fixture(autouse=True)
+def _tiny():
+    register_workload("tiny", lambda data_dir=None: tensor_workload())
+
+
+def test_sweep_json_is_one_document_with_one_burst_per_value(tmp_path, capsys):
+    plot = tmp_path / "sweep.json"
+    code = main(["sweep", "--workload", "tiny", "--knob", "batch_size", "--values", "8,16",
+                 "--seconds", "0.2", "--no-record", "--plot", str(plot), "--json"])  # fmt: skip
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert code == 0 and doc["knob"] == "batch_size" and doc["values"] == [8, 16]
+    assert [b["knobs"]["batch_size"] for b in doc["bursts"]] == [8, 16]
+    assert "hconcat" in json.loads(plot.read_text())
+
+
+def test_diagnose_json_has_the_verdict_and_the_three_numbers(capsys):
+    code = main(["diagnose", "--workload", "tiny", "--set", "batch_size=16", "--seconds", "0.2",
+                 "--no-record", "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["verdict"] in ("data-bound", "compute-bound", "balanced")
+    for key in ("full_samples_per_s", "loader_samples_per_s", "compute_samples_per_s"):
+        assert doc[key] > 0
+
+
+def test_tune_writes_the_best_measured_config(tmp_path, capsys):
+    out = tmp_path / "tuned.yaml"
+    code = main(["tune", "--workload", "tiny", "--space", "batch_size=8,16", "--budget", "3",
+                 "--seconds", "0.2", "--store", str(tmp_path / "h.sqlite"), "--out", str(out),
+                 "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(doc["bursts"]) <= 3 and doc["out"] == str(out)
+    assert load_knobs(out).to_dict() == doc["best"]
+    assert doc["best"]["batch_size"] in (8, 16, 32)  # 32: the start, the default knobs
+
+
+def test_tune_json_has_the_speedup_with_its_interval_and_the_start_runs(tmp_path, capsys):
+    out = tmp_path / "tuned.yaml"
+    code = main(["tune", "--workload", "tiny", "--space", "batch_size=16,64", "--budget", "6",
+                 "--seconds", "0.2", "--no-record", "--out", str(out), "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["start_runs"] >= 2  # first, and again at the end
+    assert {"speedup", "speedup_low", "speedup_high"} <= set(doc) and doc["speedup"] > 0
+    if doc["best"] != doc["start"]:
+        assert doc["speedup_low"] <= doc["speedup"] <= doc["speedup_high"]
+    assert "source: tune" in out.read_text()  # the saved config quotes the tune's median
+
+
+def test_tune_text_output_says_what_it_wrote(tmp_path, capsys):
+    out = tmp_path / "tuned.yaml"
+    code = main(["tune", "--workload", "tiny", "--space", "batch_size=16", "--budget", "2",
+                 "--seconds", "0.2", "--no-record", "--out", str(out)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and f"wrote {out}" in captured.out and "best" in captured.out
+    assert "[1/2] start" in captured.err  # one progress line per burst, on stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["tune", "--space", "batch_size="], "batch_size='' is not allowed: comma-separated"),
+        (["tune", "--space", "warp=1,2"], "warp='1' is not allowed: unknown knob"),
+        (["tune", "--space", "batch_size=0,16"], "batch_size=0 is not allowed: an integer"),
+        (["tune", "--space", "batch_size"], "KNOB=V1,V2"),
+        (["tune", "--space", "batch_size=8", "--space", "batch_size=16"], "given twice"),
+        (["tune", "--budget", "0"], "budget=0 is not allowed: an integer >= 1"),
+        (["tune", "--margin", "0.95"], "memory_margin=0.95 is not allowed: a number from 0"),
+        (["tune", "--margin", "-0.1"], "memory_margin=-0.1 is not allowed"),
+        (["tune", "--out", "/does/not/exist/t.yaml"], "a .yaml or .yml file in an existing"),
+        (["tune", "--out", "tuned.txt"], "out='tuned.txt' is not allowed"),
+        (["tune", "--workload", "tiny"], "the following arguments are required: --out"),
+        (["tune", "--workload", "nope"], "workload='nope' is not allowed: one of cnn"),
+        (["sweep", "--knob", "warp", "--values", "1"], "warp='1' is not allowed"),
+        (["sweep", "--knob", "batch_size", "--values", ""], "none may be empty"),
+        (["sweep", "--knob", "batch_size", "--values", "8", "--repeats", "0"], "repeats=0"),
+        (["sweep", "--knob", "batch_size"], "required: --values"),
+        (["diagnose", "--set", "batch_size=0"], "batch_size=0 is not allowed"),
+        (["diagnose", "--set", "loader=synthetic"], "loader='synthetic' is not allowed"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if args[0] == "tune" and "--out" not in args and "required: --out" not in words:
+        args = [*args, "--out", str(tmp_path / "t.yaml")]
+    if "--workload" not in args:
+        args = [*args, "--workload", "tiny"]  # bad input is refused before any data is built
+    code = main([*args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert words in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "t.yaml").exists()

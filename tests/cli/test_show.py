@@ -1,0 +1,90 @@
+"""`workbench show FILE.yaml`: validates a saved config and prints what to paste."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+from workbench.cli import main
+from workbench.config import provenance
+from workbench.config.saved import save_config
+from workbench.core.knobs import Knobs
+from workbench.engine import hardware
+
+KNOBS = Knobs(batch_size=64, num_workers=4, pin_memory=True, world_size=2,
+              nccl={"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128"})  # fmt: skip
+ALLOC = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_show_prints_env_dataloader_and_torchrun_lines(tmp_path, capsys):
+    path = save_config(KNOBS, tmp_path / "tuned.yaml", env=ALLOC)
+    assert main(["show", str(path), "--script", "fit.py"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith(f"# {path}: saved ")
+    for line in [
+        "export NCCL_ALGO=Ring",
+        "export NCCL_PROTO='^LL128'",
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True, "
+        "persistent_workers=False, prefetch_factor=2)",
+        "torchrun --standalone --nproc_per_node=2 fit.py",
+        "torchrun --nnodes=$NNODES --nproc_per_node=2 --rdzv_backend=c10d "
+        "--rdzv_endpoint=$MASTER_ADDR:29500 --rdzv_id=$JOB_ID fit.py",
+    ]:
+        assert line in lines
+
+
+def test_show_json_is_one_document(tmp_path, capsys):
+    path = save_config(KNOBS, tmp_path / "tuned.yaml")
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128"}
+    assert doc["dataloader"]["num_workers"] == 4 and doc["knobs"]["world_size"] == 2
+    assert doc["torchrun"]["single_node"].endswith("--nproc_per_node=2 train.py")
+    assert doc["warnings"] == []
+
+
+def test_show_puts_machine_warnings_on_stderr(tmp_path, capsys, monkeypatch):
+    h200 = dataclasses.replace(hardware.device_info("cpu"), kind="cuda", name="NVIDIA H200",
+                               index=0)  # fmt: skip
+    monkeypatch.setattr(hardware, "device_info", lambda device=None: h200)
+    path = save_config(KNOBS, tmp_path / "tuned.yaml")  # saved alone, on "an H200"
+    monkeypatch.setattr(
+        provenance, "current_machine", lambda: {"gpus": ["NVIDIA L4"], "torch": "2.9"}
+    )
+    assert main(["show", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "export NCCL_ALGO=Ring" in out
+    assert err.startswith("workbench show: warning: ")
+    assert "saved (not measured) on NVIDIA H200; this machine has NVIDIA L4" in err
+
+
+def test_a_bad_file_exits_2_with_one_line_naming_file_key_and_problem(tmp_path, capsys):
+    path = save_config(KNOBS, tmp_path / "tuned.yaml")
+    path.write_text(path.read_text().replace("batch_size: 64", "batch_size: -1", 1))
+    assert main(["show", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (
+        f"workbench show: error: {path}: knobs.batch_size: -1 is not allowed: "
+        "an integer from 1 to 65536"
+    )
+
+
+def test_show_in_a_real_process(tmp_path):
+    path = save_config(KNOBS, tmp_path / "tuned.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 2\nknobs: !!python/object/apply:os.system ['echo hi']\n")
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home")}
+    ok = subprocess.run([sys.executable, "-m", "workbench", "show", str(path)],
+                        capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "torchrun --standalone --nproc_per_node=2 train.py" in ok.stdout
+    no = subprocess.run([sys.executable, "-m", "workbench", "show", str(bad)],
+                        capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert no.returncode == 2 and no.stdout == "" and "hi" not in no.stdout
+    assert len(no.stderr.strip().splitlines()) == 1 and "Traceback" not in no.stderr
+    assert f"{bad}: line 2, column 8: YAML tag '!!python/object/apply:os.system'" in no.stderr

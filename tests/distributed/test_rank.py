@@ -1,0 +1,62 @@
+"""Merging the ranks' numbers into one job result (the rank code itself runs in
+test_distributed.py, under torchrun)."""
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from workbench.distributed.rank import is_alive, merge_ranks
+
+
+def _row(rank, samples, measured_s, mem, wait):
+    return {"rank": rank, "samples": samples, "measured_s": measured_s, "peak_mem_mib": mem,
+            "data_wait_pct": wait, "steps": samples // 8}  # fmt: skip
+
+
+RANK0 = {"samples_per_s": 100.0, "tokens_per_s": None, "flops_per_sample": 1e9,
+         "peak_tflops": 100.0, "peak_mem_mib": 500.0, "data_wait_pct": 10.0}  # fmt: skip
+
+
+def test_samples_count_every_rank_over_the_longest_window():
+    rows = [_row(0, 160, 2.0, 500.0, 10.0), _row(1, 160, 2.5, 700.0, 30.0)]
+    out = merge_ranks(RANK0, rows, "nccl", "cuda")
+    assert out["samples"] == 320 and out["measured_s"] == 2.5
+    assert out["samples_per_s"] == pytest.approx(128.0)
+    assert out["peak_mem_mib"] == 700.0  # each GPU has its own limit: the largest matters
+    assert out["data_wait_pct"] == pytest.approx(20.0)
+    assert out["backend"] == "nccl" and out["ranks"] == rows
+    # MFU over both devices' peak: 1e9 FLOP x 128/s over 2 x 100 TFLOP/s
+    assert out["mfu_pct"] == pytest.approx(100 * 1e9 * 128 / (2 * 100e12))
+
+
+def test_cpu_ranks_share_the_host_so_memory_adds_up_and_tokens_follow_samples():
+    rank0 = dict(RANK0, tokens_per_s=25600.0, peak_tflops=None)
+    rows = [_row(0, 80, 1.0, 300.0, 0.0), _row(1, 80, 1.0, 310.0, 0.0)]
+    out = merge_ranks(rank0, rows, "gloo", "cpu")
+    assert out["peak_mem_mib"] == 610.0
+    assert out["tokens_per_s"] == pytest.approx(160.0 * 256)
+    assert out["mfu_pct"] is None
+
+
+def test_a_ranks_failed_self_check_is_the_jobs_and_names_the_rank():
+    rows = [_row(0, 80, 1.0, 300.0, 0.0), _row(1, 80, 1.0, 310.0, 0.0)]
+    rows[1]["suspect"] = ["the result names cuda:1 but the model ran on cuda:0"]
+    out = merge_ranks(dict(RANK0, suspect=[]), rows, "nccl", "cuda")
+    assert out["suspect"] == ["rank 1: the result names cuda:1 but the model ran on cuda:0"]
+
+
+def test_a_killed_launcher_is_dead_to_its_ranks_even_before_it_is_reaped():
+    # A killed kernel stays a zombie until its parent waits for it; signal 0 still answers.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    launcher = psutil.Process(proc.pid)
+    assert is_alive(launcher)
+    proc.kill()
+    deadline = time.monotonic() + 10
+    while launcher.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert launcher.status() == psutil.STATUS_ZOMBIE and not is_alive(launcher)
+    proc.wait()
+    assert not is_alive(launcher) and not is_alive(None)

@@ -1,0 +1,109 @@
+"""The backend flags a burst sets: TF32 through both of torch's APIs, restored exactly.
+
+The flags are process-global and readable without a GPU, so the CUDA branch is exercised here
+with device "cuda" (a CPU burst never touches them)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import Knobs
+from workbench.engine.training import (
+    _read_flags,
+    _restore_flags,
+    apply_backend_flags,
+    backend_flags,
+    precision_state,
+)
+
+CUDA = torch.device("cuda")
+b = torch.backends
+
+USER_SETTINGS = {
+    "torch default": lambda: None,
+    "legacy set_float32_matmul_precision('high')": lambda: torch.set_float32_matmul_precision(
+        "high"
+    ),
+    "legacy allow_tf32 booleans": lambda: setattr(b.cuda.matmul, "allow_tf32", True),
+    "new API matmul tf32 only": lambda: setattr(b.cuda.matmul, "fp32_precision", "tf32"),
+    "new API generic tf32": lambda: setattr(b, "fp32_precision", "tf32"),
+}
+needs_new_api = pytest.mark.skipif(
+    not hasattr(b.cuda.matmul, "fp32_precision"), reason="torch < 2.9 has only the legacy API"
+)
+
+
+@pytest.fixture(autouse=True)
+def _give_back_the_flags():
+    saved = _read_flags()
+    yield
+    _restore_flags(saved)
+
+
+def _errors(state: dict) -> list[str]:
+    return [k for k, v in state.items() if isinstance(v, str) and v.startswith("error")]
+
+
+@needs_new_api
+@pytest.mark.parametrize("user", list(USER_SETTINGS))
+@pytest.mark.parametrize("precision", ["tf32", "fp32", "bf16"])
+def test_every_reader_works_during_a_burst_and_the_users_setting_comes_back(user, precision):
+    USER_SETTINGS[user]()
+    before = precision_state()
+    with backend_flags(Knobs(precision=precision), CUDA):
+        during = precision_state()
+        assert _errors(during) == []  # Inductor's max-autotune reads the legacy getter
+        tf32 = precision == "tf32"
+        assert during["torch.get_float32_matmul_precision()"] == ("high" if tf32 else "highest")
+        assert during["cuda.matmul.allow_tf32"] is tf32 and during["cudnn.allow_tf32"] is tf32
+        mode = "tf32" if tf32 else "ieee"
+        assert during["cuda.matmul.fp32_precision"] == mode
+        assert during["cudnn.conv.fp32_precision"] == mode  # fp32 means no TF32 convolutions
+    assert precision_state() == before
+
+
+def test_benchmark_flag_set_inside_and_restored():
+    before = precision_state()
+    with backend_flags(Knobs(cudnn_benchmark=True), CUDA):
+        assert b.cudnn.benchmark is True
+    assert precision_state() == before
+
+
+def test_a_cpu_burst_touches_no_flag():
+    b.cuda.matmul.allow_tf32 = True
+    before = precision_state()
+    with backend_flags(Knobs(precision="fp32"), torch.device("cpu")):
+        assert precision_state() == before
+
+
+def test_production_side_sets_the_same_coherent_mode():
+    assert apply_backend_flags(Knobs(precision="tf32")) == {
+        "fp32_precision": "tf32",
+        "cudnn_benchmark": False,
+    }
+    state = precision_state()
+    assert _errors(state) == [] and state["torch.get_float32_matmul_precision()"] == "high"
+
+
+def test_a_refusing_reader_reads_as_an_error_not_an_exception():
+    if not hasattr(b.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch < 2.9 cannot mix the APIs")
+    b.cuda.matmul.fp32_precision = "tf32"  # new API only: torch's legacy getter refuses
+    state = precision_state()
+    assert state["torch.get_float32_matmul_precision()"].startswith("error: ")
+
+
+def test_only_a_distributed_wrapper_counts_as_wrapped():
+    # a burst in this process passes the Solo coordinator's wrap, which returns the model: the
+    # FLOP count on the live model (for models meta cannot run) must not think it is DDP
+    from workloads_for_tests import tensor_workload
+
+    from workbench.engine.coordinator import Solo
+    from workbench.engine.training import build_train_state
+
+    cpu = torch.device("cpu")
+    solo = build_train_state(tensor_workload(), Knobs(), cpu, wrap=Solo().wrap_model)
+    assert solo.wrapped is False
+    ddp_like = build_train_state(tensor_workload(), Knobs(), cpu, wrap=torch.nn.Sequential)
+    assert ddp_like.wrapped is True

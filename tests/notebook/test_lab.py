@@ -1,0 +1,123 @@
+"""`workbench lab`: JupyterLab on the quickstart, on 127.0.0.1, with token auth left on."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from workbench.notebook.lab import TOKEN_ENV, lab_command, lab_env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_command_binds_loopback_and_keeps_the_token_off_the_command_line():
+    cmd = lab_command(port=8899, open_browser=False)
+    options = cmd[3:]  # after python -c LAUNCHER: what `ps` shows every user of the machine
+    assert options[0].endswith("01_quickstart.ipynb")
+    assert "--ServerApp.ip=127.0.0.1" in options
+    assert {"--ServerApp.port=8899", "--ServerApp.port_retries=0"} <= set(options)
+    assert not [o for o in options if "token" in o.lower() or "password" in o.lower()]
+
+
+def _fake_jupyterlab(root):
+    """A stand-in ``jupyterlab.labapp`` that reports the argv and environment it was given."""
+    pkg = root / "jupyterlab"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "labapp.py").write_text(
+        "import json, os, sys\n"
+        "def main():\n"
+        "    print(json.dumps({'argv': sys.argv[1:], 'env': sorted(os.environ)}))\n"
+    )
+
+
+def test_the_server_gets_the_token_as_an_option_that_outranks_config_files(tmp_path):
+    _fake_jupyterlab(tmp_path)
+    cmd = lab_command(port=8899, open_browser=False)
+    env = {**lab_env("s3cret-TOKEN_1"), "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["argv"][-1] == "--IdentityProvider.token=s3cret-TOKEN_1"
+    assert seen["argv"][:-1] == cmd[3:]
+    assert TOKEN_ENV not in seen["env"]  # kernels inherit the server's environment: not this
+
+
+def test_the_server_refuses_to_start_without_a_token(tmp_path):
+    _fake_jupyterlab(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop(TOKEN_ENV, None)
+    out = subprocess.run(lab_command(port=8899), env=env, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode != 0 and "refusing to start an open server" in out.stderr
+    assert "argv" not in out.stdout
+
+
+def test_open_lab_prints_the_url_with_a_fresh_random_token(monkeypatch, capsys):
+    import workbench.notebook.lab as lab
+
+    launched = []
+    monkeypatch.setattr(lab.subprocess, "call", lambda cmd, env: launched.append((cmd, env)))
+    lab.open_lab(port=8899, open_browser=False)
+    lab.open_lab(port=8899, open_browser=False)
+    tokens = [env[TOKEN_ENV] for _cmd, env in launched]
+    assert len(set(tokens)) == 2 and all(len(t) >= 32 for t in tokens)
+    printed = capsys.readouterr().out.splitlines()
+    for line, token in zip(printed, tokens, strict=True):
+        assert line.endswith(f"http://127.0.0.1:8899/lab/tree/notebooks/01_quickstart.ipynb"
+                             f"?token={token}")  # fmt: skip
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except urllib.error.URLError:  # not listening yet: the URL is printed before it starts
+        return 0
+
+
+@pytest.mark.slow
+def test_a_real_server_refuses_requests_without_the_token_whatever_the_user_config(tmp_path):
+    port = _free_port()
+    dirs = {"JUPYTER_CONFIG_DIR": "cfg", "JUPYTER_RUNTIME_DIR": "rt", "JUPYTER_DATA_DIR": "d"}
+    env = {**os.environ, **{k: str(tmp_path / v) for k, v in dirs.items()}}
+    (tmp_path / "cfg").mkdir()  # a user config that would open the server to anyone
+    (tmp_path / "cfg" / "jupyter_server_config.py").write_text('c.IdentityProvider.token = ""\n')
+    log = tmp_path / "lab.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workbench", "lab", "--no-browser", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    try:
+        token = None
+        for _ in range(120):
+            found = re.search(r"token=([A-Za-z0-9_-]+)", log.read_text())
+            if found:
+                token = found.group(1)
+                break
+            time.sleep(0.5)
+        assert token, log.read_text()[-2000:]
+        base = f"http://127.0.0.1:{port}/api/contents/notebooks"
+        for _ in range(120):
+            if _get(f"{base}?token={token}") == 200:
+                break
+            time.sleep(0.5)
+        assert _get(f"{base}?token={token}") == 200
+        assert _get(base) == 403
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -1,0 +1,53 @@
+"""Every notebook runs top to bottom on a CPU, headless, and is stored without outputs.
+
+Their wall time is checked against the targets (the quickstart under 2 minutes) and reported
+as a warning when over: on a loaded 2-core machine the clock says more about the neighbours
+than about the notebook. WORKBENCH_STRICT_TIMING=1 makes it a failure (for a quiet machine)."""
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+QUICKSTART = "01_quickstart.ipynb"
+LIMIT_S = 180.0  # any notebook, top to bottom on a CPU
+QUICKSTART_LIMIT_S = 120.0  # the promise to a first-time user: under 2 minutes on a CPU
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    nb = json.loads(path.read_text())
+    assert not [c for c in nb["cells"] if c.get("outputs") or c.get("execution_count")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # the kernel inherits the env
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
+    t0 = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - t0
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    limit_s = QUICKSTART_LIMIT_S if path.name == QUICKSTART else LIMIT_S
+    if elapsed >= limit_s:  # wall time on a shared, loaded machine is a figure, not a verdict
+        message = f"{path.name} took {elapsed:.0f} s on this CPU (target {limit_s:g} s)"
+        if os.environ.get("WORKBENCH_STRICT_TIMING") == "1":
+            pytest.fail(message)
+        warnings.warn(message, stacklevel=1)
+
+
+def test_the_quickstart_is_among_the_timed_notebooks():
+    assert QUICKSTART in [p.name for p in NOTEBOOKS]

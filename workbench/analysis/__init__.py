@@ -1,0 +1,1 @@
+"""What a set of bursts says: sweeps, the loader ceiling, diagnosis, advice, profiling."""

@@ -1,0 +1,413 @@
+"""Saved configs: the tuned knobs, and the production side that trains with them.
+
+``save_config(knobs_or_result, path)`` writes a YAML file a person can read and diff: the
+knobs, the environment of the training processes (NCCL_* and allocator variables), the
+DataLoader keyword arguments, torchrun launch lines, and where it all came from (device,
+versions, what the burst measured, when). ``load_config(path)`` returns a :class:`TunedConfig`
+whose methods a plain training script calls: ``dataloader``, ``autocast``, ``grad_scaler``,
+``apply_backend_flags``, ``env``, ``ddp_kwargs``, ``torchrun_command``.
+
+The knobs are the source of truth. The env's NCCL_* part, the DataLoader kwargs and the launch
+lines are copies written from them for people to read and paste; loading checks each copy
+against the knobs, so an edit to a copy is an error that says which knob to change, never a
+silent disagreement between what the file shows and what the script does. One entry of the
+``dataloader`` section is not a copy: ``collate_fn``, the workload's collate function, saved by
+its importable name (``module:function``) so ``cfg.dataloader(ds)`` runs the measured pipeline.
+
+Imports stay light: yaml and the knobs at import time, torch inside the methods that need it,
+never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the notebook stack).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from workbench.config import provenance
+from workbench.config.tuned_config import COLLATE_NAME, TunedConfig
+from workbench.config.yaml_text import (
+    ConfigError,
+    Section,
+    check_keys,
+    load_text,
+    read_yaml,
+    render,
+    write_text,
+)
+from workbench.core import envvars, nccl
+from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
+
+__all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
+           "load_config", "load_knobs", "save_config"]  # fmt: skip
+
+SCHEMA_VERSION = 2
+"""2: knobs, env, dataloader, launch, provenance. 1 (knobs, measured, provenance, saved_at)
+is still read."""
+_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "provenance")
+
+
+class ConfigWarning(UserWarning):
+    """Loading works, but something deserves a look (another GPU, an unknown variable)."""
+
+
+# --------------------------------------------------------------------------- save
+
+
+def save_config(
+    knobs_or_result: Any,
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    collate_fn: Callable[..., Any] | str | None = None,
+) -> Path:
+    """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
+    best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
+    TunedConfig (a loaded one: re-saving gives the same bytes) to ``path`` as YAML.
+
+    ``env`` adds variables beside the NCCL knobs, e.g. ``{"PYTORCH_CUDA_ALLOC_CONF":
+    "expandable_segments:True"}``. ``collate_fn`` (the workload's, ``wl.collate_fn``, or its
+    name ``"module:function"``) is saved in the ``dataloader`` section by that name, so
+    ``cfg.dataloader(ds)`` batches as the bursts did; a lambda, a nested function or one from
+    ``__main__`` has no name another process can import, and is refused here. The text is
+    checked by the loader before it is written, so every saved file loads; the write is
+    atomic. Returns the path written.
+    """
+    target = Path(path).expanduser()
+    cfg = _as_config(knobs_or_result, env, target)
+    if collate_fn is not None:
+        cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
+    text = config_text(cfg)
+    _, notes = _parse(load_text(text, target), target)
+    _warn(target, notes)
+    write_text(target, text)
+    return target
+
+
+def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
+    from workbench.core.results import BurstResult
+
+    extra = dict(env or {})
+    for name in extra:
+        if isinstance(name, str) and name.startswith("NCCL_"):
+            problem = "NCCL variables are knobs: set them in Knobs(nccl=...) so bursts agree"
+            raise ConfigError(target, f"env.{name}", problem)
+    if isinstance(obj, TunedConfig):
+        return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance,
+                           collate_fn=obj.collate_fn)  # fmt: skip
+    if isinstance(obj, Knobs):
+        return TunedConfig(obj, extra, provenance.from_knobs())
+    if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
+        if not hasattr(obj, "bursts"):
+            obj = obj.best_result  # a TuneResult's shape without its runs: its best burst
+        else:
+            return TunedConfig(obj.best, extra, provenance.from_tune(obj))
+    if isinstance(obj, BurstResult):
+        if obj.status != "ok":
+            problem = f"the burst ended with status {obj.status!r} ({obj.error})"
+            raise ConfigError(target, None, f"{problem}: save one that ended ok, or its knobs")
+        return TunedConfig(obj.knobs, extra, provenance.from_result(obj))
+    if hasattr(obj, "best_result"):
+        raise ConfigError(
+            target, None, "the tune found no config that ran and fits: nothing to save"
+        )
+    kinds = "Knobs, a BurstResult, a TuneResult or a TunedConfig"
+    raise TypeError(f"save_config takes {kinds}, not {type(obj).__name__}")
+
+
+def collate_fn_name(collate_fn: Callable[..., Any] | str, path: str | Path | None = None) -> str:
+    """The ``module:function`` name under which a saved config keeps ``collate_fn``; raises
+    ConfigError (key ``dataloader.collate_fn``) for one that production code could not import
+    by name: a lambda, a nested function, a callable object, or a function in ``__main__``."""
+    key = "dataloader.collate_fn"
+    if isinstance(collate_fn, str):
+        if not COLLATE_NAME.match(collate_fn):
+            raise ConfigError(path, key, f"{collate_fn!r} is not allowed: 'module:function'")
+        from workbench.config.tuned_config import import_collate
+
+        import_collate(collate_fn, path)  # it must import now, where it was measured
+        return collate_fn
+    module = getattr(collate_fn, "__module__", None)
+    qualname = getattr(collate_fn, "__qualname__", None)
+    move = "define it at the top level of an importable module and pass that function"
+    if not isinstance(qualname, str) or not module:  # an instance with __call__
+        kind = type(collate_fn).__name__
+        problem = f"a callable {kind} object cannot be saved by name: wrap it in a function"
+        problem += f" ({move})"
+        raise ConfigError(path, key, problem)
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        what = "a lambda" if "<lambda>" in qualname else f"{qualname} (defined inside a function)"
+        raise ConfigError(path, key, f"{what} cannot be saved by name: {move}")
+    if module == "__main__":
+        problem = (f"{qualname} is defined in __main__ (a notebook or the script that runs), "
+                   f"which production code cannot import: move it into a module (e.g. "
+                   f"collate.py) and import it from there")  # fmt: skip
+        raise ConfigError(path, key, problem)
+    name = f"{module}:{qualname}"
+    from workbench.config.tuned_config import import_collate
+
+    if import_collate(name, path) is not collate_fn:
+        raise ConfigError(path, key, f"{name!r} names another object than this collate_fn")
+    return name
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load_config(path: str | Path, *, check_machine: bool = True) -> TunedConfig:
+    """Read and validate a saved config; bad content raises ConfigError (file, key, problem).
+
+    Warns (ConfigWarning) instead of failing when this machine differs from the one that
+    measured the config (GPU model, torch major version), or for a variable workbench does not
+    know: the knobs are still the best starting point there.
+    """
+    cfg, notes = _parse(read_yaml(path), path)
+    if check_machine:
+        promise = "the tuned numbers are a starting point here, not a promise"
+        notes += [f"{d}: {promise}" for d in cfg.machine_differences()]
+    _warn(path, notes)
+    return cfg
+
+
+def load_knobs(path: str | Path) -> Knobs:
+    """Only the knobs of a saved config (validated as by load_config, without warnings)."""
+    return _parse(read_yaml(path), path)[0].knobs
+
+
+def _warn(path: str | Path, notes: list[str]) -> None:
+    for note in notes:
+        warnings.warn(f"{path}: {note}", ConfigWarning, stacklevel=3)
+
+
+def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
+    """Validate a loaded document, key by key; returns the config and warnings."""
+    if not isinstance(doc, Mapping):
+        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
+        raise ConfigError(
+            path, None, f"expected a mapping with schema_version and knobs, got {got}"
+        )
+    if _schema_version(doc, path) == 1:
+        doc = _from_v1(doc, path)
+    check_keys(path, "", doc, _TOP_KEYS)
+    knobs_data = _mapping(doc, "knobs", path, required=True)
+    env_data = _mapping(doc, "env", path)
+    knobs, nccl_where = _knobs(knobs_data, env_data, path)
+    extra_env, notes = _extra_env(env_data, path)
+    notes = _nccl_notes(knobs, nccl_where, path) + notes
+    cfg = TunedConfig(
+        knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
+        collate_fn=_saved_collate(doc.get("dataloader"), path),
+    )  # fmt: skip
+    _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
+    _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
+    return cfg, notes
+
+
+def _saved_collate(section: Any, path: str | Path) -> str | None:
+    """``dataloader.collate_fn``: a ``module:function`` name, not imported until used."""
+    if not isinstance(section, Mapping) or section.get("collate_fn") is None:
+        return None
+    name = section["collate_fn"]
+    if not isinstance(name, str) or not COLLATE_NAME.match(name):
+        problem = f"{name!r} is not allowed: a 'package.module:function' name"
+        raise ConfigError(path, "dataloader.collate_fn", problem)
+    return name
+
+
+def _schema_version(doc: Mapping[str, Any], path: str | Path) -> int:
+    if "schema_version" not in doc:
+        raise ConfigError(
+            path, "schema_version", f"missing (required; this workbench writes {SCHEMA_VERSION})"
+        )
+    v = doc["schema_version"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(
+            path, "schema_version", f"{v!r} is not allowed: an integer from 1 to {SCHEMA_VERSION}"
+        )
+    if v > SCHEMA_VERSION:
+        problem = f"{v} is newer than this workbench understands (1 to {SCHEMA_VERSION})"
+        raise ConfigError(path, "schema_version", f"{problem}: upgrade workbench to load it")
+    return v
+
+
+def _from_v1(doc: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """Schema 1 (knobs, measured, provenance, saved_at) in schema 2's shape."""
+    check_keys(path, "", doc, ("schema_version", "knobs", "measured", "provenance", "saved_at"))
+    old = _mapping(doc, "provenance", path)
+    measured = _mapping(doc, "measured", path)
+    new: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    if "knobs" in doc:
+        new["knobs"] = doc["knobs"]
+    new["provenance"] = {
+        "source": "burst" if measured else "knobs",
+        "workload": old.get("workload"),
+        "burst_id": old.get("burst_id"),
+        "date": old.get("burst_at") or doc.get("saved_at"),
+        "device": {"type": old.get("device"), "name": old.get("device_name")},
+        "versions": old.get("versions") or {},
+        "measured": {k: measured.get(k) for k in provenance.MEASURED_KEYS} if measured else None,
+    }
+    return new
+
+
+def _mapping(
+    doc: Mapping[str, Any], key: str, path: str | Path, required: bool = False
+) -> dict[str, Any]:
+    if key not in doc:
+        if required:
+            raise ConfigError(path, key, "missing (required)")
+        return {}
+    value = doc[key]
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, key, f"expected a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _knobs(data: dict[str, Any], env: dict[str, Any], path: str | Path) -> tuple[Knobs, str]:
+    """Build the Knobs; NCCL values come from knobs.nccl, or from env when that is absent."""
+    check_keys(path, "knobs", data, KNOB_NAMES)
+    env_nccl = {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("NCCL_")}
+    where = "knobs.nccl" if "nccl" in data else "env"
+    data["nccl"] = env_nccl if where == "env" else (data["nccl"] or {})
+    try:
+        knobs = Knobs(**data)
+    except KnobError as exc:
+        name = exc.knob
+        key = f"{where}.{name}" if name.startswith("NCCL_") else f"knobs.{name}"
+        raise ConfigError(path, key, f"{exc.value!r} is not allowed: {exc.allowed}") from None
+    if where == "knobs.nccl":
+        _check_env_nccl(env_nccl, knobs, path)
+    return knobs, where
+
+
+def _check_env_nccl(env_nccl: dict[str, Any], knobs: Knobs, path: str | Path) -> None:
+    """env's NCCL_* must repeat knobs.nccl exactly: two sources could otherwise disagree."""
+    for name, value in env_nccl.items():
+        if name not in knobs.nccl:
+            problem = "not in knobs.nccl: NCCL variables are knobs; add it there too"
+            raise ConfigError(path, f"env.{name}", f"{problem} (or leave knobs.nccl out)")
+        if str(value).strip() != knobs.nccl[name] or isinstance(value, bool):
+            knob = f"knobs.nccl.{name}={knobs.nccl[name]!r}"
+            problem = f"{value!r} disagrees with {knob}; env is written from the knobs"
+            raise ConfigError(path, f"env.{name}", f"{problem}: change the knob")
+    missing = sorted(set(knobs.nccl) - set(env_nccl))
+    if env_nccl and missing:
+        raise ConfigError(path, "env", f"lacks {', '.join(missing)}, set in knobs.nccl")
+
+
+def _nccl_notes(knobs: Knobs, where: str, path: str | Path) -> list[str]:
+    try:
+        notes = nccl.check_env(knobs.nccl)
+    except nccl.NcclError as exc:
+        raise ConfigError(
+            path, f"{where}.{exc.knob}", f"{exc.value!r} is not allowed: {exc.allowed}"
+        ) from None
+    return [f"{where}: {n}" for n in notes]
+
+
+def _extra_env(env: dict[str, Any], path: str | Path) -> tuple[dict[str, str], list[str]]:
+    """The variables beside NCCL_* (checked by workbench.core.envvars), and warnings about them."""
+    out: dict[str, str] = {}
+    notes: list[str] = []
+    for name, value in env.items():
+        if not envvars.is_variable_name(name):
+            problem = "not an environment variable name (letters, digits and _)"
+            raise ConfigError(path, f"env.{name}", problem)
+        if name.startswith("NCCL_"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            problem = f"{value!r} is not allowed: text (quote it in YAML)"
+            raise ConfigError(path, f"env.{name}", problem)
+        out[name] = str(value).strip()
+        try:
+            notes += [f"env.{n}" for n in envvars.check_variable(name, out[name])]
+        except envvars.EnvVarError as exc:
+            problem = f"{exc.value!r} is not allowed: {exc.allowed}"
+            raise ConfigError(path, f"env.{name}", problem) from None
+    return out, notes
+
+
+def _check_copy(
+    path: str | Path, section: str, found: Any, expected: dict[str, Any], source: str
+) -> None:
+    """A section written from the knobs must still agree with them (absent: rebuilt on save)."""
+    if found is None:
+        return
+    if not isinstance(found, Mapping):
+        raise ConfigError(path, section, f"expected a mapping, got {type(found).__name__}")
+    check_keys(path, section, found, expected)
+    for key, want in expected.items():
+        got = found.get(key)
+        if key not in found or got != want or type(got) is not type(want):
+            what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
+            origin = f"this section is written from {source.format(key=key)}"
+            advice = "change the knob, not its copy (or delete the section: saving rebuilds it)"
+            problem = f"{what}: {origin}, which gives {want!r}; {advice}"
+            raise ConfigError(path, f"{section}.{key}", problem)
+
+
+# --------------------------------------------------------------------------- the text
+
+
+def _loader_section(cfg: TunedConfig) -> dict[str, Any]:
+    section = cfg.dataloader_kwargs("cuda")  # as tuned: pin_memory is dropped only where no CUDA
+    if cfg.collate_fn is not None:
+        section["collate_fn"] = cfg.collate_fn
+    return section
+
+
+_HEADER = """\
+workbench tuned config. In a training script:
+  cfg = workbench.load_config("tuned.yaml")
+  loader = cfg.dataloader(dataset); scaler = cfg.grad_scaler(); with cfg.autocast(): ...
+`workbench show FILE` checks this file and prints the lines to paste.
+The knobs are the source of truth: env's NCCL_* part, dataloader and launch are copies written
+from them, and loading checks that they agree. Change a knob, not its copy."""
+
+_NOTES = {
+    "knobs": "The tuned knobs (workbench.Knobs; wb.knob_specs() describes each).",
+    "env": "Environment of the training processes: export it before launching. NCCL reads "
+    "NCCL_* when a communicator is created and PyTorch reads PYTORCH_CUDA_ALLOC_CONF when it "
+    "initializes CUDA, so setting them later has no effect.",
+    "dataloader": "torch.utils.data.DataLoader arguments, passed by cfg.dataloader(dataset); "
+    "shuffle and sampler are the script's. batch_size is per process; pin_memory needs CUDA. "
+    "collate_fn, when present, is the workload's own (imported by that name), not a knob.",
+    "launch": "torchrun lines (your script in place of train.py). One node: world_size "
+    "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
+    "JOB_ID set.",
+    "provenance": "Where these knobs came from. Loading warns when this machine differs (GPU "
+    "model, torch major version): the numbers are then a starting point, not a promise.",
+}
+
+
+_NOT_MEASURED = (
+    "No burst measured these knobs: they were saved as they are. device and versions are "
+    "those of the machine they were saved on; measured is empty."
+)
+
+
+def config_text(cfg: TunedConfig) -> str:
+    """The file's text: a pure function of the config (same config, same bytes)."""
+    return render(_HEADER, _sections(cfg))
+
+
+def _sections(cfg: TunedConfig) -> list[Section]:
+    docs = {s.name: s.doc for s in knob_specs()}
+    return [
+        Section("schema_version", SCHEMA_VERSION),
+        Section("knobs", cfg.knobs.to_dict(), _NOTES["knobs"], docs),
+        Section("env", cfg.env(), _NOTES["env"], nccl.flags(cfg.knobs.nccl)),
+        Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
+        Section("launch", cfg.launch_lines(), _NOTES["launch"]),
+        Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
+    ]
+
+
+def _provenance_note(prov: Mapping[str, Any]) -> str:
+    if prov.get("source") in ("burst", "tune"):  # a tune's: the median of its runs
+        return _NOTES["provenance"]
+    return _NOTES["provenance"] + "\n" + _NOT_MEASURED

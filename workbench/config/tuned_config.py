@@ -1,0 +1,261 @@
+"""TunedConfig: what a production training script gets from a saved config.
+
+A plain PyTorch script needs five things from a tuning session: the DataLoader arguments, the
+precision (an autocast context and, for fp16, a GradScaler), the backend flags (TF32,
+cudnn.benchmark), the environment of its processes (NCCL_* and allocator variables) and a
+launch line. Each is one method here, computed from the knobs the same way a burst computes
+it, so the script runs what was measured. ``workbench.config.saved`` reads and writes the file.
+
+Light imports: torch is imported inside the methods that need it, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from workbench.config import provenance
+from workbench.core.knobs import KnobError, Knobs
+from workbench.core.nccl import flags as nccl_flags
+
+__all__ = ["COLLATE_NAME", "LOADER_KEYS", "TunedConfig", "import_collate"]
+
+LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+"""The DataLoader arguments the knobs decide; the rest (shuffle, sampler, ...) is the script's."""
+COLLATE_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+"""How a saved config names a collate function: ``package.module:function``."""
+_LAUNCH_WORD = re.compile(r"^[\w$.:{}\[\]/-]+$")
+_NNODES = re.compile(r"^(\d+(:\d+)?|\$\{?[A-Za-z_]\w*\}?)$")
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """Tuned knobs, the variables beside them, and where they came from."""
+
+    knobs: Knobs
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables beside the NCCL knobs (PYTORCH_CUDA_ALLOC_CONF, ...)."""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """Device, versions, measurements and date of the burst that chose the knobs."""
+    path: Path | None = field(default=None, compare=False)
+    """The file it was loaded from, if any."""
+    collate_fn: str | None = None
+    """The workload's collate function, as ``module:function`` (not a knob: the measured
+    pipeline's own code, imported by :meth:`dataloader`); None for torch's default collate."""
+
+    def __post_init__(self) -> None:
+        extra = MappingProxyType(dict(sorted(self.extra_env.items())))
+        object.__setattr__(self, "extra_env", extra)
+
+    # -- the environment ------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """NCCL_* knobs and extra variables for the training processes, sorted by name.
+
+        A new dict: ``os.environ`` is never touched. NCCL reads its variables when a
+        communicator is created and the CUDA allocator when torch initializes CUDA, so they belong
+        in the launcher's environment (``export``, ``torchrun_command(with_env=True)``), or in
+        ``os.environ`` early in the script, before any CUDA work or ``init_process_group``.
+        """
+        return dict(sorted({**self.knobs.nccl, **self.extra_env}.items()))
+
+    # -- data -------------------------------------------------------------------------------
+    def dataloader_kwargs(self, device: str | None = None) -> dict[str, Any]:
+        """The tuned DataLoader arguments on ``device`` ("cuda"/"cpu"; default: CUDA if present).
+
+        The mapping a burst uses (``engine.loaders.torch_loader.dataloader_kwargs``), minus
+        what a script chooses itself (shuffle, sampler, drop_last, worker timeout and start
+        method). ``pin_memory`` is dropped without CUDA, where it cannot act.
+        """
+        from workbench.engine.loaders.torch_loader import dataloader_kwargs
+
+        full = dataloader_kwargs(self.knobs, _device_type(device))
+        return {k: full[k] for k in LOADER_KEYS if k in full}
+
+    def dataloader(self, dataset: Any, **overrides: Any) -> Any:
+        """A ``torch.utils.data.DataLoader`` over ``dataset`` with the tuned arguments.
+
+        ``overrides`` win (``shuffle=True``, ``sampler=DistributedSampler(ds)``, ...). Setting
+        ``num_workers=0`` also drops the tuned prefetch_factor and persistent_workers, which
+        torch refuses without workers. The saved ``collate_fn`` (the workload's, as measured)
+        is imported and passed unless overridden.
+        """
+        from torch.utils.data import DataLoader
+
+        kwargs = self.dataloader_kwargs()
+        if self.collate_fn is not None and "collate_fn" not in overrides:
+            kwargs["collate_fn"] = import_collate(self.collate_fn, self.path)
+        if overrides.get("num_workers", kwargs["num_workers"]) == 0:
+            for name in ("prefetch_factor", "persistent_workers"):
+                kwargs.pop(name, None)
+        kwargs.update(overrides)
+        return DataLoader(dataset, **kwargs)
+
+    # -- precision ------------------------------------------------------------------------
+    def autocast(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
+        """``torch.autocast`` for bf16/fp16; a no-op context for fp32 and tf32.
+
+        tf32 is not an autocast dtype: it is a math mode of fp32 matmuls and convolutions,
+        set by :meth:`apply_backend_flags`.
+        """
+        import torch
+
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.knobs.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=_device_type(device_type), dtype=dtype)
+
+    def grad_scaler(self, device_type: str | None = None) -> Any:
+        """A ``torch.amp.GradScaler`` for fp16, whose narrow range underflows small gradients
+        without loss scaling; None for every other precision."""
+        if self.knobs.precision != "fp16":
+            return None
+        import torch
+
+        return torch.amp.GradScaler(_device_type(device_type))
+
+    def apply_backend_flags(self) -> dict[str, Any]:
+        """Set TF32 (on for tf32, else IEEE fp32) and cudnn.benchmark as the burst did.
+
+        Process-wide and left set: call it once at start-up. Returns what was set.
+        """
+        from workbench.engine.training import apply_backend_flags
+
+        return apply_backend_flags(self.knobs)
+
+    # -- distributed ----------------------------------------------------------------------
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``DistributedDataParallel(model, **cfg.ddp_kwargs())``.
+
+        Every DDP knob a distributed burst passes to DDP (bucket_cap_mb,
+        gradient_as_bucket_view, static_graph), named by the one list the burst's no-effect
+        check uses too, so a DDP knob added there reaches production scripts as well.
+        """
+        from workbench.engine.training import DDP_KNOBS  # the burst's own list: no second one
+
+        return {name: getattr(self.knobs, name) for name in DDP_KNOBS}
+
+    def torchrun_command(
+        self,
+        script: str,
+        nnodes: int | str = 1,
+        nproc_per_node: int | None = None,
+        *,
+        script_args: Sequence[str] = (),
+        rdzv_endpoint: str = "$MASTER_ADDR:29500",
+        rdzv_id: str = "$JOB_ID",
+        rdzv_backend: str = "c10d",
+        with_env: bool = False,
+    ) -> str:
+        """A torchrun line for ``script``, with world_size processes per node by default.
+
+        One node uses ``--standalone``: a local rendezvous on a free port, nothing to set.
+        Several nodes (``nnodes`` a count, a ``MIN:MAX`` range or a shell variable such as
+        "$NNODES") use a c10d rendezvous: the same line runs on every node, and
+        ``$MASTER_ADDR``/``$JOB_ID`` are left for the shell or the scheduler to fill in.
+        ``with_env`` puts the config's variables in front (``NCCL_ALGO=Ring torchrun ...``).
+        """
+        nproc = self.knobs.world_size if nproc_per_node is None else nproc_per_node
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise KnobError("nproc_per_node", nproc, "an integer >= 1")
+        words = ["torchrun"]
+        if nnodes == 1:
+            words += ["--standalone", f"--nproc_per_node={nproc}"]
+        else:
+            words += _rendezvous_words(nnodes, nproc, rdzv_backend, rdzv_endpoint, rdzv_id)
+        words += [shlex.quote(str(a)) for a in (script, *script_args)]
+        if with_env:
+            words = [f"{k}={shlex.quote(v)}" for k, v in self.env().items()] + words
+        return " ".join(words)
+
+    def launch_lines(self, script: str = "train.py") -> dict[str, str]:
+        """The two lines a saved config shows: one node, and several nodes ($NNODES)."""
+        return {
+            "single_node": self.torchrun_command(script),
+            "multi_node": self.torchrun_command(script, nnodes="$NNODES"),
+        }
+
+    # -- provenance -----------------------------------------------------------------------
+    def machine_differences(self, here: Mapping[str, Any] | None = None) -> list[str]:
+        """What differs between the tuning machine and this one (GPU model, torch major)."""
+        return provenance.differences(self.provenance, here or provenance.current_machine())
+
+    def describe(self, script: str = "train.py") -> str:
+        """What ``workbench show`` prints: env exports, DataLoader kwargs, torchrun lines."""
+        loader = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs("cuda").items())
+        if self.collate_fn is not None:
+            loader += f", collate_fn={self.collate_fn.replace(':', '.')}"
+        flags = nccl_flags(self.knobs.nccl)
+        exports = []
+        for name, value in self.env().items():
+            exports += [f"# note: {name}: {flags[name]}"] if name in flags else []
+            exports.append(f"export {name}={shlex.quote(value)}")
+        launch = self.launch_lines(script)
+        return "\n".join(
+            [
+                f"# {self.path or 'config'}: {provenance.summary(self.provenance)}",
+                "# environment of the training processes (export before launching)",
+                *(exports or ["# (nothing to export)"]),
+                "# DataLoader keyword arguments (cfg.dataloader(dataset) passes them)",
+                f"DataLoader(dataset, {loader})",
+                "# one node",
+                launch["single_node"],
+                "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
+                launch["multi_node"],
+            ]
+        )
+
+
+def import_collate(name: str, path: Path | str | None = None) -> Any:
+    """The function a saved ``dataloader.collate_fn`` names (``module:function``)."""
+    import importlib
+
+    from workbench.config.yaml_text import ConfigError
+
+    module_name, _, attr = name.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        problem = f"{name!r} cannot be imported here ({exc}): put its module on the path"
+        raise ConfigError(path, "dataloader.collate_fn", problem) from None
+    if not callable(target):
+        raise ConfigError(path, "dataloader.collate_fn", f"{name!r} is not a function")
+    return target
+
+
+def _rendezvous_words(
+    nnodes: int | str, nproc: int, backend: str, endpoint: str, rdzv_id: str
+) -> list[str]:
+    ok_count = isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes >= 1
+    if not ok_count and not (isinstance(nnodes, str) and _NNODES.match(nnodes)):
+        raise KnobError("nnodes", nnodes, "an integer >= 1, MIN:MAX, or a variable like $NNODES")
+    for name, word in (
+        ("rdzv_backend", backend),
+        ("rdzv_endpoint", endpoint),
+        ("rdzv_id", rdzv_id),
+    ):
+        if not isinstance(word, str) or not _LAUNCH_WORD.match(word):
+            raise KnobError(name, word, "one word of letters, digits and $ . : / _ - { } [ ]")
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={nproc}",
+        f"--rdzv_backend={backend}",
+        f"--rdzv_endpoint={endpoint}",
+        f"--rdzv_id={rdzv_id}",
+    ]
+
+
+def _device_type(device: str | None) -> str:
+    """ "cuda" or "cpu" from a device string; None: CUDA when this machine has it."""
+    if device is not None:
+        return str(device).split(":")[0]
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,433 @@
+"""The knobs a person moves, as one frozen, validated dataclass.
+
+``Knobs`` is the single source of truth for every knob: its name (the same in ``--set``, in
+Python and in saved configs), default, type, allowed values or range, and a one-line doc that
+the notebook panel shows as a tooltip. Validation happens at construction, so an invalid
+``Knobs`` never exists: a bad value raises :class:`KnobError` (a ``ValueError``) naming the
+knob, the value and what is allowed, and combinations that cannot work are refused with the
+reason.
+
+Knobs that cannot act on the current device (pin_memory without CUDA, tf32 on a CPU, ...)
+are *valid* knobs: the burst reports them in ``no_effect`` instead of refusing them, because a
+config tuned on a laptop should still load on a GPU box.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from workbench.core.errors import KnobError
+from workbench.core.nccl import check_variable
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+LOADERS = ("torch", "dali", "synthetic")
+DATA_FORMATS = ("files", "shards", "lmdb", "predecoded")
+CACHE_MODES = ("warm", "cold")
+DALI_FORMATS = ("files", "shards")
+_NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f"}
+
+
+@dataclass(frozen=True, slots=True)
+class KnobSpec:
+    """What the UI and the CLI need to know about one knob."""
+
+    name: str
+    kind: str  # "int", "float", "bool", "choice", "optional_int", "mapping"
+    default: Any
+    doc: str
+    group: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def allowed(self) -> str:
+        """Human words for the allowed values, used in every error message."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices or ())
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "mapping":
+            return "a mapping of NCCL_* variable names to string values"
+        noun = "an integer" if "int" in self.kind else "a number"
+        rng = f"{noun} from {_fmt(self.low)} to {_fmt(self.high)}"
+        return rng + (", or none (unset)" if self.kind == "optional_int" else "")
+
+
+def _fmt(x: float | None) -> str:
+    return "-inf" if x is None else (str(int(x)) if float(x).is_integer() else str(x))
+
+
+def _knob(default: Any, doc: str, group: str, kind: str, **limits: Any) -> Any:
+    spec = {"doc": doc, "group": group, "kind": kind, **limits}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: MappingProxyType({}), metadata=spec)
+    return field(default=default, metadata=spec)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Knobs:
+    """Every knob of a burst. Construct with keywords; invalid values raise KnobError."""
+
+    batch_size: int = _knob(
+        32,
+        "Samples per micro-batch fed to the model (per rank).",
+        "compute",
+        "int",
+        low=1,
+        high=65536,
+    )
+    num_workers: int = _knob(
+        0,
+        "DataLoader worker processes decoding batches in parallel (0: in the training process).",
+        "data",
+        "int",
+        low=0,
+        high=256,
+    )
+    prefetch_factor: int | None = _knob(
+        None,
+        "Batches each worker keeps ready ahead of time (needs num_workers > 0; unset: torch's 2).",
+        "data",
+        "optional_int",
+        low=1,
+        high=64,
+    )
+    pin_memory: bool = _knob(
+        False,
+        "Page-locked host batches, copied to the GPU with non_blocking=True (CUDA only).",
+        "data",
+        "bool",
+    )
+    persistent_workers: bool = _knob(
+        False,
+        "Keep loader workers alive between epochs instead of re-forking them (needs workers).",
+        "data",
+        "bool",
+    )
+    precision: str = _knob(
+        "fp32",
+        "Math precision: fp32, tf32 matmuls (Ampere+), bf16 or fp16 autocast (fp16 with loss "
+        "scaling).",
+        "compute",
+        "choice",
+        choices=PRECISIONS,
+    )
+    channels_last: bool = _knob(
+        False,
+        "NHWC memory layout for image models and inputs (faster convolutions on tensor cores).",
+        "compute",
+        "bool",
+    )
+    compile: str = _knob(
+        "off",
+        "torch.compile mode; compile time is reported as compile_s, outside the measured window.",
+        "compute",
+        "choice",
+        choices=COMPILE_MODES,
+    )
+    cudnn_benchmark: bool = _knob(
+        False,
+        "Let cuDNN time its convolution algorithms on the first step and keep the fastest.",
+        "compute",
+        "bool",
+    )
+    grad_accum: int = _knob(
+        1,
+        "Micro-batches accumulated per optimizer step (effective batch = batch_size x grad_accum).",
+        "compute",
+        "int",
+        low=1,
+        high=1024,
+    )
+    loader: str = _knob(
+        "torch",
+        "Data loading backend: torch DataLoader, NVIDIA DALI, or synthetic (one batch resident on "
+        "the device, replayed: the compute-only ceiling).",
+        "data",
+        "choice",
+        choices=LOADERS,
+    )
+    dali_decode: str = _knob(
+        "auto",
+        "Where DALI decodes JPEGs (loader=dali): mixed (nvJPEG on the GPU), cpu (libjpeg-turbo in "
+        "DALI's threads), or auto (mixed when the burst runs on CUDA, cpu otherwise).",
+        "data",
+        "choice",
+        choices=("auto", "cpu", "mixed"),
+    )
+    dali_hw_decoder_load: float = _knob(
+        0.65,
+        "Share of JPEGs DALI's mixed decode sends to the GPU's hardware JPEG decoder (A100, "
+        "H100, ...); the rest decode on CUDA cores and CPU threads.",
+        "data",
+        "float",
+        low=0.0,
+        high=1.0,
+    )
+    data_format: str = _knob(
+        "files",
+        "How the images are stored: files (a JPEG folder, read at random), shards (WebDataset "
+        "tar files, read in sequence), lmdb (one LMDB of JPEGs, random access) or predecoded "
+        "(uint8 pixels at training resolution, memory-mapped: no decoder). Build one with "
+        "workbench data --format.",
+        "data",
+        "choice",
+        choices=DATA_FORMATS,
+    )
+    cache: str = _knob(
+        "warm",
+        "Page cache before the measured window: warm (as it is: what RAM serves) or cold (the "
+        "dataset's pages dropped first: what a first epoch costs on this disk).",
+        "data",
+        "choice",
+        choices=CACHE_MODES,
+    )
+    world_size: int = _knob(
+        1,
+        "Processes (GPUs) in a data-parallel job launched by torchrun.",
+        "dist",
+        "int",
+        low=1,
+        high=4096,
+    )
+    bucket_cap_mb: float = _knob(
+        25.0,
+        "DDP gradient bucket size in MiB: bigger buckets, fewer all-reduce calls.",
+        "dist",
+        "float",
+        low=0.1,
+        high=4096,
+    )
+    gradient_as_bucket_view: bool = _knob(
+        False,
+        "DDP: gradients are views into the all-reduce buckets (saves one gradient-sized copy "
+        "of memory and a copy per step).",
+        "dist",
+        "bool",
+    )
+    static_graph: bool = _knob(
+        False,
+        "DDP: the model uses the same parameters every step, so DDP can skip re-discovering "
+        "unused ones and overlap communication better.",
+        "dist",
+        "bool",
+    )
+    nccl: Mapping[str, str] = _knob(
+        {},
+        "NCCL_* environment variables for the workers (never set in this process).",
+        "dist",
+        "mapping",
+    )
+
+    def __post_init__(self) -> None:
+        for spec in knob_specs():
+            object.__setattr__(self, spec.name, _coerce(spec, getattr(self, spec.name)))
+        _check_combinations(self)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.to_dict().items())))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.changes().items())
+        return f"Knobs({inner})"
+
+    def changes(self) -> dict[str, Any]:
+        """The knobs that differ from their defaults, in field order (as ``to_dict`` gives)."""
+        return {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON/YAML-ready dict of every knob (nccl as a plain dict)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["nccl"] = dict(out["nccl"])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Knobs:
+        """Build from a dict; unknown keys are refused with the known ones listed."""
+        unknown = sorted(set(data) - set(KNOB_NAMES))
+        if unknown:
+            raise KnobError(unknown[0], data[unknown[0]], f"unknown knob; known: {_known()}")
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> Knobs:
+        """A copy with some knobs changed (NCCL_* names go into the nccl mapping)."""
+        nccl = {k: changes.pop(k) for k in list(changes) if k.startswith("NCCL_")}
+        unknown = sorted(set(changes) - set(KNOB_NAMES))
+        if unknown:
+            raise KnobError(unknown[0], changes[unknown[0]], f"unknown knob; known: {_known()}")
+        if nccl:
+            changes["nccl"] = {**self.nccl, **changes.get("nccl", {}), **nccl}
+        return dataclasses.replace(self, **changes)
+
+    def with_text(self, assignments: list[str] | tuple[str, ...]) -> Knobs:
+        """Apply CLI-style ``KNOB=VALUE`` strings (values parsed from text)."""
+        changes: dict[str, Any] = {}
+        for item in assignments:
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if not sep:
+                raise KnobError(name, item, "expected KNOB=VALUE, e.g. batch_size=64")
+            changes[name] = parse_value(name, text.strip())
+        return self.replace(**changes)
+
+
+def _known() -> str:
+    return ", ".join(KNOB_NAMES) + ", NCCL_*"
+
+
+def parse_value(name: str, text: str) -> Any:
+    """Parse a knob value typed as text (CLI ``--set``, a UI text box)."""
+    if _NCCL_NAME.match(name):
+        return text
+    spec = SPECS.get(name)
+    if spec is None:
+        raise KnobError(name, text, f"unknown knob; known: {_known()}")
+    low = text.lower()
+    if spec.kind == "optional_int" and low in {"none", "null", ""}:
+        return None
+    if spec.kind == "bool":
+        if low in _TRUE | _FALSE:
+            return low in _TRUE
+        raise KnobError(name, text, spec.allowed())
+    if spec.kind in {"int", "optional_int"}:
+        try:
+            return int(text)
+        except ValueError:
+            raise KnobError(name, text, spec.allowed()) from None
+    if spec.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise KnobError(name, text, spec.allowed()) from None
+    return text
+
+
+def check_value(name: str, value: Any) -> Any:
+    """One knob value checked on its own (type and range, not combinations); canonical form.
+
+    For lists of values (a sweep, a tuner's search space) that are checked before any burst
+    runs: a combination such as prefetch without workers depends on the other knobs.
+    """
+    if _NCCL_NAME.match(name):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise KnobError(name, value, "a string value (numbers are converted)")
+        return str(value).strip()
+    spec = SPECS.get(name)
+    if spec is None:
+        raise KnobError(name, value, f"unknown knob; known: {_known()}")
+    return _coerce(spec, value)
+
+
+def _coerce(spec: KnobSpec, value: Any) -> Any:
+    """Check one value against its spec; return it in canonical form."""
+    if spec.kind == "mapping":
+        return _coerce_nccl(value)
+    if spec.kind == "optional_int" and value is None:
+        return None
+    if spec.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise KnobError(spec.name, value, spec.allowed())
+    if spec.kind == "choice":
+        if isinstance(value, str) and value in (spec.choices or ()):
+            return value
+        raise KnobError(spec.name, value, spec.allowed())
+    return _coerce_number(spec, value)
+
+
+def _coerce_number(spec: KnobSpec, value: Any) -> Any:
+    is_int_kind = spec.kind in {"int", "optional_int"}
+    ok_type = isinstance(value, int) or (not is_int_kind and isinstance(value, float))
+    if isinstance(value, bool) or not ok_type:
+        raise KnobError(spec.name, value, spec.allowed())
+    if value != value or not (spec.low <= value <= spec.high):  # NaN fails too
+        raise KnobError(spec.name, value, spec.allowed())
+    return float(value) if spec.kind == "float" else int(value)
+
+
+def _coerce_nccl(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise KnobError("nccl", value, SPECS["nccl"].allowed())
+    clean: dict[str, str] = {}
+    for name in sorted(value):
+        if not isinstance(name, str) or not _NCCL_NAME.match(name):
+            raise KnobError("nccl", name, "variable names look like NCCL_ALGO (NCCL_[A-Z0-9_]+)")
+        text = value[name]
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            raise KnobError(name, text, "a string value (numbers are converted)")
+        clean[name] = str(text).strip()
+    for name, text in clean.items():
+        check_variable(name, text)  # a known variable with a bad value raises, naming both
+    return MappingProxyType(clean)
+
+
+def _check_combinations(k: Knobs) -> None:
+    """Refuse combinations that cannot work, saying why."""
+    if k.num_workers == 0 and k.prefetch_factor is not None:
+        raise KnobError(
+            "prefetch_factor",
+            k.prefetch_factor,
+            "needs num_workers > 0 (with 0 workers batches are loaded in the training "
+            "process and nothing prefetches); set num_workers or leave prefetch_factor unset",
+        )
+    if k.num_workers == 0 and k.persistent_workers:
+        raise KnobError(
+            "persistent_workers",
+            True,
+            "needs num_workers > 0 (there are no worker processes to keep alive)",
+        )
+    _check_dali_format(k)
+
+
+def _check_dali_format(k: Knobs) -> None:
+    """DALI reads files and shards itself; the other formats it cannot read as stored here."""
+    if k.loader != "dali" or k.data_format in DALI_FORMATS:
+        return
+    why = {
+        "lmdb": "DALI's LMDB readers (fn.readers.caffe, caffe2) read Caffe's protobuf records, "
+        "not this LMDB of plain JPEG bytes",
+        "predecoded": "predecoded pixels skip the JPEG decoder that DALI exists to run; DALI "
+        "has no reader for one memory-mapped pixel file",
+    }[k.data_format]
+    raise KnobError(
+        "data_format", k.data_format, f"files or shards with loader=dali: {why} (use loader=torch)"
+    )
+
+
+def knob_specs() -> tuple[KnobSpec, ...]:
+    """One KnobSpec per Knobs field, in declaration order."""
+    return _SPECS
+
+
+def _make_specs() -> tuple[KnobSpec, ...]:
+    specs = []
+    for f in dataclasses.fields(Knobs):
+        meta = f.metadata
+        default = f.default if f.default is not dataclasses.MISSING else {}
+        specs.append(
+            KnobSpec(
+                name=f.name,
+                kind=meta["kind"],
+                default=default,
+                doc=meta["doc"],
+                group=meta["group"],
+                choices=meta.get("choices"),
+                low=meta.get("low"),
+                high=meta.get("high"),
+            )
+        )
+    return tuple(specs)
+
+
+_SPECS = _make_specs()
+SPECS: dict[str, KnobSpec] = {s.name: s for s in _SPECS}
+KNOB_NAMES: tuple[str, ...] = tuple(SPECS)
+_DEFAULTS: dict[str, Any] = {s.name: s.default for s in _SPECS}

@@ -1,0 +1,178 @@
+"""NCCL environment variables: which values NCCL accepts, checked before a job is launched.
+
+NCCL reads its variables once, when a communicator is created, deep inside a training job. A
+typo there (``NCCL_ALGO=Rign``) either fails the job minutes into its start-up or, for some
+variables, is silently ignored. So values are checked here, where the error can name the
+variable and what is allowed.
+
+``VARIABLES`` maps a variable name to its :class:`Rule`. Only values we are certain of are
+checked (from NVIDIA's "Environment Variables" page and NCCL's own parser); a known variable
+with ``check=None`` takes any text. A name that is not in the table is accepted with a warning:
+NCCL has many more variables than this table, and new releases add some.
+
+Lists (``NCCL_ALGO``, ``NCCL_PROTO``) follow NCCL's parser (``parseList``, NCCL 2.24+): names are
+case-insensitive and comma-separated, ``^`` in front excludes the listed ones, and
+``;``-separated entries after the first may be scoped to one collective
+(``Ring;allreduce:Tree``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from workbench.core.errors import KnobError
+
+__all__ = ["VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
+
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+PROTOCOLS = ("LL", "LL128", "Simple")
+COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
+
+
+class NcclError(KnobError):
+    """An NCCL variable with a value NCCL would refuse or misread; names variable and value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one NCCL variable accepts, and what setting it means beyond speed."""
+
+    allowed: str
+    """Human words for the allowed values, used in error messages."""
+    check: Callable[[str], bool] | None = None
+    """True when a value is allowed; None: any text (a path, an interface name, ...)."""
+    numerics: bool = False
+    """Changes the order in which values are summed, so results can differ in the last bits."""
+    debug_only: bool = False
+    """Listed in NCCL's "Debugging" section: not for production, remove once the issue is fixed."""
+
+
+def _name_list(names: tuple[str, ...]) -> Callable[[str], bool]:
+    """A checker for NCCL's list syntax over ``names`` (see the module docstring)."""
+    known = {n.lower() for n in names}
+    scopes = {c.lower() for c in COLLECTIVES}
+
+    def check(value: str) -> bool:
+        entries = value.split(";")
+        for i, entry in enumerate(entries):
+            scope, colon, items = entry.rpartition(":")
+            if colon and scope.strip().lower() not in scopes:
+                return False
+            if not colon and i > 0:  # NCCL: only the first entry may omit the collective
+                return False
+            items = items.strip().removeprefix("^")
+            words = [w.strip().lower() for w in items.split(",") if w.strip()]
+            if not words or any(w not in known for w in words):
+                return False
+        return True
+
+    return check
+
+
+def _choice(names: tuple[str, ...]) -> Callable[[str], bool]:
+    known = {n.lower() for n in names}
+    return lambda value: value.strip().lower() in known
+
+
+def _int_at_least(low: int) -> Callable[[str], bool]:
+    def check(value: str) -> bool:
+        try:
+            return int(value.strip()) >= low
+        except ValueError:
+            return False
+
+    return check
+
+
+def _list_words(names: tuple[str, ...]) -> str:
+    return (
+        f"a comma-separated list of {', '.join(names)} (any case); ^ first excludes them; "
+        "later ';' entries may name a collective, e.g. Ring;allreduce:Tree"
+    )
+
+
+def _level(names: tuple[str, ...]) -> Callable[[str], bool]:
+    """A path-type name (``NVL``, ``PIX``, ...) or the older integer form 0..5."""
+    by_name = _choice(names)
+    return lambda value: by_name(value) or value.strip() in {"0", "1", "2", "3", "4", "5"}
+
+
+def _int_between(low: int, high: int) -> Callable[[str], bool]:
+    at_least = _int_at_least(low)
+    return lambda value: at_least(value) and int(value.strip()) <= high
+
+
+P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+_ZERO_ONE = _choice(("0", "1"))
+_ORDER = "changes which algorithm, protocol or channels sum the gradients: results can differ"
+_DEBUG = "NCCL documents it for debugging only: remove it from production once the issue is fixed"
+
+VARIABLES: dict[str, Rule] = {
+    "NCCL_ALGO": Rule(_list_words(ALGORITHMS), _name_list(ALGORITHMS), True, True),
+    "NCCL_PROTO": Rule(_list_words(PROTOCOLS), _name_list(PROTOCOLS), True, True),
+    "NCCL_MIN_NCHANNELS": Rule("a positive integer", _int_at_least(1), True, True),
+    "NCCL_MAX_NCHANNELS": Rule("a positive integer", _int_at_least(1), True, True),
+    "NCCL_BUFFSIZE": Rule(
+        "a positive integer (bytes; powers of 2 recommended)", _int_at_least(1), debug_only=True
+    ),
+    "NCCL_P2P_LEVEL": Rule(
+        "one of " + ", ".join(P2P_LEVELS) + " (or the older integers 0-5)",
+        _level(P2P_LEVELS),
+        debug_only=True,
+    ),
+    "NCCL_NET_GDR_LEVEL": Rule(
+        "one of " + ", ".join(GDR_LEVELS) + " (or the older integers 0-5)", _level(GDR_LEVELS)
+    ),
+    "NCCL_IB_TIMEOUT": Rule("an integer 1-31 (timeout = 4.096 us x 2^value)", _int_between(1, 31)),
+    "NCCL_DEBUG": Rule("one of " + ", ".join(DEBUG_LEVELS), _choice(DEBUG_LEVELS)),
+    "NCCL_P2P_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    "NCCL_SHM_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    "NCCL_IB_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    # Known, but their values depend on the system or the NCCL release: any text.
+    "NCCL_SOCKET_IFNAME": Rule("interface name prefixes, e.g. eth or ^docker"),
+    "NCCL_IB_HCA": Rule("InfiniBand HCA names, e.g. mlx5_0:1"),
+    "NCCL_DEBUG_SUBSYS": Rule("subsystem names, e.g. INIT,COLL"),
+    "NCCL_DEBUG_FILE": Rule("a file name pattern"),
+    "NCCL_TOPO_FILE": Rule("a file path"),
+}
+
+
+def flags(env: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables in ``env`` a person should know more about than their speed.
+
+    Saved with results and configs: a variable that changes how gradients are summed makes a
+    run numerically different from the default one, and a debug-only variable left in a
+    production launch script is a known source of slowdowns and hangs.
+    """
+    out: dict[str, str] = {}
+    for name in sorted(env):
+        rule = VARIABLES.get(name)
+        if rule is None:
+            continue
+        notes = [text for on, text in ((rule.numerics, _ORDER), (rule.debug_only, _DEBUG)) if on]
+        if notes:
+            out[name] = "; ".join(notes)
+    return out
+
+
+def check_variable(name: str, value: str) -> str | None:
+    """Raise NcclError for a known variable with a bad value; a warning for an unknown name.
+
+    Returns None when the value is fine, or the text of a warning when ``name`` is not in the
+    table (the caller decides how to show it: ``warnings.warn``, a log line, a UI message).
+    """
+    rule = VARIABLES.get(name)
+    if rule is None:
+        return f"{name} is not an NCCL variable workbench knows; its value is passed through as is"
+    if rule.check is not None and not rule.check(value):
+        raise NcclError(name, value, rule.allowed)
+    return None
+
+
+def check_env(env: Mapping[str, str]) -> list[str]:
+    """Check every ``NCCL_*`` entry of ``env``; other names are left alone. Returns warnings."""
+    notes = [check_variable(k, v) for k, v in sorted(env.items()) if k.startswith("NCCL_")]
+    return [n for n in notes if n is not None]

@@ -1,0 +1,207 @@
+"""What a burst measured: ``BurstResult``, and the robust statistics it is summarized with.
+
+Unknown values are ``None`` (``null`` in JSON), never 0: a 0 would plot as a real measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.core.knobs import Knobs
+
+STATUSES = ("ok", "oom", "error", "cancelled")
+KNOB_ERROR = re.compile(r"^(?:rank \d+: )?KnobError: (?P<message>(?P<knob>\w+)=.*)$", re.S)
+"""A failed burst's ``error`` when a knob did not suit the workload: the exception type, then
+its message ("KnobError: batch_size=64 is not allowed: ..."), after the rank that failed
+first for a torchrun job ("rank 0: KnobError: ...")."""
+RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
+"""Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
+NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Median and interquartile range of per-step samples (milliseconds)."""
+
+    p50: float | None
+    iqr: float | None
+
+    @property
+    def noisy(self) -> bool | None:
+        if self.p50 is None or self.iqr is None or self.p50 <= 0:
+            return None
+        return self.iqr / self.p50 > NOISY_IQR_RATIO
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """Median and IQR; IQR needs at least 2 samples (inclusive quartiles)."""
+    if not values:
+        return Spread(None, None)
+    p50 = statistics.median(values)
+    if len(values) < 2:
+        return Spread(p50, None)
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return Spread(p50, q3 - q1)
+
+
+@dataclass(kw_only=True, slots=True)
+class BurstResult:
+    """One burst: the contract's fields first, then what users need beside them."""
+
+    status: str = "ok"
+    error: str | None = None
+    workload: str = ""
+    device: str = ""
+    knobs: Knobs = field(default_factory=Knobs)
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_iqr: float | None = None
+    steps: int = 0
+    measured_s: float | None = None
+    warmup_s: float | None = None
+    data_wait_pct: float | None = None
+    peak_mem_mib: float | None = None
+    peak_reserved_mib: float | None = None
+    gpu_util_pct: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    mfu_pct: float | None = None
+    noisy: bool | None = None
+    no_effect: dict[str, str] = field(default_factory=dict)
+    suspect: list[str] = field(default_factory=list)
+    """Self-checks this burst failed (``engine.selfcheck``), each a sentence: a number here
+    is not to be trusted. Empty when every check passed."""
+    # -- beyond the contract --
+    id: int | None = None
+    created_at: str | None = None
+    device_name: str | None = None
+    seconds: float | None = None
+    samples: int = 0
+    setup_s: float | None = None
+    compile_s: float | None = None
+    compile_graphs: int | None = None
+    """Graphs torch.compile compiled in this burst (each compile burst starts from a clean
+    compiler); 0 means it ran eagerly, and ``no_effect["compile"]`` says why."""
+    compile_graph_breaks: int | None = None
+    compile_window_graphs: int | None = None
+    """Graphs compiled inside the measured window (a recompile there is a self-check failure)."""
+    data_wait_ms_p50: float | None = None
+    h2d_ms_p50: float | None = None
+    compute_ms_p50: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    flops_per_sample: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    device_mem_mib: float | None = None
+    gpu_mem_used_mib: float | None = None
+    mem_busy_pct: float | None = None
+    """NVML's memory utilization: the share of *time* device memory was being read or
+    written, not a share of the bandwidth (stored history's ``mem_bw_util_pct`` reads as this)."""
+    loader_device_mem_mib: float | None = None
+    """Device memory the loader's own pools held (DALI's), outside PyTorch's allocator and so
+    outside ``peak_mem_mib``; None where the loader holds none or cannot say."""
+    sm_clock_mhz: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+    cpu_util_pct: float | None = None
+    telemetry: str | None = None
+    peak_mem_kind: str | None = None
+    """What ``peak_mem_mib`` is: "allocated" (CUDA: torch's allocator), "pss" (a CPU burst: the
+    proportional set size of the process and its loader workers, each shared page counted
+    once) or "rss" (summed RSS where PSS cannot be read: an upper bound)."""
+    loader_epochs: int | None = None
+    final_loss: float | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    # -- distributed bursts (world_size > 1, or NCCL variables on a GPU) --
+    backend: str | None = None
+    """"nccl" or "gloo" for a torchrun job; None for a burst in this process."""
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """Per rank: steps, samples, step_ms_p50/iqr, data_wait_pct, peak_mem_mib, the NCCL_*
+    variables it saw. A rank much slower than the others is a straggler."""
+    launch_s: float | None = None
+    """Wall time of the whole torchrun job, start-up included."""
+    nccl_flags: dict[str, str] = field(default_factory=dict)
+    """NCCL variables that change numerics or that NCCL documents as debug-only."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def bad_knob(self) -> str | None:
+        """The knob a failed burst refused, when it failed because a knob does not suit the
+        workload (a batch bigger than the dataset): found only once the data is read, so it
+        is a result, yet it is bad input rather than a crash. None for any other outcome."""
+        match = self._knob_error()
+        return match["knob"] if match else None
+
+    @property
+    def bad_knob_message(self) -> str | None:
+        """With ``bad_knob``: the KnobError's own message ("batch_size=64 is not allowed:
+        ..."), as bad input is reported everywhere else."""
+        match = self._knob_error()
+        return match["message"] if match else None
+
+    def _knob_error(self) -> re.Match[str] | None:
+        return KNOB_ERROR.match(self.error or "") if self.status == "error" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; non-finite floats become None."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["knobs"] = self.knobs.to_dict()
+        return {k: _finite(v) for k, v in out.items()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BurstResult:
+        """Rebuild from ``to_dict()`` output (e.g. a history row); unknown keys are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        data = {**{new: data[old] for old, new in RENAMED.items() if old in data}, **data}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["knobs"] = Knobs.from_dict(data.get("knobs") or {})
+        return cls(**kwargs)
+
+    def summary(self) -> str:
+        """One line a person can read."""
+        if self.status != "ok":
+            failed = f"{self.workload} {self.status}: {self.error}"
+            return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
+        parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
+        if self.tokens_per_s is not None:
+            parts.append(f"{_num(self.tokens_per_s)} tokens/s")
+        parts.append(f"step {_num(self.step_ms_p50)} ms (IQR {_num(self.step_ms_iqr)})")
+        parts.append(f"data wait {_num(self.data_wait_pct)}%")
+        parts.append(f"peak mem {_num(self.peak_mem_mib)} MiB")
+        if self.mfu_pct is not None:
+            parts.append(f"MFU {self.mfu_pct:.1f}%")
+        if self.noisy:
+            parts.append("NOISY")
+        line = ", ".join(parts)
+        if self.suspect:
+            line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
+        return line
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"

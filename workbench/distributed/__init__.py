@@ -1,0 +1,1 @@
+"""Bursts and the all-reduce benchmark as torchrun jobs: the launcher, one rank, the benchmark."""

@@ -1,0 +1,274 @@
+"""Distributed bursts and the all-reduce benchmark, run as torchrun jobs from the kernel or CLI.
+
+NCCL reads its variables once, when a communicator is created, so NCCL knobs can only act in
+fresh processes: a burst with ``world_size > 1`` (or with NCCL variables on a GPU) runs as a
+real DDP job under torchrun, and the variables reach the ranks through *their* environment.
+The kernel's own ``os.environ`` is never changed.
+
+The backend follows the device: NCCL on GPUs, gloo on CPUs (where NCCL variables are reported
+in ``no_effect``). Process handling lives in ``workbench.distributed.torchrun``; the ranks' code in
+``workbench.distributed.rank``; the benchmark's timing in ``workbench.distributed.allreduce``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.core import nccl
+from workbench.core.knobs import KnobError, Knobs
+from workbench.core.results import BurstResult
+from workbench.distributed.allreduce import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
+from workbench.distributed.torchrun import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
+from workbench.engine import hardware
+from workbench.engine.burst import BurstProgress, record_result
+from workbench.engine.training import NCCL_ON_GLOO
+from workbench.engine.workloads import default_workload_name, name_for_ranks
+
+__all__ = ["comm_bench", "default_timeout_s", "job_devices", "needs_processes",
+           "run_distributed_burst", "worker_env"]  # fmt: skip
+
+_SETUP_ALLOWANCE_S = 120.0  # torchrun + one torch import per rank + model and loader set-up
+
+
+def needs_processes(knobs: Knobs, device: torch.device) -> bool:
+    """True when the burst must run under torchrun: several ranks, or NCCL variables that
+    only a fresh NCCL communicator reads (on a CPU there is no NCCL, so one process will do)."""
+    return knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
+
+
+def default_timeout_s(seconds: float, knobs: Knobs) -> float:
+    """Long enough for start-up, compilation and the window; short enough to catch a hang."""
+    compile_allowance = 300.0 if knobs.compile != "off" else 0.0
+    return _SETUP_ALLOWANCE_S + compile_allowance + 4.0 * seconds
+
+
+def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
+    """The ranks' environment: this process's, plus the NCCL knobs, plus what a rank needs.
+
+    A copy: ``os.environ`` itself is left as it was. Each rank gets an equal share of the CPU
+    cores as its thread count (torchrun would otherwise force 1 thread and say so), and the
+    parent's import path, so a workload importable here is importable there.
+    """
+    env = dict(os.environ)
+    env.update(nccl_vars)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def check_world_size(world_size: int, device: torch.device) -> None:
+    """One rank per GPU on a GPU machine, from ``device`` on; on a CPU at most one per core."""
+    if device.type == "cuda":
+        have, first = torch.cuda.device_count(), device.index or 0
+        if first + world_size > have:
+            allowed = (f"1..{have - first}: one rank per GPU from {device} on, and this "
+                       f"machine has {have} (cuda:0 to cuda:{have - 1})")  # fmt: skip
+            raise KnobError("world_size", world_size, allowed)
+        return
+    cores = os.cpu_count() or 1
+    if world_size > cores:
+        raise KnobError("world_size", world_size,
+                        f"1..{cores} on this CPU (one rank per core; it has {cores})")  # fmt: skip
+
+
+def job_devices(device: torch.device, world_size: int) -> list[int]:
+    """The CUDA index each local rank runs on: ``device``'s own, and the ones after it.
+
+    A rank must not take ``cuda:LOCAL_RANK`` by itself: a job asked for ``cuda:1`` would run
+    on GPU 0 and report it as asked. The indices are this process's numbering (after its
+    ``CUDA_VISIBLE_DEVICES``), which the ranks inherit with its environment, so each rank's
+    ``device`` names the GPU that really ran. Empty on a CPU.
+    """
+    if device.type != "cuda":
+        return []
+    first = device.index or 0
+    return list(range(first, first + world_size))
+
+
+def run_distributed_burst(
+    workload: Any,
+    knobs: Knobs,
+    *,
+    seconds: float = 3.0,
+    min_steps: int = 5,
+    warmup_steps: int = 3,
+    device: torch.device | str | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[BurstProgress], None] | None = None,
+    timeout_s: float | None = None,
+    port: int | None = None,
+) -> BurstResult:
+    """A burst as a DDP job of ``knobs.world_size`` ranks under torchrun; a BurstResult.
+
+    Samples/s counts all ranks; ``ranks`` keeps each rank's step time, data wait and memory so
+    a straggler shows. A failing rank, a hang (``timeout_s``) or a cancel ends the whole job
+    and becomes the result's status, with the failing rank's error.
+    """
+    dev = hardware.resolve_device(device)
+    check_world_size(knobs.world_size, dev)
+    check_port(port)
+    if data_dir is None and hasattr(workload, "extras"):
+        data_dir = workload.extras.get("source_data_dir")
+    name = _workload_name(workload, dev, data_dir)
+    timeout_s = default_timeout_s(seconds, knobs) if timeout_s is None else float(timeout_s)
+    notes = nccl.check_env(knobs.nccl)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    out_dir = Path(tempfile.mkdtemp(prefix="workbench-job-"))
+    spec = JobSpec(
+        mode="burst", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
+        device_indices=job_devices(dev, knobs.world_size), timeout_s=timeout_s, workload=name,
+        knobs=knobs.to_dict(), seconds=float(seconds), min_steps=min_steps,
+        warmup_steps=warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
+    )  # fmt: skip
+    try:
+        job = TorchrunJob(spec, knobs.world_size, worker_env(knobs.nccl, knobs.world_size), port)
+        outcome = job.run(cancel, _progress_relay(progress))
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    result = _burst_result(outcome, name, knobs, dev, seconds)
+    record_result(result, record, store)
+    return result
+
+
+def _workload_name(workload: Any, dev: torch.device, data_dir: str | Path | None) -> str:
+    """What the ranks resolve the workload from (they are other processes: no objects),
+    checked before torchrun starts: a name they could not import, or a function defined in
+    ``__main__``, is refused here with the fix, not after seconds of launching."""
+    if workload is None:
+        return default_workload_name(dev.type)
+    return name_for_ranks(workload, data_dir)
+
+
+def _progress_relay(progress: Callable[[BurstProgress], None] | None):
+    """Rank 0's progress events, as the BurstProgress a caller of run_burst expects."""
+    if progress is None:
+        return None
+    progress(BurstProgress("setup", 0.0, 0.0, 0))  # torchrun starting: says so at once
+
+    def relay(event: dict[str, Any]) -> None:
+        if event["event"] == "progress" and event["rank"] == 0:
+            progress(BurstProgress(event["phase"], event["elapsed_s"], event["window_s"],
+                                   event["steps"]))  # fmt: skip
+
+    return relay
+
+
+def _burst_result(
+    outcome: JobOutcome, name: str, knobs: Knobs, dev: torch.device, seconds: float
+) -> BurstResult:
+    if outcome.status == "ok" and outcome.result is not None:
+        data = {k: v for k, v in outcome.result.items() if k not in ("event", "rank", "t")}
+        result = BurstResult.from_dict(data)
+        result.id = None
+        result.launch_s = outcome.elapsed_s
+        return result
+    info = hardware.device_info(dev)
+    return BurstResult(
+        status=_status(outcome), error=outcome.error, workload=name.rsplit(":", 1)[-1],
+        device=str(dev),
+        knobs=knobs, device_name=info.name, device_mem_mib=info.total_mem_mib,
+        seconds=float(seconds), created_at=_now(), versions=hardware.versions(),
+        backend=backend_for(dev.type), launch_s=outcome.elapsed_s,
+        nccl_flags=nccl.flags(knobs.nccl),
+    )  # fmt: skip
+
+
+def _status(outcome: JobOutcome) -> str:
+    """A job stopped at its timeout is an ``error`` result (the message says it hung)."""
+    return "error" if outcome.status == "timeout" else outcome.status
+
+
+def comm_bench(
+    world_size: int | None = None,
+    *,
+    sizes: list[int] | tuple[int, ...] | None = None,
+    knobs: Knobs | None = None,
+    device: torch.device | str | None = None,
+    timeout_s: float = 300.0,
+    port: int | None = None,
+    cancel: threading.Event | None = None,
+) -> CommResult:
+    """All-reduce over message sizes on ``world_size`` ranks (default: every GPU from
+    ``device`` on; 2 on a CPU).
+
+    ``knobs.nccl`` variables reach the ranks as for a burst. ``sizes`` in bytes (default
+    8 KiB to 256 MiB on a GPU, to 8 MiB on a CPU). The result's ``table()`` prints what
+    nccl-tests prints; ``frame()`` feeds ``plots.comm``.
+    """
+    knobs = knobs or Knobs()
+    dev = hardware.resolve_device(device)
+    world_size = world_size or _default_comm_ranks(dev)
+    knobs = knobs.replace(world_size=world_size)
+    check_world_size(world_size, dev)
+    check_port(port)
+    sizes_bytes = _check_sizes(sizes, dev)
+    out_dir = Path(tempfile.mkdtemp(prefix="workbench-comm-"))
+    spec = JobSpec(mode="comm", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
+                   device_indices=job_devices(dev, world_size), timeout_s=float(timeout_s),
+                   sizes_bytes=sizes_bytes)  # fmt: skip
+    env = worker_env(knobs.nccl, world_size)
+    try:
+        outcome = TorchrunJob(spec, world_size, env, port).run(cancel)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    result = _comm_result(outcome, knobs, dev)
+    result.nccl_env = {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")}
+    return result
+
+
+def _default_comm_ranks(dev: torch.device) -> int:
+    if dev.type != "cuda":
+        return 2
+    return torch.cuda.device_count() - (dev.index or 0)
+
+
+def _check_sizes(sizes: Any, dev: torch.device) -> list[int]:
+    if sizes is None:
+        return list(GPU_SIZES if dev.type == "cuda" else CPU_SIZES)
+    clean = []
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, int) or not 4 <= size <= 2**34:
+            raise KnobError("sizes", size, "message sizes in bytes, 4 B to 16 GiB")
+        clean.append(size)
+    if not clean:
+        raise KnobError("sizes", list(sizes), "at least one message size in bytes")
+    return clean
+
+
+def _comm_result(outcome: JobOutcome, knobs: Knobs, dev: torch.device) -> CommResult:
+    info = hardware.device_info(dev)
+    result = CommResult(
+        status=_status(outcome), error=outcome.error,
+        world_size=knobs.world_size, backend=backend_for(dev.type), device=dev.type,
+        device_name=info.name, nccl=dict(knobs.nccl), nccl_flags=nccl.flags(knobs.nccl),
+        elapsed_s=outcome.elapsed_s, created_at=_now(), versions=hardware.versions(),
+    )  # fmt: skip
+    if knobs.nccl and dev.type != "cuda":
+        result.no_effect["nccl"] = NCCL_ON_GLOO
+    if outcome.result is not None:
+        result.rows = outcome.result.get("rows", [])
+        result.suspect = wrong_sums(result.rows)
+    return result
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,305 @@
+"""Run a job under torchrun as a child process, hear from its ranks, and bring it down cleanly.
+
+Why torchrun and not our own process spawning: it is what users launch production jobs with,
+so a burst measured here starts the way their training starts (same rendezvous, same
+environment variables: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT).
+
+How the ranks talk back: each rank appends JSON lines to ``<job dir>/rank<N>.jsonl`` (an
+:class:`EventLog`): its pid, each phase it enters, progress, and its result or its error. Files
+rather than stdout, because torchrun and NCCL also write to stdout/stderr, and because a file
+survives the rank that wrote it: after a crash the parent still reads the error.
+
+Process hygiene, the part that must never fail:
+
+- torchrun starts in a new session, so the user's Ctrl-C reaches us (not the ranks directly)
+  and we decide how to stop the job;
+- torchrun starts every rank in a session of its own, so stopping torchrun's process group
+  would miss them: :func:`stop_process_tree` collects torchrun's descendants (and the pids
+  the ranks reported) first, asks torchrun to stop (SIGTERM: it then stops its ranks), and
+  kills whatever is left after a grace period;
+- each rank also watches the parent process and exits if it disappears or is a zombie not
+  yet reaped (see ``workbench.distributed.rank``), so even a killed kernel leaves no orphans
+  behind: torchrun ends the job when its ranks exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workbench.core.knobs import KnobError
+
+PHASES = ("start", "init", "setup", "ddp", "warmup", "measuring", "comm", "done")
+STOP_GRACE_S = 5.0
+_POLL_S = 0.05
+
+
+@dataclass
+class JobSpec:
+    """What every rank of the job needs, written to ``job.json`` for the workers to read."""
+
+    mode: str  # "burst" or "comm"
+    out_dir: str
+    device: str  # "cuda" or "cpu"
+    parent_pid: int
+    timeout_s: float
+    device_indices: list[int] = field(default_factory=list)
+    """The CUDA index of each local rank (``job_devices``); empty on a CPU."""
+    workload: str | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 3.0
+    min_steps: int = 5
+    warmup_steps: int = 3
+    data_dir: str | None = None
+    sizes_bytes: list[int] = field(default_factory=list)
+
+    def write(self) -> Path:
+        path = Path(self.out_dir) / "job.json"
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> JobSpec:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class EventLog:
+    """A rank's JSON-lines event file; every line is flushed at once (a crash loses nothing)."""
+
+    def __init__(self, path: str | Path, rank: int) -> None:
+        self.rank = rank
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the rank)
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "rank": self.rank, "t": time.time(), **fields})
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
+def read_new_events(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Complete lines written since ``offset``; a half-written last line waits for next time."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    return events, offset + end
+
+
+@dataclass
+class JobOutcome:
+    """How a job ended. ``status``: ok, error, oom, cancelled or timeout."""
+
+    status: str
+    result: dict[str, Any] | None
+    error: str | None
+    elapsed_s: float
+    log_tail: str = ""
+    events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def backend_for(device_type: str) -> str:
+    """The process-group backend a job uses: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def check_port(port: int | None) -> None:
+    """Refuse a rendezvous port that is taken, before starting anything."""
+    if port is None:
+        return
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise KnobError("port", port, "a TCP port 1-65535, or None to pick a free one")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise KnobError(
+                "port", port, "a free TCP port: this one is in use; leave it unset to pick one"
+            ) from None
+
+
+def torchrun_command(nproc: int, job_path: Path, port: int | None) -> list[str]:
+    """``python -m torch.distributed.run`` (torchrun) for one node running our worker."""
+    if port is None:
+        rdzv = ["--standalone"]  # torchrun picks a free port itself
+    else:
+        rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=workbench"]
+    return [
+        sys.executable, "-m", "torch.distributed.run", *rdzv, "--nnodes=1",
+        f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
+        "-m", "workbench.distributed.rank", str(job_path),
+    ]  # fmt: skip
+
+
+class TorchrunJob:
+    """One torchrun job: start it, follow its ranks' events, end it within a deadline."""
+
+    def __init__(self, spec: JobSpec, nproc: int, env: dict[str, str], port: int | None = None):
+        self.spec, self.nproc, self.env, self.port = spec, nproc, env, port
+        self.out_dir = Path(spec.out_dir)
+        self._offsets: dict[int, int] = {}
+        self.events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(nproc)}
+
+    def run(
+        self,
+        cancel: threading.Event | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> JobOutcome:
+        """Start, wait, and always leave no process behind (also on Ctrl-C)."""
+        cmd = torchrun_command(self.nproc, self.spec.write(), self.port)
+        start = time.monotonic()
+        with open(self.out_dir / "job.log", "wb") as log:
+            proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=os.getcwd())  # fmt: skip
+        try:
+            status = self._follow(proc, start, cancel, on_event)
+        finally:
+            stop_process_tree(proc, self._reported_pids())
+        self._poll_events(None)  # what the ranks wrote while they were being stopped
+        return self._outcome(status, proc.returncode, time.monotonic() - start)
+
+    def _follow(self, proc, start, cancel, on_event) -> str:
+        while True:
+            self._poll_events(on_event)
+            if proc.poll() is not None:
+                return "exited"
+            if cancel is not None and cancel.is_set():
+                return "cancelled"
+            if time.monotonic() - start > self.spec.timeout_s:
+                return "timeout"
+            time.sleep(_POLL_S)
+
+    def _poll_events(self, on_event: Callable[[dict[str, Any]], None] | None) -> None:
+        for rank in range(self.nproc):
+            path = self.out_dir / f"rank{rank}.jsonl"
+            new, self._offsets[rank] = read_new_events(path, self._offsets.get(rank, 0))
+            self.events[rank].extend(new)
+            if on_event is not None:
+                for event in new:
+                    on_event(event)
+
+    def _reported_pids(self) -> list[int]:
+        return [e["pid"] for evs in self.events.values() for e in evs if e["event"] == "start"]
+
+    def _outcome(self, how: str, returncode: int | None, elapsed_s: float) -> JobOutcome:
+        tail = _tail(self.out_dir / "job.log")
+        result = next((e for e in self.events.get(0, []) if e["event"] == "result"), None)
+        if how == "exited" and returncode == 0 and result is not None:
+            return JobOutcome("ok", result, None, elapsed_s, tail, self.events)
+        if how == "cancelled":
+            return JobOutcome("cancelled", None, "stopped before the job finished", elapsed_s,
+                              tail, self.events)  # fmt: skip
+        if how == "timeout":
+            why = f"the job did not finish within {self.spec.timeout_s:g} s and was stopped; "
+            return JobOutcome("timeout", None, why + self._laggards(), elapsed_s, tail,
+                              self.events)  # fmt: skip
+        status, error = self._first_error(returncode, tail)
+        return JobOutcome(status, None, error, elapsed_s, tail, self.events)
+
+    def _first_error(self, returncode: int | None, tail: str) -> tuple[str, str]:
+        """The error of the rank that failed first: later ones usually fail *because* of it
+        (a peer closed the connection), so the earliest is the cause."""
+        errors = sorted(
+            (e for evs in self.events.values() for e in evs if e["event"] == "error"),
+            key=lambda e: e["t"],
+        )
+        if errors:
+            first = errors[0]
+            return first.get("status", "error"), f"rank {first['rank']}: {first['error']}"
+        silent = [r for r in range(self.nproc) if not self._has(r, ("result", "done"))]
+        who = f"rank {silent[0]}" if silent else "torchrun"
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+        return "error", (
+            f"{who} ended without a Python error (killed, crashed or out of host memory); "
+            f"torchrun exit code {returncode}; last log line: {last}"
+        )
+
+    def _has(self, rank: int, kinds: tuple[str, ...]) -> bool:
+        evs = self.events.get(rank, [])
+        return any(e["event"] in kinds or e.get("phase") in kinds for e in evs)
+
+    def _laggards(self) -> str:
+        """Which ranks were furthest behind when the job was stopped: the likely hang."""
+        now = time.time()
+        where = {}
+        for rank in range(self.nproc):
+            phases = [e for e in self.events.get(rank, []) if e["event"] == "phase"]
+            where[rank] = phases[-1] if phases else None
+
+        def order(rank: int) -> int:
+            ev = where[rank]
+            return -1 if ev is None else PHASES.index(ev["phase"])
+
+        behind = min(order(r) for r in where)
+        parts = []
+        for rank in sorted(where):
+            ev = where[rank]
+            state = "never started" if ev is None else (
+                f"last in phase '{ev['phase']}' ({now - ev['t']:.0f} s ago)")  # fmt: skip
+            mark = " <- furthest behind" if order(rank) == behind and len(where) > 1 else ""
+            parts.append(f"rank {rank} {state}{mark}")
+        return "; ".join(parts)
+
+
+def stop_process_tree(proc: subprocess.Popen, extra_pids: list[int] = ()) -> None:
+    """Stop torchrun and everything under it; nothing survives this call.
+
+    torchrun runs each rank in its own session, and a rank's DataLoader workers are its
+    children, so the whole tree is collected *before* anything is signalled (a dead parent's
+    children are re-parented and could not be found any more).
+    """
+    tree = _collect_tree(proc.pid, extra_pids)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # torchrun then stops its ranks (SIGTERM, then KILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_GRACE_S)
+    for p in tree:
+        try:
+            if p.is_running():
+                p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(tree, timeout=STOP_GRACE_S)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _collect_tree(root_pid: int, extra_pids: list[int]) -> list[psutil.Process]:
+    found: dict[int, psutil.Process] = {}
+    for pid in [root_pid, *extra_pids]:
+        try:
+            p = psutil.Process(pid)
+            for q in [p, *p.children(recursive=True)]:
+                found[q.pid] = q
+        except psutil.Error:
+            continue
+    found.pop(root_pid, None)  # the Popen object handles torchrun itself
+    return list(found.values())
+
+
+def _tail(path: Path, max_chars: int = 4000) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return text[-max_chars:]

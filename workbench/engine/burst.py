@@ -1,0 +1,578 @@
+"""``run_burst``: one short, real training run, measured so that its numbers can be trusted.
+
+The method (DESIGN.md, "Measurement method"):
+
+1. Set-up (dataset, loader, model, optimizer) is timed as ``setup_s``.
+2. Warm-up steps run first and are timed as ``warmup_s``: they absorb torch.compile
+   (``compile_s``), cuDNN autotuning, loader worker start-up and allocator growth, none of
+   which a long training run pays per step.
+3. The measured window is time-boxed (``seconds``) with a minimum step count. The device is
+   synchronized at both ends of the window, and only there: a sync per step would stop the host
+   from queueing ahead and make the measurement slower than real training.
+   Throughput = samples trained in the window / the window's wall time.
+4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
+   whose IQR exceeds 10% of the median is flagged ``noisy``.
+
+One burst at a time: a burst waits for the process's burst slot (``workbench.engine.slot``), and
+takes it from whoever holds it (a panel's burst, a tune), who is told to stop first.
+
+Each burst runs on a thread of its own, under its own device (``_on_own_thread``), and checks
+its own numbers (``workbench.engine.selfcheck``): what fails lands in ``suspect``.
+
+Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the next burst runs
+at full size), any other exception inside the burst gives ``status="error"`` with the reason; a
+device fault that breaks the CUDA context for good says so, and every later burst in the process
+says to restart it.
+Bad arguments (an invalid knob, an unknown workload, a missing data folder) raise before any
+work starts. A first Ctrl-C stops the burst at the next step boundary, shuts the loader's
+workers down and raises ``BurstInterrupted`` (a KeyboardInterrupt carrying the result); a
+second one interrupts at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.core.knobs import KnobError, Knobs
+from workbench.core.nccl import flags as nccl_flags
+from workbench.core.results import BurstResult, spread
+from workbench.engine import compiler, hardware
+from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
+from workbench.engine.coordinator import Coordinator, Solo
+from workbench.engine.failures import cuda_health, is_oom_error, note_failure
+from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
+from workbench.engine.selfcheck import burst_problems
+from workbench.engine.signals import graceful_sigint
+from workbench.engine.slot import exclusive
+from workbench.engine.telemetry import Sampler, TelemetrySummary, telemetry_problems
+from workbench.engine.timing import StepSamples, StepTimer, synchronize
+from workbench.engine.training import (
+    TrainState,
+    backend_flags,
+    build_train_state,
+    check_model_takes,
+    count_flops_live,
+    micro_step,
+    no_effect,
+    optimizer_step,
+    precision_state,
+    to_device,
+)
+from workbench.engine.workloads import (
+    Workload,
+    count_train_flops,
+    default_workload_name,
+    resolve_workload,
+)
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BurstProgress:
+    """Reported to ``progress`` callbacks: the panel's status line and progress bar."""
+
+    phase: str  # "setup", "warmup", "measuring", "done"
+    elapsed_s: float
+    window_s: float
+    steps: int
+
+
+@dataclass
+class BurstPlan:
+    """How to run one burst's loop: the window, who stops it, who hears about progress."""
+
+    seconds: float
+    min_steps: int
+    warmup_steps: int
+    stop: threading.Event
+    progress: Callable[[BurstProgress], None] | None
+    clock: Clock
+    coord: Coordinator = field(default_factory=Solo)
+
+
+@dataclass
+class _Measured:
+    setup_s: float
+    warmup_s: float
+    compile_s: float | None
+    wall_window: tuple[float, float]  # time.perf_counter() bounds, for the telemetry sampler
+    measured_s: float
+    steps: int
+    samples: int
+    timing: StepSamples
+    flops_per_sample: float | None
+    final_loss: float | None
+    epochs: int
+    cancelled: bool
+    ran_on: str | None = None
+    """The device the model's parameters were on, named as the result names devices."""
+    compile_report: compiler.CompileReport | None = None
+    loader_device_mem_mib: float | None = None
+
+
+def run_burst(
+    workload: str | Workload | Callable[[], Workload] | None = None,
+    knobs: Knobs | None = None,
+    *,
+    seconds: float = 3.0,
+    min_steps: int = 5,
+    warmup_steps: int = 3,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[BurstProgress], None] | None = None,
+    clock: Clock = time.perf_counter,
+    timeout_s: float | None = None,
+) -> BurstResult:
+    """Run one measured training burst and return (and record) its BurstResult.
+
+    ``workload``: a built-in name (``cnn``, ``resnet50``, ``gpt``), a Workload, or a factory;
+    None picks ``cnn`` on a CPU and ``resnet50`` on a GPU. ``cancel``: set it (from another
+    thread) to stop at the next step boundary; the result then has ``status="cancelled"``.
+    ``record``/``store``: append the result to the history store (default location unless a
+    store or path is given).
+
+    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
+    torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds that job.
+    """
+    check_burst_args(seconds, min_steps, warmup_steps)
+    knobs = Knobs() if knobs is None else knobs
+    dev = hardware.resolve_device(device)
+    cancel = cancel or threading.Event()
+    from workbench.distributed import jobs as distributed
+
+    if distributed.needs_processes(knobs, dev):
+        return _as_job(workload, knobs, dev, cancel, record, store, seconds=seconds,
+                       min_steps=min_steps, warmup_steps=warmup_steps, data_dir=data_dir,
+                       progress=progress, timeout_s=timeout_s)  # fmt: skip
+    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
+    with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
+        result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, seconds)
+    record_result(result, record, store)
+    if sigint.fired:
+        raise BurstInterrupted(result)
+    return result
+
+
+class BurstInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a burst at a step boundary. Raised after its loader workers are shut
+    down and its (cancelled) result recorded; ``result`` holds that result, so a caller that
+    runs many bursts (a tune) keeps it. Catching KeyboardInterrupt still catches this."""
+
+    def __init__(self, result: BurstResult):
+        super().__init__("burst interrupted")
+        self.result = result
+
+
+def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
+    """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded."""
+    return _on_own_thread(lambda: _measure_on_device(wl, knobs, dev, plan), plan.stop)
+
+
+def _on_own_thread(run: Callable[[], BurstResult], stop: threading.Event) -> BurstResult:
+    """Run a burst on a new thread and wait for it.
+
+    Why a thread of its own: cuDNN keeps its chosen convolution plans in a *thread-local*
+    cache whose key leaves out ``cudnn.benchmark`` (aten/src/ATen/native/cudnn/Conv_v8.cpp), so
+    in one thread an earlier ``cudnn_benchmark=False`` burst makes a later ``True`` burst reuse
+    the heuristic plans (and the reverse): the A/B would depend on the order of the bursts. A new
+    thread starts with an empty cache. CUDA's current device is per thread too. The progress
+    callbacks run on this thread. If the caller is interrupted while it waits (a second Ctrl-C),
+    the burst is told to stop and stops at its next step boundary.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = run()
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="workbench-burst", daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except BaseException:
+        stop.set()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _measure_on_device(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan
+) -> BurstResult:
+    result = _new_result(wl, knobs, dev, plan.seconds)
+    broken = cuda_health(dev)
+    if broken is not None:
+        result.status, result.error = "error", broken
+        return result
+    flags_before = precision_state()
+    with _device_scope(dev):
+        _free_memory(dev, reset_peak=True, collect=False)
+        sampler = Sampler(dev).start()
+        measured = None
+        try:
+            with backend_flags(knobs, dev), compiler.clean_compiler(knobs.compile != "off"):
+                measured = _guarded(wl, knobs, dev, plan, result)
+        finally:
+            if measured is not None:
+                sampler.mark_window(*measured.wall_window)
+            telemetry = sampler.stop()
+            _free_memory(dev, reset_peak=False, collect=result.status != "ok")
+        if measured is not None:
+            _fill_measurement(result, measured, wl, knobs)
+        _fill_memory_and_telemetry(result, dev, telemetry)
+    step_ms = measured.timing.step_ms if measured is not None else []
+    ran_on = measured.ran_on if measured is not None else None
+    checks = (flags_before, precision_state(), ran_on, telemetry_problems(telemetry))
+    result.suspect = burst_problems(result, step_ms, *checks)
+    return result
+
+
+def _device_scope(dev: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Make the burst's GPU the current device of this thread (streams, events, the pinning
+    thread of the DataLoader and library handles all follow the current device)."""
+    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+
+
+def _as_job(
+    workload: str | Workload | Callable[[], Workload] | None,
+    knobs: Knobs,
+    dev: torch.device,
+    cancel: threading.Event,
+    record: bool,
+    store: object,
+    **job: Any,
+) -> BurstResult:
+    """The burst as a torchrun job, holding the slot; superseded while it waited, no job
+    starts (it would run beside the newer burst) and the result says so."""
+    from workbench.distributed import jobs as distributed
+
+    with exclusive(cancel) as got:
+        if got:
+            return distributed.run_distributed_burst(workload, knobs, device=dev, record=record,
+                                                     store=store, cancel=cancel, **job)  # fmt: skip
+    wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
+    result = _superseded(wl, knobs, dev, job["seconds"])
+    record_result(result, record, store)
+    return result
+
+
+def _superseded(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
+    """A burst cancelled while it waited for another burst to let go of the slot."""
+    result = _new_result(wl, knobs, dev, seconds)
+    result.status, result.error = "cancelled", "cancelled before it started"
+    return result
+
+
+def check_burst_args(seconds: float, min_steps: int, warmup_steps: int) -> None:
+    """Refuse a bad window before any work (sweeps and tunes check once, before their first
+    burst, so a typo is an error and not a row of failed bursts)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise KnobError("seconds", seconds, "a number of seconds > 0 (the measured window)")
+    if isinstance(min_steps, bool) or not isinstance(min_steps, int) or min_steps < 1:
+        raise KnobError("min_steps", min_steps, "an integer >= 1")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise KnobError("warmup_steps", warmup_steps, "an integer >= 0")
+
+
+def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
+    info = hardware.device_info(dev)
+    return BurstResult(
+        workload=wl.name,
+        device=str(dev),
+        device_name=info.name,
+        device_mem_mib=info.total_mem_mib,
+        knobs=knobs,
+        seconds=float(seconds),
+        no_effect=no_effect(knobs, dev, wl),
+        nccl_flags=nccl_flags(knobs.nccl),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        versions=hardware.versions(),
+    )
+
+
+def _guarded(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, result: BurstResult
+) -> _Measured | None:
+    """Run the burst; turn OOM and errors into the result's status instead of raising."""
+    try:
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(0)
+            return _measure(wl, knobs, dev, plan)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a failed burst is a result; the traceback frames die here
+        result.status = "oom" if is_oom_error(exc) else "error"
+        result.error = note_failure(exc)
+        return None
+
+
+def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> _Measured:
+    t0 = plan.clock()
+    _report(plan, "setup", 0.0, 0)
+    stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
+    try:
+        state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
+        sample, rows = _check_first_batch(state, stream, knobs, dev, wl)
+        setup_s = plan.clock() - t0
+        counts = [compiler.read_counts()] if knobs.compile != "off" else None
+        warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan)
+        flops = count_train_flops(wl, sample)
+        if flops is None:  # a model that cannot run on meta: its own parameters, two samples
+            flops = count_flops_live(state, rows)
+        del rows
+        if counts is not None:
+            counts.append(compiler.read_counts())
+        drop_before_window(stream)  # cache=cold only
+        measured = _window(state, stream, knobs, dev, plan)
+        if counts is not None:
+            measured.compile_report = compiler.report(*counts, compiler.read_counts())
+        measured.ran_on = _device_name(next(state.model.parameters(), None))
+    finally:
+        stream.close()
+    measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
+    measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
+    measured.flops_per_sample = flops
+    return measured
+
+
+def _device_name(param: torch.Tensor | None) -> str | None:
+    """Where the model's parameters are, named as results name devices ("cuda:1")."""
+    if param is None:
+        return None
+    where = param.device
+    return f"cuda:{where.index}" if where.type == "cuda" else str(where)
+
+
+def _loader_device_mem(stream: BatchStream) -> float | None:
+    """Device memory the loader's own pools hold (DALI's), outside torch's allocator."""
+    read = getattr(stream, "device_mem_mib", None)
+    return read() if callable(read) else None
+
+
+def _check_first_batch(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, wl: Workload
+) -> tuple[Batch, Batch]:
+    """Set-up's early check: one batch from the stream, on the device, through the model and
+    the loss (``check_model_takes``), so a batch the model cannot take fails here, before the
+    window, with the batch's structure and the hook that fits. Returns, for the FLOP count,
+    the batch's shape sample (meta tensors) and a copy of two of its samples (for a model that
+    cannot run on meta): the batch itself is let go at once."""
+    batch = next(stream)
+    if not stream.on_device:
+        batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
+    check_model_takes(state, batch, wl)
+    size = count_samples(batch)
+    rows = map_tensors(batch, lambda t: t[:2].clone() if t.dim() and t.shape[0] == size else t)
+    return _shape_sample(batch), rows
+
+
+def _warm_up(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
+) -> tuple[float, float | None]:
+    """Steps outside the window; returns (warmup_s, compile_s)."""
+    start = plan.clock()
+    step_s: list[float] = []
+    for _ in range(plan.warmup_steps):
+        if plan.stop.is_set():
+            break
+        t = plan.clock()
+        _train_one_step(state, stream, knobs, dev, None)
+        synchronize(dev)
+        step_s.append(plan.clock() - t)
+        _report(plan, "warmup", plan.clock() - start, len(step_s))
+    compile_s = None
+    if knobs.compile != "off" and step_s:
+        rest = sorted(step_s[1:])
+        compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
+    return plan.clock() - start, compile_s
+
+
+def _shape_sample(*parts: Batch) -> Batch:
+    """Two samples of a batch on the meta device, for the FLOP count: a slice such as ``x[:2]``
+    is a view that would keep the whole batch alive through the window (and in the peak
+    memory). ``_shape_sample(batch)`` gives the batch's sample, ``_shape_sample(x, y)`` the
+    pair's."""
+    return shape_sample(parts[0] if len(parts) == 1 else parts)
+
+
+def _train_one_step(
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    timer: StepTimer | None,
+) -> Batch:
+    """One optimizer step over ``grad_accum`` micro-batches; returns the last micro-batch."""
+    pinned = knobs.pin_memory and dev.type == "cuda"
+    for i in range(state.grad_accum):
+        wait_start = time.perf_counter()
+        batch = next(stream)
+        if timer is not None:
+            timer.add_wait(time.perf_counter() - wait_start)
+        marks = timer.copy_marks() if timer is not None and not stream.on_device else None
+        if not stream.on_device:
+            batch = to_device(batch, state, dev, pinned)
+        if timer is not None:
+            timer.copy_done(marks)
+        with state.micro_batch_sync(last=i == state.grad_accum - 1):
+            state.last_loss = micro_step(state, batch)
+    optimizer_step(state)
+    return batch
+
+
+def _window(
+    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
+) -> _Measured:
+    """The measured window. Ranks of a DDP job start it together, agree on its last step
+    (rank 0's clock decides, over a host-side channel: no device sync per step) and end it
+    together, so the window's wall time covers the slowest rank."""
+    timer = StepTimer(dev, plan.clock)
+    steps = samples = 0
+    synchronize(dev)
+    plan.coord.barrier()
+    start, wall_start = plan.clock(), time.perf_counter()
+    while not plan.stop.is_set():
+        timer.step_start()
+        batch = _train_one_step(state, stream, knobs, dev, timer)
+        timer.step_end()
+        steps += 1
+        samples += count_samples(batch) * state.grad_accum
+        elapsed = plan.clock() - start
+        _report(plan, "measuring", elapsed, steps)
+        if plan.coord.agree_stop(elapsed >= plan.seconds and steps >= plan.min_steps):
+            break
+    timing = timer.finish()  # records the closing mark and synchronizes
+    plan.coord.barrier()
+    measured_s = plan.clock() - start
+    loss = state.last_loss
+    _report(plan, "done", measured_s, steps)
+    return _Measured(
+        setup_s=0.0,
+        warmup_s=0.0,
+        compile_s=None,
+        wall_window=(wall_start, time.perf_counter()),
+        measured_s=measured_s,
+        steps=steps,
+        samples=samples,
+        timing=timing,
+        flops_per_sample=None,
+        final_loss=float(loss) * state.grad_accum if loss is not None else None,
+        epochs=stream.epochs,
+        cancelled=plan.stop.is_set(),
+    )
+
+
+def _report(plan: BurstPlan, phase: str, elapsed_s: float, steps: int) -> None:
+    if plan.progress is not None:
+        plan.progress(BurstProgress(phase, elapsed_s, plan.seconds, steps))
+
+
+def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) -> None:
+    r.status = "cancelled" if m.cancelled else "ok"
+    if m.cancelled:
+        r.error = "stopped before the window closed"
+    r.setup_s, r.warmup_s, r.compile_s = m.setup_s, m.warmup_s, m.compile_s
+    r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
+    r.loader_epochs, r.final_loss = m.epochs, m.final_loss
+    r.loader_device_mem_mib = m.loader_device_mem_mib
+    _fill_compile(r, m.compile_report)
+    if m.steps == 0 or m.measured_s <= 0:
+        return
+    r.samples_per_s = m.samples / m.measured_s
+    if wl.tokens_per_sample:
+        r.tokens_per_s = r.samples_per_s * wl.tokens_per_sample
+    _fill_step_stats(r, m.timing, m.measured_s)
+    _fill_flops(r, m.flops_per_sample, knobs)
+
+
+def _fill_compile(r: BurstResult, report: compiler.CompileReport | None) -> None:
+    if report is None:
+        return
+    r.compile_graphs, r.compile_graph_breaks = report.graphs, report.graph_breaks
+    r.compile_window_graphs = report.window_graphs
+    if report.fallback:
+        r.no_effect["compile"] = f"torch.compile fell back to eager: {report.fallback}"
+
+
+def _fill_step_stats(r: BurstResult, t: StepSamples, measured_s: float) -> None:
+    step = spread(t.step_ms)
+    r.step_ms_p50, r.step_ms_iqr, r.noisy = step.p50, step.iqr, step.noisy
+    r.step_ms = [round(v, 3) for v in t.step_ms]
+    r.data_wait_ms_p50 = spread(t.data_wait_ms).p50
+    r.data_wait_pct = 100.0 * sum(t.data_wait_ms) / 1e3 / measured_s
+    r.h2d_ms_p50 = spread(t.h2d_ms).p50
+    # The rest of the step is compute (plus launch overhead): an approximate split for charts.
+    rest = [max(0.0, s - w) for s, w in zip(t.step_ms, t.data_wait_ms, strict=False)]
+    copy_ms = (r.h2d_ms_p50 or 0.0) * r.knobs.grad_accum
+    r.compute_ms_p50 = max(0.0, (spread(rest).p50 or 0.0) - copy_ms) if rest else None
+
+
+def _fill_flops(r: BurstResult, flops_per_sample: float | None, knobs: Knobs) -> None:
+    r.flops_per_sample = flops_per_sample
+    if flops_per_sample is None or r.samples_per_s is None:
+        return
+    r.achieved_tflops = flops_per_sample * r.samples_per_s / 1e12
+    peak = hardware.peak_flops(r.device_name or "", knobs.precision)
+    r.peak_tflops = peak / 1e12 if peak else None
+    r.mfu_pct = hardware.estimate_mfu(flops_per_sample, r.samples_per_s, peak)
+
+
+def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySummary) -> None:
+    if dev.type == "cuda":
+        r.peak_mem_mib = torch.cuda.max_memory_allocated(dev) / 2**20
+        r.peak_reserved_mib = torch.cuda.max_memory_reserved(dev) / 2**20
+        r.peak_mem_kind = "allocated"
+    else:
+        # PSS of the process and its loader workers (each shared page once), summed RSS where
+        # PSS cannot be read; peak_mem_kind says which (workbench/engine/telemetry.py).
+        r.peak_mem_mib, r.peak_mem_kind = t.host_mem_peak_mib, t.host_mem_kind
+    r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
+    r.gpu_mem_used_mib, r.mem_busy_pct = t.gpu_mem_used_mib, t.mem_busy_pct
+    r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)
+    r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source
+
+
+def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -> None:
+    """Release what an earlier (or failed) burst held; optionally restart the peak counters.
+
+    A full ``gc.collect()`` costs about 0.3 s in a process with torch loaded, so it runs only
+    where it matters: on CUDA (cached blocks are only returned once nothing references them)
+    and after a failure (a traceback keeps frames, and their tensors, in reference cycles).
+    """
+    if dev.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats(dev)
+    elif collect:
+        gc.collect()
+
+
+def record_result(result: BurstResult, record: bool, store: object) -> None:
+    """Append to the history store unless ``record`` is False (default store if None)."""
+    if not record:
+        return
+    from workbench.history.store import open_store
+
+    result.id = open_store(store).append(result.to_dict())  # type: ignore[arg-type]

@@ -1,0 +1,132 @@
+"""The torch DataLoader, built from the knobs, as an endless batch stream.
+
+Start method: worker processes are forked (``multiprocessing_context="fork"`` where the
+platform has it). A notebook user's dataset is usually defined in a cell, and ``spawn`` /
+``forkserver`` (Python 3.14's Linux default) must pickle it, which fails for such classes;
+fork shares it as it is. Python 3.12+ warns that forking a multi-threaded process (a Jupyter
+kernel has about 20 threads) may deadlock; DataLoader workers only touch the dataset, and that
+has been the PyTorch default on Linux for years, so we keep it deliberately.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
+
+from workbench.core.knobs import Knobs
+from workbench.engine.loaders import check_batch_fits
+
+# A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
+WORKER_TIMEOUT_S = 120.0
+# How often a wait for a batch looks at the workers. torch finds a dead worker at once through
+# its SIGCHLD handler, but that handler exists only when the loader runs on the main thread;
+# elsewhere (the panel's burst thread) a death is seen only when a wait for data times out.
+# With DataLoader(timeout=120) that was after 120 s, so the stream waits in short slices.
+WORKER_POLL_S = 2.0
+_TIMED_OUT = "DataLoader timed out after"
+
+
+def dataloader_kwargs(knobs: Knobs, device: torch.device | str) -> dict[str, Any]:
+    """The DataLoader keyword arguments these knobs mean on ``device`` (also used by configs)."""
+    on_cuda = torch.device(device).type == "cuda"
+    kwargs: dict[str, Any] = {
+        "batch_size": knobs.batch_size,
+        "shuffle": True,
+        "drop_last": True,
+        "num_workers": knobs.num_workers,
+        "pin_memory": knobs.pin_memory and on_cuda,
+    }
+    if knobs.num_workers > 0:
+        kwargs["persistent_workers"] = knobs.persistent_workers
+        kwargs["prefetch_factor"] = knobs.prefetch_factor or 2
+        kwargs["timeout"] = WORKER_POLL_S  # the stream retries up to WORKER_TIMEOUT_S
+        if "fork" in mp.get_all_start_methods():
+            kwargs["multiprocessing_context"] = "fork"
+    return kwargs
+
+
+class TorchStream:
+    """Batches from a torch DataLoader; a new epoch starts when one runs out."""
+
+    backend = "torch"
+    on_device = False
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        knobs: Knobs,
+        device: torch.device,
+        seed: int = 0,
+        shard: tuple[int, int] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ):
+        generator = torch.Generator().manual_seed(seed)
+        kwargs = dataloader_kwargs(knobs, device)
+        self._sampler: DistributedSampler | None = None
+        if isinstance(dataset, IterableDataset):  # shards: it shuffles itself, by shard
+            kwargs.pop("shuffle")
+            if shard is not None:
+                dataset = dataset.for_rank(*shard)  # type: ignore[attr-defined]
+        elif shard is not None:
+            rank, world_size = shard
+            self._sampler = DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+            )
+            kwargs.pop("shuffle")  # the sampler shuffles, with the same seed on every rank
+            kwargs["sampler"] = self._sampler
+        if collate_fn is not None:  # the workload's own: the pipeline production will run
+            kwargs["collate_fn"] = collate_fn
+        self._loader = DataLoader(dataset, generator=generator, **kwargs)
+        self._iter: Any = None
+        self._batch_size = knobs.batch_size
+        self.epochs = 0
+
+    def __next__(self) -> Any:
+        if self._iter is None:
+            self._iter = iter(self._loader)
+        try:
+            return self._next_batch()
+        except StopIteration:
+            pass
+        self.epochs += 1
+        if self._sampler is not None:
+            self._sampler.set_epoch(self.epochs)  # a new order each epoch, the same on all ranks
+        self._iter = iter(self._loader)
+        try:
+            return self._next_batch()
+        except StopIteration:
+            sharded = self._sampler is not None
+            n = len(self._sampler if sharded else self._loader.dataset)  # type: ignore[arg-type]
+            check_batch_fits(self._batch_size, n, sharded)
+            raise RuntimeError("the DataLoader gave no batch in a fresh epoch") from None
+
+    def _next_batch(self) -> Any:
+        """The iterator's next batch, waited for in ``WORKER_POLL_S`` slices: after each slice
+        torch checks that every worker is alive (a dead one raises "exited unexpectedly"). A
+        timed-out wait leaves the iterator as it was, so waiting again is safe."""
+        waited_s = 0.0
+        while True:
+            try:
+                return next(self._iter)
+            except RuntimeError as exc:
+                if not str(exc).startswith(_TIMED_OUT) or self._loader.timeout <= 0:
+                    raise
+                waited_s += self._loader.timeout
+                if waited_s >= WORKER_TIMEOUT_S:
+                    raise RuntimeError(
+                        f"no batch from the DataLoader's workers for {waited_s:.0f} s: a worker "
+                        f"hangs (a deadlock, or storage that stopped answering?)"
+                    ) from None
+
+    def close(self) -> None:
+        """Stop worker processes now rather than whenever the garbage collector runs."""
+        for it in (self._iter, getattr(self._loader, "_iterator", None)):
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self._iter = None
+        self._loader._iterator = None  # persistent workers' iterator

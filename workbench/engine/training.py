@@ -1,0 +1,442 @@
+"""One training step, built from the knobs: precision, layout, compile, loss scaling.
+
+Every knob here changes real code: ``precision`` selects autocast (bf16/fp16) or the fp32 math
+mode (IEEE fp32 vs TF32 tensor cores), fp16 gets a GradScaler, ``channels_last`` converts the
+model and the image tensors of every batch to NHWC, ``compile`` wraps the model in
+``torch.compile``. Batches are any nest of tensors (``workbench.engine.batches``); the workload's
+``forward`` hook feeds the input to the model and its loss gets the raw output.
+Global backend flags (TF32, cudnn.benchmark) are set for the burst and restored afterwards, so
+a burst never leaves the user's kernel in a different numeric mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.core.knobs import Knobs
+from workbench.engine.batches import (
+    Batch,
+    BatchError,
+    count_samples,
+    describe_batch,
+    move_batch,
+    split_batch,
+)
+from workbench.engine.failures import describe_error, is_oom_error
+from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
+from workbench.engine.workloads import Workload
+from workbench.engine.workloads.base import call_model
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainState:
+    """Everything one optimizer step needs."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    scaler: torch.amp.GradScaler | None
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    channels_last: bool
+    grad_accum: int
+    last_loss: torch.Tensor | None = None
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+    """DDP's ``no_sync`` when micro-batches should skip the gradient all-reduce, else None."""
+    forward: Callable[[nn.Module, Any], Any] = call_model
+    """The workload's forward hook: how the model takes the batch's input."""
+    plain: nn.Module | None = None
+    """The user's module itself, under the DDP wrapper and torch.compile (the early check and
+    the live FLOP count run it: no compiled inference graph, no DDP iteration)."""
+    wrapped: bool = False
+    """Whether ``model`` is wrapped for a distributed job (DDP)."""
+
+    def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
+        last micro-batch, as a training loop does with ``model.no_sync()``; an all-reduce per
+        micro-batch would measure ``grad_accum`` times the communication of real training."""
+        if self.no_sync is None or last:
+            return contextlib.nullcontext()
+        return self.no_sync()
+
+
+def build_train_state(
+    workload: Workload,
+    knobs: Knobs,
+    device: torch.device,
+    wrap: Callable[[nn.Module], nn.Module] | None = None,
+) -> TrainState:
+    """Model, optimizer and step helpers. ``wrap`` (DDP in a distributed burst) goes around
+    the model after the layout change and before ``torch.compile``, as PyTorch documents."""
+    model = workload.model().to(device)
+    use_nhwc = knobs.channels_last and _has_conv(model)
+    if use_nhwc:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    plain = model
+    optimizer = workload.optimizer(model.parameters())
+    no_sync = None
+    if wrap is not None:
+        model = wrap(model)  # a burst in this process passes Solo's, which returns the model
+        no_sync = _accumulation_no_sync(model, knobs)
+    if knobs.compile != "off":
+        mode = None if knobs.compile == "default" else knobs.compile
+        model = torch.compile(model, mode=mode)
+    return TrainState(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=workload.loss,
+        scaler=torch.amp.GradScaler(device.type) if knobs.precision == "fp16" else None,
+        autocast=_autocast_factory(knobs.precision, device),
+        channels_last=use_nhwc,
+        grad_accum=knobs.grad_accum,
+        no_sync=no_sync,
+        forward=workload.forward or call_model,
+        plain=plain,
+        wrapped=model is not plain and not _is_compiled_plain(model, plain),
+    )
+
+
+def _is_compiled_plain(model: nn.Module, plain: nn.Module) -> bool:
+    """torch.compile's wrapper around the unwrapped model is not a distributed wrapper."""
+    return getattr(model, "_orig_mod", None) is plain
+
+
+def _accumulation_no_sync(model: nn.Module, knobs: Knobs):
+    """The wrapped model's ``no_sync`` for accumulation, or None. Not with ``static_graph``:
+    PyTorch's DDP fails an internal assert on a first backward under ``no_sync`` with a static
+    graph (pytorch/pytorch#143580). Such a burst all-reduces every micro-batch, a real cost
+    that production pays too (examples/train.py does the same)."""
+    if knobs.grad_accum < 2 or knobs.static_graph:
+        return None
+    return getattr(model, "no_sync", None)
+
+
+def _has_conv(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def _autocast_factory(precision: str, device: torch.device):
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def to_device(batch: Batch, state: TrainState, device: torch.device, pinned: bool) -> Batch:
+    """Copy a host batch (any nest of tensors) to the device; ``non_blocking`` only pays off
+    from pinned memory. Image tensors go NHWC when the model was converted."""
+    return move_batch(batch, device, non_blocking=pinned, channels_last=state.channels_last)
+
+
+def micro_step(state: TrainState, batch: Batch) -> torch.Tensor:
+    """Forward and backward of one micro-batch; gradients accumulate. No host sync."""
+    inputs, target = split_batch(batch)
+    with state.autocast():
+        loss = state.loss_fn(state.forward(state.model, inputs), target) / state.grad_accum
+    if state.scaler is not None:
+        state.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    return loss.detach()
+
+
+class BatchMismatch(BatchError):
+    """The model (or the loss) cannot take the workload's batch; says how the batch looks and
+    which hook would fit it."""
+
+
+def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> None:
+    """Run one forward and the loss on ``batch`` (on the device, no gradients, eval mode) and
+    raise BatchMismatch if they fail: a burst with a batch its model cannot take should fail
+    in set-up, with the batch's structure and the fix, not deep in a warm-up step.
+
+    The plain module runs, not the compiled or DDP-wrapped one: a compiled no-grad call would
+    compile a second (inference) graph, and DDP would count an iteration."""
+    inputs, target = split_batch(batch)
+    model = state.plain or state.model
+    was_training = model.training
+    model.eval()
+    stage = "forward"
+    try:
+        with torch.no_grad(), state.autocast():
+            output = state.forward(model, inputs)
+            stage = "loss"
+            state.loss_fn(output, target)
+    except Exception as exc:
+        if is_oom_error(exc):
+            raise
+        hint = _forward_hint(inputs, workload) if stage == "forward" else None
+        hint = hint or (_loss_hint(output, target, workload) if stage == "loss" else None)
+        raise BatchMismatch(_mismatch_message(batch, stage, exc, hint)) from exc
+    finally:
+        model.train(was_training)
+
+
+def count_flops_live(state: TrainState, rows: Batch) -> float | None:
+    """Training FLOPs per sample counted on the burst's own model and a few real samples, for
+    a model that cannot run on the meta device (Hugging Face's attention masks call
+    ``.item()`` on a tensor). One forward and backward of ``rows`` in eval mode, before any
+    window; the gradients are dropped after. None under DDP, whose hooks would see a backward
+    outside a step, or when the model fails here too."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if state.wrapped:
+        return None
+    model = state.plain or state.model
+    was_training = model.training
+    model.eval()
+    inputs, target = split_batch(rows)
+    try:
+        with FlopCounterMode(display=False) as counter, state.autocast():
+            state.loss_fn(state.forward(model, inputs), target).backward()
+        total = float(counter.get_total_flops())
+    except Exception:  # MFU is then unknown, never made up
+        return None
+    finally:
+        model.train(was_training)
+        for param in model.parameters():
+            param.grad = None
+    return total / count_samples(rows) if total > 0 else None
+
+
+def _mismatch_message(batch: Batch, stage: str, exc: Exception, hint: str | None) -> str:
+    who = "the model" if stage == "forward" else "the loss"
+    if isinstance(batch, Mapping):
+        shape = f"the batch is {describe_batch(batch)}"
+    else:
+        inputs, target = (describe_batch(part) for part in batch)
+        shape = f"the batch is (input, target) = ({inputs}, {target})"
+    fix = f": pass {hint}" if hint else ""
+    return f"{who} cannot take this batch ({describe_error(exc)}); {shape}{fix}"
+
+
+def _forward_hint(inputs: Batch, workload: Workload) -> str | None:
+    if workload.forward is not None:
+        return None  # the user's own hook failed: the batch and the error say the rest
+    if isinstance(inputs, Mapping):
+        return "forward=lambda model, batch: model(**batch)"
+    if isinstance(inputs, (tuple, list)):
+        return "forward=lambda model, batch: model(*batch)"
+    return None
+
+
+def _loss_hint(output: Any, target: Batch, workload: Workload) -> str | None:
+    """A loss that fits this output and target, when the failing loss is a likely misfit."""
+    own_loss = isinstance(getattr(output, "loss", None), torch.Tensor)
+    if isinstance(target, Mapping):  # a dict batch: the loss gets it whole
+        if own_loss:
+            return "loss=lambda out, batch: out.loss (the model computed its own)"
+        key = next((k for k in _LABEL_KEYS if k in target), next(iter(target), "labels"))
+        logits = "out.logits" if hasattr(output, "logits") else "out"
+        return f"loss=lambda out, batch: F.cross_entropy({logits}, batch[{key!r}])"
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return "loss=lambda out, target: F.cross_entropy(out[0], target)"
+    if hasattr(output, "logits"):
+        return "loss=lambda out, target: F.cross_entropy(out.logits, target)"
+    return None
+
+
+_LABEL_KEYS = ("labels", "label", "targets", "target", "y")
+
+
+def optimizer_step(state: TrainState) -> None:
+    """One optimizer step. With fp16's GradScaler and an optimizer that is not ``fused``,
+    ``scaler.step`` reads the inf/NaN flag on the host (``.item()``), a device sync per step
+    that bf16 rows do not pay. It stays in the measurement on purpose: a training loop with the
+    same optimizer pays it too. A fused optimizer (``fused=True``) takes the flag on the device
+    and has no such sync."""
+    if state.scaler is not None:
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+    else:
+        state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
+    """Set TF32 and cudnn.benchmark for the burst; restore the previous values exactly after.
+
+    ``fp32`` means IEEE fp32 everywhere: PyTorch's own default lets cuDNN convolutions use
+    TF32, which would make "fp32 vs tf32" compare TF32 with TF32 for conv nets.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    saved = _read_flags()
+    try:
+        apply_backend_flags(knobs)
+        yield
+    finally:
+        _restore_flags(saved)
+
+
+def apply_backend_flags(knobs: Knobs) -> dict[str, Any]:
+    """Set TF32 and cudnn.benchmark as the knobs say, and leave them set (production side).
+
+    The same settings a burst uses, so a tuned config reproduces the measured numerics; a
+    no-op in effect on a CPU. Returns what was set.
+    """
+    fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
+    _write_flags(fp32_mode == "tf32", knobs.cudnn_benchmark)
+    return {"fp32_precision": fp32_mode, "cudnn_benchmark": knobs.cudnn_benchmark}
+
+
+# Why both TF32 APIs are written: since torch 2.9 the fp32 math mode has a new per-backend API
+# (``torch.backends.cuda.matmul.fp32_precision = "tf32"``) beside the legacy one
+# (``torch.set_float32_matmul_precision``, ``cudnn.allow_tf32``). Setting only the new one
+# leaves the legacy state behind, and the legacy readers then *raise* ("mix of the legacy and
+# new APIs"): ``torch.get_float32_matmul_precision()``, which Inductor's max-autotune and our
+# matmul ceiling call, and ``allow_tf32``. Writing the legacy switches first and the new
+# per-operator ones after keeps every reader coherent, and the new ones also override a
+# generic ``torch.backends.fp32_precision`` a user may have set.
+_NEW_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def _new_api_objects() -> dict[str, Any]:
+    """Every object with an ``fp32_precision`` switch: the legacy setters write some of them
+    (``set_float32_matmul_precision`` also sets oneDNN's matmul), so all are saved."""
+    b = torch.backends
+    found = {
+        "generic": b, "cuda.matmul": b.cuda.matmul, "cudnn": b.cudnn, "cudnn.conv": b.cudnn.conv,
+        "cudnn.rnn": b.cudnn.rnn, "mkldnn": b.mkldnn, "mkldnn.matmul": b.mkldnn.matmul,
+        "mkldnn.conv": b.mkldnn.conv, "mkldnn.rnn": b.mkldnn.rnn,
+    }  # fmt: skip
+    return {name: obj for name, obj in found.items() if hasattr(obj, "fp32_precision")}
+
+
+def _read_or_none(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except RuntimeError:  # the legacy reader refuses a mixed state
+        return None
+
+
+def _read_flags() -> dict[str, Any]:
+    b = torch.backends
+    flags: dict[str, Any] = {
+        "legacy_matmul": _read_or_none(torch.get_float32_matmul_precision),
+        "legacy_cudnn": _read_or_none(lambda: b.cudnn.allow_tf32),
+        "benchmark": b.cudnn.benchmark,
+        "readers": precision_state(),
+    }
+    if _NEW_API:
+        flags["new"] = {n: o.fp32_precision for n, o in _new_api_objects().items()}
+    return flags
+
+
+def _write_flags(tf32: bool, benchmark: bool) -> None:
+    b = torch.backends
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    b.cudnn.allow_tf32 = tf32
+    if _NEW_API:
+        mode = "tf32" if tf32 else "ieee"
+        b.cuda.matmul.fp32_precision = mode
+        b.cudnn.conv.fp32_precision = b.cudnn.rnn.fp32_precision = mode
+    b.cudnn.benchmark = benchmark
+
+
+def _restore_flags(saved: dict[str, Any]) -> None:
+    """Legacy switches first (they also write some per-operator ones), then every per-operator
+    value as it was: the user's own setting comes back exactly, whichever API made it.
+
+    A user who set only the new API is in a state the legacy readers refuse, so the legacy
+    values cannot be read; the candidates are tried until every reader reads as before (the
+    first, torch's default "highest", is what such a user has)."""
+    b = torch.backends
+    matmuls = [saved["legacy_matmul"]] if saved["legacy_matmul"] else ["highest", "high", "medium"]
+    cudnns = [saved["legacy_cudnn"]] if saved["legacy_cudnn"] is not None else [True, False]
+    for matmul, cudnn in itertools.product(matmuls, cudnns):
+        torch.set_float32_matmul_precision(matmul)
+        b.cudnn.allow_tf32 = cudnn
+        for name, obj in _new_api_objects().items():
+            if name in saved.get("new", {}):
+                obj.fp32_precision = saved["new"][name]
+        b.cudnn.benchmark = saved["benchmark"]
+        if precision_state() == saved["readers"]:
+            return
+
+
+def precision_state() -> dict[str, Any]:
+    """What every reader of the fp32 math mode and of cudnn.benchmark returns now, as a user's
+    code (or Inductor) would read it; a reader that raises reads as ``"error: ..."``. Equal
+    before and after a burst, or the burst changed the user's numerics (a self-check)."""
+    b = torch.backends
+    readers: dict[str, Callable[[], Any]] = {
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+        "cuda.matmul.allow_tf32": lambda: b.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+        "cudnn.benchmark": lambda: b.cudnn.benchmark,
+    }
+    for name, obj in _new_api_objects().items():
+        readers[f"{name}.fp32_precision"] = lambda obj=obj: obj.fp32_precision
+    state: dict[str, Any] = {}
+    for name, read in readers.items():
+        try:
+            state[name] = read()
+        except RuntimeError as exc:
+            state[name] = f"error: {str(exc).splitlines()[0][:80]}"
+    return state
+
+
+def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
+    """Knobs that cannot act in this burst, each with the reason (reported, never faked)."""
+    reasons: dict[str, str] = {}
+    cuda = device.type == "cuda"
+    if not cuda:
+        reasons.update(_cpu_reasons(knobs))
+    elif knobs.precision in {"tf32", "bf16"} and torch.cuda.get_device_capability(device)[0] < 8:
+        reasons["precision"] = f"{knobs.precision} tensor cores need compute capability 8.0+"
+    if knobs.channels_last and workload.tokens:
+        reasons["channels_last"] = f"workload {workload.name} has no 4-D image tensors"
+    if knobs.loader == "synthetic":
+        data_knobs = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "cache")
+        for name in data_knobs:
+            if getattr(knobs, name) != getattr(Knobs(), name):
+                reasons[name] = "the synthetic loader replays one device-resident batch"
+    reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
+    reasons.update(_dist_reasons(knobs, device))
+    return reasons
+
+
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+NCCL_ON_GLOO = "NCCL variables act only with the NCCL backend on GPUs; gloo ran here"
+
+
+def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
+    """DDP and NCCL knobs act only in a torchrun job; NCCL ones only on the NCCL backend.
+
+    A one-rank job on a GPU (NCCL variables set) still wraps the model in DDP, so the DDP
+    knobs act there; in this process (world_size 1, no NCCL variables) nothing wraps it.
+    """
+    reasons: dict[str, str] = {}
+    in_job = knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
+    if not in_job:
+        for name in DDP_KNOBS:
+            if getattr(knobs, name) != getattr(Knobs(), name):
+                reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
+    if knobs.nccl and device.type != "cuda":
+        reasons["nccl"] = NCCL_ON_GLOO
+    return reasons
+
+
+def _cpu_reasons(knobs: Knobs) -> dict[str, str]:
+    reasons = {}
+    if knobs.pin_memory:
+        reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies; this burst ran on the CPU"
+    if knobs.precision == "tf32":
+        reasons["precision"] = "TF32 is an NVIDIA tensor-core mode; the CPU ran IEEE fp32"
+    if knobs.cudnn_benchmark:
+        reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
+    if knobs.compile == "reduce-overhead":
+        reasons["compile"] = "reduce-overhead adds CUDA graphs, which need CUDA; compiled without"
+    return reasons

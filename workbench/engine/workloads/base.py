@@ -1,0 +1,138 @@
+"""The Workload dataclass and the FLOP count that MFU is built on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
+
+log = logging.getLogger("workbench")
+
+
+def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """SGD with momentum: a real optimizer step with small, fixed state."""
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def logits_of(output: Any) -> Any:
+    """The logits of a model's raw output: ``output.logits`` for an output object (Hugging
+    Face's ``ModelOutput`` and the like), the output itself otherwise."""
+    logits = getattr(output, "logits", None)
+    return output if logits is None else logits
+
+
+def default_loss(output: Any, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the logits (``output.logits`` where the output has them)."""
+    return F.cross_entropy(logits_of(output), target)
+
+
+def call_model(model: nn.Module, inputs: Batch) -> Any:
+    """The default forward: ``model(input)``."""
+    return model(inputs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What a burst trains: ``loss(forward(model, input), target)`` over batches of ``dataset``.
+
+    ``model`` and ``dataset`` are factories (called once per burst), so a burst always
+    starts from a fresh model and the same data. The dataset yields ``(input, target)``, each a
+    tensor or any nest of tuples, lists and dicts of tensors, or a dict, which is then both the
+    input and the target (the forward hook and the loss each get the whole batch).
+    """
+
+    name: str
+    model: Callable[[], nn.Module]
+    dataset: Callable[[], Dataset]
+    loss: Callable[[Any, Any], torch.Tensor] = default_loss
+    """``loss(output, target)``: gets the model's raw output (an object with ``.logits``
+    too); the default is cross-entropy of the logits."""
+    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] = default_optimizer
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    """The DataLoader's ``collate_fn`` (dynamic padding, ...): used by every burst's loader and
+    saved by name in a tuned config, so production runs the pipeline that was measured."""
+    forward: Callable[[nn.Module, Any], Any] | None = None
+    """How the model takes the input, when not ``model(input)``: e.g.
+    ``lambda model, batch: model(**batch)`` for a dict of keyword arguments."""
+    flops_per_sample: float | None = None
+    """Training FLOPs per sample (forward + backward). None: counted on the meta device."""
+    tokens_per_sample: int | None = None
+    """For token workloads: tokens in one sample, so results carry tokens_per_s."""
+    description: str = ""
+    image_dir: Path | None = None
+    """The ImageFolder the dataset reads, for loaders that read files themselves (DALI)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("model", "dataset", "loss", "optimizer", "collate_fn", "forward"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                what = "a function" + (" or None" if name in ("collate_fn", "forward") else "")
+                raise TypeError(f"Workload {name}={value!r} is not allowed: {what}")
+        for name in ("collate_fn", "forward"):
+            if name in self.extras:  # extras are not read by the burst: it would be ignored
+                raise TypeError(f"Workload extras[{name!r}] is never used: pass {name}= itself")
+
+    @property
+    def tokens(self) -> bool:
+        return self.tokens_per_sample is not None
+
+    def run_model(self, model: nn.Module, inputs: Batch) -> Any:
+        """The model's raw output for ``inputs``, through the ``forward`` hook if there is one."""
+        return (self.forward or call_model)(model, inputs)
+
+
+def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | None:
+    """Model FLOPs of one training sample (forward + backward), or None if they cannot be counted.
+
+    ``batch`` is a whole batch (``count_train_flops(wl, (x, y))`` or a dict); the older form
+    ``count_train_flops(wl, x, y)`` still works. Counted with
+    ``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device: shapes only, no memory,
+    no compute, so it is cheap even for resnet50. It counts matmuls, convolutions and attention,
+    the convention MFU uses (elementwise ops are not "model FLOPs").
+    """
+    if workload.flops_per_sample is not None:
+        return workload.flops_per_sample
+    if more:
+        batch = (batch, *more)
+    try:
+        sample = shape_sample(batch)
+        return _count_on_meta(workload, sample) / count_samples(sample)
+    except Exception as exc:  # a user's model may not build on meta: MFU is then unknown
+        log.info("could not count FLOPs for workload %s: %s", workload.name, exc)
+        return None
+
+
+def _count_on_meta(workload: Workload, sample: Batch) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = workload.model()
+    inputs, target = split_batch(sample)
+    with FlopCounterMode(display=False) as counter:
+        workload.loss(workload.run_model(model, inputs), target).backward()
+    total = float(counter.get_total_flops())
+    if total <= 0:
+        raise ValueError("no matmul/convolution FLOPs found")
+    return total
+
+
+def say_progress(message: str) -> None:
+    """Progress of a one-time dataset build: stderr, so ``--json`` stdout stays clean. A count
+    on its way ("images: 80/800") is rewritten in place by the next message (a carriage
+    return, which terminals and Jupyter's output both honour), so a notebook shows one line
+    that counts up rather than ten."""
+    import sys
+
+    count = message.rpartition(": ")[2].split("/")
+    partial = len(count) == 2 and all(c.isdigit() for c in count) and count[0] != count[1]
+    print(f"\rworkbench: {message}", end="" if partial else "\n", file=sys.stderr, flush=True)

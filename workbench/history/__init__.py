@@ -1,0 +1,1 @@
+"""The burst store: every burst appended to one SQLite file (imports only ``core``)."""

@@ -1,0 +1,104 @@
+"""The panel's widgets and their layout: knob controls, buttons, status row, charts, history.
+
+Layout only: ``Bench`` (workbench/notebook/ui/panel.py) owns what happens when a control moves or a
+button is pressed; the widgets here call back into it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import ipywidgets as w
+
+from workbench.notebook.ui.controls import KnobControls, disabled_reasons
+from workbench.notebook.ui.drawn import drawn_signal
+
+if TYPE_CHECKING:
+    from workbench.notebook.ui.panel import Bench
+
+CHARTS = ("throughput", "memory", "split", "comm")
+
+
+class PanelWidgets:
+    """The widgets of one displayed panel, wired to a Bench: each control's change and each
+    button calls back into the Bench, which owns the behaviour."""
+
+    def __init__(self, bench: Bench):
+        # first: its model reaches the browser first, and says "frontend" the soonest
+        self.drawn = drawn_signal([f"wb-chart-{n}" for n in CHARTS])
+        self.syncing = False
+        self.disabled = disabled_reasons(bench.device.type)
+        self.controls = KnobControls(bench.knobs, bench.device.type)
+        for name, control in self.controls.controls.items():
+            control.observe(lambda _c, n=name: bench._on_knob(n), names="value")
+        self.status = _with_class(w.Label("ready"), "wb-status")
+        self.progress = _with_class(w.FloatProgress(min=0.0, max=1.0), "wb-progress")
+        self.result = _with_class(w.HTML(), "wb-result")
+        self.message = _with_class(w.HTML(), "wb-message")
+        self.suspect = _with_class(w.HTML(), "wb-suspect")  # failed self-checks, loudly
+        self.history = _with_class(w.HTML(), "wb-history")
+        self.charts = {n: _with_class(alt.JupyterChart(_placeholder()), f"wb-chart-{n}")
+                       for n in CHARTS}  # fmt: skip
+        self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),
+                                        self._buttons(bench), self._status_row(),
+                                        self.message, self.suspect, self.result,
+                                        self._charts_box(),
+                                        self.history, self.drawn]), "wb-panel")  # fmt: skip
+
+    def _header(self, bench: Bench) -> w.Widget:
+        wl, info = bench.workload, bench.info
+        text = (f"<b>workbench</b> — {html.escape(wl.name)} ({html.escape(wl.description)}) "
+                f"on {html.escape(str(bench.device))} ({html.escape(info.name)}), "
+                f"{bench.seconds:g} s bursts")  # fmt: skip
+        return w.HTML(text)
+
+    def _buttons(self, bench: Bench) -> w.Widget:
+        run = _with_class(w.Button(description="Run", icon="play", tooltip="rerun"), "wb-run")
+        stop = _with_class(w.Button(description="Stop", icon="stop"), "wb-stop")
+        path = _with_class(w.Text(value="tuned.yaml", layout={"width": "180px"},
+                                  continuous_update=False), "wb-save-path")  # fmt: skip
+        save = _with_class(w.Button(description="Save config", icon="save"), "wb-save")
+        diag = _with_class(w.Button(description="Diagnose", icon="stethoscope"), "wb-diagnose")
+        tune = _with_class(w.Button(description="Auto-tune", icon="magic"), "wb-tune")
+        comm_tip = "all-reduce bus bandwidth by message size, on world_size ranks"
+        comm = _with_class(
+            w.Button(description="Comm bench", icon="exchange", tooltip=comm_tip), "wb-comm"
+        )
+        comm.on_click(lambda _b: bench.comm())
+        diag.on_click(lambda _b: bench.diagnose())
+        tune.on_click(lambda _b: bench.autotune())
+        run.on_click(lambda _b: bench.run())
+        stop.on_click(lambda _b: bench.stop())
+        save.on_click(lambda _b: self._save(bench, path.value))
+        return w.VBox([w.HBox([run, stop, diag, tune, comm]), w.HBox([save, path])])
+
+    def _save(self, bench: Bench, path: str) -> None:
+        try:
+            saved = bench.save_config(path)
+        except (ValueError, OSError) as exc:
+            bench._message(str(exc), error=True)
+            return
+        bench._message(f"saved {saved}: {bench.saved_what()}")
+
+    def _status_row(self) -> w.Widget:
+        return w.HBox([self.progress, self.status])
+
+    def _charts_box(self) -> w.Widget:
+        c = self.charts
+        return w.VBox([w.HBox([c["throughput"], c["memory"]]), w.HBox([c["split"], c["comm"]])])
+
+
+def _placeholder() -> alt.Chart:
+    return alt.Chart().mark_text().encode(text=alt.value("waiting for the first burst"))
+
+
+def _with_class(widget: Any, css: str) -> Any:
+    widget.add_class(css)
+    return widget
+
+
+def note_target(knob: str, ui: PanelWidgets) -> str:
+    """The control a message about ``knob`` goes next to (NCCL variables share one box)."""
+    return knob if knob in ui.controls.controls else "nccl"

@@ -1,0 +1,1 @@
+"""The tuner: a measured search for the fastest config under a memory margin."""

@@ -1,0 +1,435 @@
+"""``tune``: the highest *measured* throughput whose peak memory stays under a margin.
+
+The strategy (the moves themselves are in workbench/search.py, the noise rules in
+workbench/tune_noise.py):
+
+1. **Start.** Measured once: the reference of the speed-up, re-measured in step 3. Running
+   it twice first would give a noise reading at once and halve the weight of one lucky first
+   burst, but on the simulated landscapes (benchmarks/tuner_landscapes.py, 150 of them) it
+   cost more than it saved: within 5% of the true best on 45% of them at 12 bursts against
+   63% measured once (74% against 78% at 16, 79% against 80% at 24). Until a config has run
+   twice the noise is ``tune_noise.PRIOR_NOISE``.
+2. **Guided moves** (``search.guided``): the loader workers the start's data wait asks for,
+   the compute choices (precision, layout), the batch walked to its memory edge and picked
+   off a curve fitted to the walk's runs, then the loader again for the faster model.
+3. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
+   left is more than the confirmation needs (``confirmation_reserve``, recomputed after every
+   burst from the noise measured so far and the contenders close to the leader).
+4. **Confirmation, interleaved.** A single short burst on a shared machine can be 2-30% off,
+   and the maximum of many noisy bursts is biased upwards: the config that won its one burst
+   by luck would otherwise be the answer. In passes, interleaved so drift hits them alike,
+   the start (always, at least once: the speed-up then compares medians measured side by
+   side; ``START_RUNS`` before extra runs of the contenders), the search's own answer, and
+   every contender *close* to the leader (within ``tune_noise.Z_CLOSE`` standard
+   errors, the top ``MAX_CONTENDERS``) are measured again until each has
+   ``tune_noise.runs_needed(noise)`` runs; the winner is the highest *median*.
+5. **The speed-up with its interval**: the winner's median over the start's, with a 95%
+   interval from the pooled noise (``tune_noise.ratio_interval``); when it holds 1 the
+   summary says the runs cannot separate them.
+
+Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
+store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
+recorded result and the search moves on; a store that fails is a warning, never a lost
+measurement. ``cancel`` (or Ctrl-C) stops the running burst at its next step boundary, that
+burst stays among the tune's bursts, and the best so far is returned.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.analysis.loader_ceiling import settled_warmup
+from workbench.analysis.sweeps import WorkloadArg, check_values
+from workbench.core.knobs import KnobError, Knobs
+from workbench.core.results import BurstResult
+from workbench.engine import hardware
+from workbench.engine.burst import (
+    BurstInterrupted,
+    BurstProgress,
+    check_burst_args,
+    run_burst,
+)
+from workbench.engine.failures import describe_error
+from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
+from workbench.history.store import HistoryStore, open_store
+from workbench.tuning import noise as tune_noise
+from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
+from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
+
+MAX_CONTENDERS = 3
+"""Configs confirmed at the end besides the start: the leader and the two closest to it."""
+RESERVED_CONTENDERS = 2
+"""Contenders the rounds keep budget for (the leader and its runner-up); a third close one
+is confirmed only when the budget allows."""
+MAX_RESERVE_SHARE = 0.4
+"""The confirmation never keeps more than this share of the budget from the rounds: at high
+noise a few runs more cannot beat it, and the search must still get somewhere."""
+MAX_MARGIN = 0.9
+START_RUNS = 2
+"""Runs of the start the confirmation gives before the contenders' own (the speed-up's
+denominator: one run has no spread to show)."""
+
+
+def tune(
+    workload: WorkloadArg = None,
+    space: Mapping[str, Any] | None = None,
+    *,
+    budget: int = 16,
+    memory_margin: float = 0.1,
+    base: Knobs | None = None,
+    seconds: float = 3.0,
+    warmup_steps: int = 3,
+    min_steps: int = 5,
+    device: str | torch.device | None = None,
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    store: object = None,
+    cancel: threading.Event | None = None,
+    progress: Callable[[TuneProgress], None] | None = None,
+    burst_progress: Callable[[BurstProgress], None] | None = None,
+) -> TuneResult:
+    """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
+
+    Fits: every burst of the config peaked under ``(1 - memory_margin)`` of the device's
+    memory (GPU memory on CUDA; on a CPU system RAM, against the PSS of the process and its
+    loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
+    ``budget`` caps the bursts. Sizes between the listed batch sizes may be measured when the
+    memory edge falls between them.
+    Warm-up is long enough to consume what loader workers prefetch (``settled_warmup``):
+    otherwise a short window is served from a full queue and deep prefetching wins for the
+    wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
+    ``burst_progress`` gets each burst's own progress. Without ``space``,
+    ``default_space`` for this device. Bad input raises (a ValueError naming it) before any
+    burst runs.
+    """
+    began = time.perf_counter()
+    check_budget(budget)
+    check_margin(memory_margin)
+    check_burst_args(seconds, min_steps, warmup_steps)
+    start = Knobs() if base is None else base
+    checked = None if space is None else check_space(space)  # before a dataset is built
+    dev = hardware.resolve_device(device)
+    wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
+    total = hardware.device_info(dev).total_mem_mib
+    stop = cancel or threading.Event()
+    window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
+    run = _Runner(wl, dev, stop, open_store(store) if record else None,
+                  {**window, "progress": burst_progress})  # fmt: skip
+    if checked is not None:
+        _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
+    search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
+                    limit_mib=total * (1 - memory_margin) if total else None, device=dev,
+                    workload=wl, cancel=stop)  # fmt: skip
+    search.on_burst = _reporter(search, progress)
+    _drive(search, start)
+    if run.interrupted:
+        search.stopped = "interrupted"
+    search.notes += run.notes()
+    return _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+
+
+def tune_on(
+    run: Callable[[Knobs], BurstResult],
+    space: Mapping[str, Any],
+    *,
+    budget: int,
+    base: Knobs | None = None,
+    limit_mib: float | None = None,
+    name: str = "simulated",
+) -> TuneResult:
+    """The same search and confirmation as ``tune``, with ``run`` where a burst would run.
+
+    ``run(knobs)`` returns a BurstResult (a simulated landscape's, ``workbench.landscapes``);
+    nothing is stored, no device is touched and no knob is checked for effect on this
+    machine. This is how the proving ground runs the tuner on hundreds of landscapes.
+    """
+    check_budget(budget)
+    start, began = Knobs() if base is None else base, time.perf_counter()
+    dev = torch.device("cpu")
+    search = Search(run, space=check_space(space), budget=budget, limit_mib=limit_mib,
+                    device=dev, workload=None, cancel=threading.Event())  # fmt: skip
+    _drive(search, start)
+    return _result(search, start, name, dev, 0.0, None, time.perf_counter() - began)
+
+
+def _drive(search: Search, start: Knobs) -> None:
+    """Start, the guided moves (loader from the data wait, compute choices, batch to its
+    edge), coordinate rounds under the reserve (with joint steps of two knobs while budget is
+    left after they converge), then confirm; Ctrl-C ends it early."""
+    try:
+        search.reserve = lambda: confirmation_reserve(search, start)
+        search.measure(start, "start")
+        best = coordinate(search, guided(search, start))
+        while not search.halted:  # the rounds converged with budget left: try pairs of knobs
+            search.knob = None
+            joint = joint_steps(search, best)
+            if joint == best:
+                break
+            best = coordinate(search, joint)
+        search.reserve, search.knob = (lambda: 0), None
+        confirm(search, start, best)
+    except KeyboardInterrupt:
+        search.stopped = "interrupted"
+
+
+def contenders(search: Search, limit: int = MAX_CONTENDERS) -> list[Measured]:
+    """The leader and the configs close to it (``tune_noise.close``), fastest first."""
+    ranked = search.ranked()
+    if not ranked:
+        return []
+    top, noise = ranked[0], search.noise_or_prior()
+    return [m for m in ranked[:limit]
+            if tune_noise.close(m.score or 0.0, len(m.runs), top.score or 0.0, len(top.runs),
+                                noise)]  # fmt: skip
+
+
+def confirmation_reserve(search: Search, start: Knobs) -> int:
+    """Bursts the rounds leave for the confirmation, from what is known now: one for the
+    start's interleaved re-measurement, and the runs the leader and its close runner-up still
+    need at the noise measured so far; at most ``MAX_RESERVE_SHARE`` of the budget. None on
+    a budget too small to both search and confirm."""
+    if search.budget < 5 or search.score(start) is None:
+        return 0
+    need = tune_noise.runs_needed(search.noise_or_prior())
+    owed = sum(max(0, need - len(m.runs)) for m in contenders(search, RESERVED_CONTENDERS)
+               if m.knobs != start)  # fmt: skip
+    return min(1 + owed, max(1, round(search.budget * MAX_RESERVE_SHARE)))
+
+
+def confirm(search: Search, start: Knobs, answer: Knobs | None = None) -> None:
+    """Interleaved passes over the start, the search's own ``answer`` and the contenders
+    close to the leader, until each contender has the runs the measured noise asks for
+    (``tune_noise.runs_needed``); a pass can change the ranking and the noise, so both are
+    recomputed each pass.
+
+    The start is in the first pass whatever its runs (its last run sits among the
+    contenders': the speed-up divides by it), then in passes until it has ``START_RUNS``;
+    runs past that go to the contenders first: which config wins matters more than how
+    precisely the speed-up is known. The ``answer`` (where the moves converged, on a curve
+    fitted to their runs) is confirmed even when one lucky burst elsewhere leads: otherwise
+    the leader by one reading is all that is checked."""
+    first = True
+    while not search.halted:
+        need = tune_noise.runs_needed(search.noise_or_prior())
+        close = [m.knobs for m in contenders(search)]
+        if answer is not None and search.score(answer) is not None and answer not in close:
+            close = [answer, *close[: MAX_CONTENDERS - 1]]
+        todo = [k for k in close if len(search.runs[k]) < need]
+        if _start_due(search, start, need, first, bool(todo)) and start not in todo:
+            todo.insert(0, start)
+        if not todo:
+            return
+        for knobs in todo:
+            stage = "start, again" if knobs == start else "re-measure"
+            if search.measure(knobs, stage, again=True) is None:
+                return
+        first = False
+
+
+def _start_due(search: Search, start: Knobs, need: int, first: bool, others_due: bool) -> bool:
+    m = search.measured(start)
+    if m is None or not m.fits:
+        return False
+    return first or len(m.runs) < (min(need, START_RUNS) if others_due else need)
+
+
+# -- checking the input -----------------------------------------------------------------------
+
+
+def check_budget(budget: Any) -> None:
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise KnobError("budget", budget, "an integer >= 1 (the most bursts the tune may run)")
+
+
+def check_margin(margin: Any) -> None:
+    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool)
+    if not ok or not math.isfinite(margin) or not 0 <= margin <= MAX_MARGIN:
+        raise KnobError(
+            "memory_margin",
+            margin,
+            f"a number from 0 to {MAX_MARGIN} (the share of device memory kept free, e.g. 0.1)",
+        )
+
+
+def check_space(space: Any) -> dict[str, list[Any]]:
+    """Each knob known, each value valid on its own, no empty lists; duplicates dropped."""
+    if not isinstance(space, Mapping) or not space:
+        raise KnobError(
+            "space", space, "at least one knob with its values, e.g. {'batch_size': [32, 64, 128]}"
+        )
+    checked: dict[str, list[Any]] = {}
+    for name, values in space.items():
+        checked[name] = list(dict.fromkeys(check_values(name, values)))
+        if name == "world_size" and len(checked[name]) > 1:
+            raise KnobError(
+                "world_size",
+                checked[name],
+                "one value: the tuner tunes the knobs of a job of fixed size (more ranks always "
+                "add samples/s); set world_size in base=, or compare sizes with wb.sweep",
+            )
+    return checked
+
+
+def _warn_oversubscribed(space: Mapping[str, list[Any]], cores: int | None) -> None:
+    """A user's space may offer more loader workers than cores (their machine, their call),
+    but it is said: such workers share cores with each other and the training loop."""
+    over = [w for w in space.get("num_workers", []) if cores and w > cores]
+    if over:
+        warnings.warn(f"num_workers={over} in the space: more loader workers than the "
+                      f"{cores} cores this process may use; they will share cores with each "
+                      "other and with the training loop", RuntimeWarning, stacklevel=3)  # fmt: skip
+
+
+def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, list[Any]]:
+    """What is worth searching here: batch size around the start, workers up to the cores
+    this process may run on (never more: an oversubscribed loader competes with the training
+    loop), prefetch depth; on CUDA also pinned memory, precision and (image models)
+    channels_last."""
+    b = base.batch_size
+    sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
+    cores = hardware.device_info(dev).cpu_count or 1
+    workers = sorted({w for w in (0, 1, 2, 4, 8, 16) if w <= cores} | {min(cores, 16)})
+    space: dict[str, list[Any]] = {
+        "batch_size": sizes,
+        "num_workers": workers,
+        "prefetch_factor": [2, 4],
+    }
+    if dev.type == "cuda":
+        fast = ["bf16"] if torch.cuda.get_device_capability(dev)[0] >= 8 else ["fp16"]
+        space |= {"pin_memory": [False, True], "precision": ["fp32", "tf32", *fast]}
+        if wl.image_dir is not None:
+            space["channels_last"] = [False, True]
+    return space
+
+
+# -- running and reporting --------------------------------------------------------------------
+
+
+class _Runner:
+    """One burst per call, never raising for a burst. The tune stores its bursts itself
+    (``run_burst`` gets ``record=False``), so that:
+
+    - a burst refused before it ran becomes a stored ``error`` result, never fatal;
+    - a burst stopped by Ctrl-C (``BurstInterrupted``) is returned, stored, and ends the tune
+      (``interrupted``); a second Ctrl-C, with no result to keep, still stops at once;
+    - a history that fails after a burst measured is a warning and a note, not a lost
+      measurement: the burst keeps ``id`` None and the tune goes on.
+    """
+
+    def __init__(
+        self, wl: Workload, dev: torch.device, stop: threading.Event,
+        target: HistoryStore | None, window: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.wl, self.dev, self.stop, self.window, self.target = wl, dev, stop, window, target
+        self.interrupted = False
+        self.unstored: list[str] = []
+        """The history's error for each burst it failed to store."""
+
+    def __call__(self, knobs: Knobs) -> BurstResult:
+        try:
+            warmup = settled_warmup(knobs, self.window["warmup_steps"])
+            window = {**self.window, "warmup_steps": warmup}
+            r = run_burst(self.wl, knobs, device=self.dev, record=False, cancel=self.stop,
+                          **window)  # fmt: skip
+        except BurstInterrupted as stopped:
+            self.interrupted, r = True, stopped.result
+        except Exception as exc:  # refused before it ran: still a recorded result
+            r = BurstResult(status="error", error=describe_error(exc), workload=self.wl.name,
+                            device=str(self.dev), knobs=knobs)  # fmt: skip
+        self._store(r)
+        return r
+
+    def _store(self, r: BurstResult) -> None:
+        if self.target is None:
+            return
+        try:
+            r.id = self.target.append(r.to_dict())
+        except Exception as exc:  # the measurement stands; only its stored copy failed
+            self.unstored.append(describe_error(exc))
+            warnings.warn(f"{self.target}: {self.unstored[-1]}; the tune keeps its bursts in "
+                          "its result but cannot store them", RuntimeWarning,
+                          stacklevel=3)  # fmt: skip
+
+    def notes(self) -> list[str]:
+        if not self.unstored:
+            return []
+        return [f"{len(self.unstored)} burst(s) measured but not stored in the history "
+                f"({self.unstored[-1]}): they are in this result only"]  # fmt: skip
+
+
+def _reporter(
+    search: Search, progress: Callable[[TuneProgress], None] | None
+) -> Callable[[BurstResult, str], None] | None:
+    if progress is None:
+        return None
+
+    def report(result: BurstResult, stage: str) -> None:
+        ranked = search.ranked()
+        best = ranked[0] if ranked else None
+        progress(
+            TuneProgress(
+                result=result,
+                stage=stage,
+                knob=search.knob,
+                bursts=len(search.bursts),
+                budget=search.budget,
+                best=best.knobs if best else None,
+                best_samples_per_s=best.score if best else None,
+            )
+        )
+
+    return report
+
+
+def _result(
+    search: Search,
+    start: Knobs,
+    workload: str,
+    dev: torch.device,
+    margin: float,
+    total: float | None,
+    wall_s: float,
+) -> TuneResult:
+    found = candidates(search)
+    best = next((c for c in found if c.fits), None)
+    begin = next((c for c in found if c.knobs == start), None)
+    noise, df = search.noise()
+    speedup = low = high = None
+    if best and begin and best.samples_per_s and begin.samples_per_s:
+        speedup = best.samples_per_s / begin.samples_per_s
+        if best.knobs != start:
+            low, high = tune_noise.ratio_interval(speedup, best.ok_runs, begin.ok_runs, noise, df)
+    stopped = search.stopped or ("budget" if len(search.bursts) >= search.budget else "converged")
+    return TuneResult(
+        best=best.knobs if best else None,
+        best_result=best.representative if best else None,
+        start=start,
+        start_result=begin.representative if begin else None,
+        speedup=speedup,
+        speedup_low=low,
+        speedup_high=high,
+        start_runs=begin.ok_runs if begin else 0,
+        noise_pct=None if noise is None else 100.0 * noise,
+        candidates=found,
+        bursts=list(search.bursts),
+        budget=search.budget,
+        memory_margin=margin,
+        limit_mib=search.limit_mib,
+        device_mem_mib=total,
+        stopped=stopped,
+        wall_s=wall_s,
+        notes=list(search.notes),
+        workload=workload,
+        device=str(dev),
+    )
+
+
+__all__ = ["Candidate", "TuneProgress", "TuneResult", "default_space", "tune", "tune_on"]

@@ -1,5 +1,0 @@
-"""The notebook UI: the only layer that imports ipywidgets (and, with plots, altair)."""
-
-from workbench.ui.panel import Bench
-
-__all__ = ["Bench"]
