@@ -321,7 +321,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     for option in ("source", "to", "resolution", "workers"):
         if getattr(args, option) is not None:
             name = "--from" if option == "source" else f"--{option}"
-            raise ValueError(f"{name} is not allowed without --format: it names the conversion")
+            raise InputError(f"{name} is not allowed without --format: it names the conversion")
 
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
@@ -343,7 +343,7 @@ def _convert(args: argparse.Namespace) -> int:
     from workbench.engine.workloads.base import say_progress
 
     if args.workers is not None and args.workers < 1:
-        raise ValueError(f"workers={args.workers} is not allowed: an integer >= 1")
+        raise InputError.not_allowed("workers", args.workers, "an integer >= 1")
     result = convert_dataset(args.format, args.source, args.to, resolution=args.resolution,
                              workers=args.workers, progress=say_progress)  # fmt: skip
     print(json.dumps(result.to_dict()) if args.json else result.summary())

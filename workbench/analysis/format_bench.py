@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.core.errors import InputError
 from workbench.core.knobs import DATA_FORMATS, Knobs
 from workbench.engine.workloads import Workload, resolve_workload
 
@@ -79,7 +80,8 @@ def _ensure_formats(
     from workbench.engine.formats.predecoded import resolution_for
 
     if wl.image_dir is None:
-        raise ValueError(f"workload {wl.name!r} reads no image folder: no formats to compare")
+        why = "an image workload: this one reads no image folder, so it has no formats"
+        raise InputError.not_allowed("workload", wl.name, why)
     sizes = {}
     dataset = wl.dataset()
     for fmt in formats:

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.core.errors import InputError
+
 _MB = 1e6
 _MIB = 2**20
 _NETWORK_FS = {
@@ -279,8 +281,10 @@ def storage_check(
     target = Path(path).expanduser() if path is not None else data_root()
     if not target.exists():
         raise DataError(f"storage path {target} does not exist")
-    if not (seconds > 0 and size_mib >= 1):
-        raise ValueError(f"seconds={seconds} and size_mib={size_mib}: need > 0 and >= 1")
+    if not seconds > 0:
+        raise InputError.not_allowed("seconds", seconds, "a number of seconds > 0 (per test)")
+    if not size_mib >= 1:
+        raise InputError.not_allowed("size_mib", size_mib, "a test file of at least 1 MiB")
     with _test_file(target, size_mib) as test_file:
         size = os.path.getsize(test_file)
         if size < _MIB:
