@@ -30,7 +30,7 @@ from workbench.core.knobs import Knobs
 from workbench.core.results import Outcome, spread
 from workbench.engine.batches import count_samples, move_batch
 from workbench.engine.failures import describe_error, is_oom_error
-from workbench.engine.loaders import BatchStream, build_loader
+from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.timing import synchronize
 from workbench.engine.window import BurstWindow, prefetched_batches, settled_warmup
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
@@ -110,6 +110,7 @@ def _measure(
             _deliver(stream, knobs, dev)
         synchronize(dev)
         r.warmup_s = clock() - t1
+        drop_before_window(stream)  # cache=cold only
         _window(r, stream, knobs, dev, stop, clock, window.seconds, window.min_steps)
     finally:
         stream.close()
