@@ -45,6 +45,7 @@ from workbench.analysis.storage_ceiling import (
 )
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
+from workbench.core.results import readable as _num
 from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
 from workbench.engine.burst import BurstProgress
@@ -342,12 +343,6 @@ def _reason(verdict: str, loader_sps: float, compute_sps: float) -> str:
         f"within {BALANCE_BAND:.0%} of each other: speeding up one side alone gains little; "
         "improve both (the tuner searches them jointly)."
     )
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 __all__ = [

@@ -24,6 +24,7 @@ from typing import Any
 
 from workbench.analysis.advice import Suggestion
 from workbench.core.knobs import Knobs
+from workbench.core.results import readable as _num
 from workbench.engine.formats import data_files, located, open_format, release_mappings
 from workbench.engine.storage import device_of, drop_pages
 from workbench.engine.workloads import Workload
@@ -215,12 +216,6 @@ def decode_advice(
         "the decoder (workbench data --format predecoded; costs disk)"
     )
     return [Suggestion("data_format", "predecoded", why)]
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 __all__ = [

@@ -207,19 +207,19 @@ class BurstResult(Outcome):
             if self.oom_report:
                 failed += "\n" + self.oom_report["summary"]
             return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
-        parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
+        parts = [f"{self.workload} on {self.device}: {readable(self.samples_per_s)} samples/s"]
         if self.tokens_per_s is not None:
-            parts.append(f"{_num(self.tokens_per_s)} tokens/s")
-        parts.append(f"step {_num(self.step_ms_p50)} ms (IQR {_num(self.step_ms_iqr)})")
-        parts.append(f"data wait {_num(self.data_wait_pct)}%")
-        parts.append(f"peak mem {_num(self.peak_mem_mib)} MiB")
+            parts.append(f"{readable(self.tokens_per_s)} tokens/s")
+        parts.append(f"step {readable(self.step_ms_p50)} ms (IQR {readable(self.step_ms_iqr)})")
+        parts.append(f"data wait {readable(self.data_wait_pct)}%")
+        parts.append(f"peak mem {readable(self.peak_mem_mib)} MiB")
         if self.mfu_pct is not None:
             parts.append(f"MFU {self.mfu_pct:.1f}%")
         if self.fragmentation_pct is not None:
             parts.append(f"fragmentation {self.fragmentation_pct:.1f}%")
         if self.cost and self.cost.get("per_million_samples") is not None:
-            parts.append(f"{_num(self.cost['per_million_samples'])} per million samples "
-                         f"({_num(self.cost['idle_share_pct'])}% idle)")  # fmt: skip
+            parts.append(f"{readable(self.cost['per_million_samples'])} per million samples "
+                         f"({readable(self.cost['idle_share_pct'])}% idle)")  # fmt: skip
         if self.noisy:
             parts.append("NOISY")
         line = ", ".join(parts)
@@ -228,7 +228,9 @@ class BurstResult(Outcome):
         return line
 
 
-def _num(x: float | None) -> str:
+def readable(x: float | None) -> str:
+    """A measured number as the summaries print it: thousands separated from 100 up, three
+    significant digits below, ``n/a`` for unknown."""
     if x is None:
         return "n/a"
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"

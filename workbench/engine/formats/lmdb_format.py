@@ -12,7 +12,6 @@ overflow pages; without read-ahead each 4 KiB page faults on its own, and a cold
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 import threading
@@ -20,10 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from torch.utils.data import Dataset
 
-from workbench.engine.formats.manifest import FormatError, open_checked
+from workbench.engine.formats.manifest import FormatError, decode_jpeg, open_checked
 
 DATA_FILE = "data.mdb"
 _LABEL = struct.Struct("<q")
@@ -140,12 +138,5 @@ class LmdbDataset(Dataset):
         if index < 0:
             index += len(self)
         label, jpeg = self.raw(index)
-        try:
-            with Image.open(io.BytesIO(jpeg)) as img:
-                img.load()
-                rgb = img.convert("RGB")
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise FormatError(
-                f"corrupt image {index} in LMDB {self.folder / DATA_FILE}: {exc}"
-            ) from exc
+        rgb = decode_jpeg(jpeg, f"{index} in LMDB {self.folder / DATA_FILE}")
         return (self.transform(rgb) if self.transform else rgb), label

@@ -9,11 +9,14 @@ finished conversion of this source from a stale one without reading any image.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from PIL import Image
 
 from workbench.engine.datasets import DataError
 
@@ -101,3 +104,14 @@ def open_checked(folder: Path, fmt: str) -> Manifest:
         raise FormatError(f"{folder / MANIFEST} is a {manifest.format} dataset, not {fmt}")
     check_files(folder, manifest)
     return manifest
+
+
+def decode_jpeg(data: bytes, where: str) -> Image.Image:
+    """One stored JPEG as an RGB image; a file that does not decode is a FormatError naming
+    ``where`` (the record in its LMDB or shard), never a crash in a loader worker."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise FormatError(f"corrupt image {where}: {exc}") from exc

@@ -15,7 +15,6 @@ Every sample is read once per epoch; with W workers each drops its own last part
 
 from __future__ import annotations
 
-import io
 import itertools
 import random
 import struct
@@ -23,10 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
-from workbench.engine.formats.manifest import FormatError, Manifest, open_checked
+from workbench.engine.formats.manifest import FormatError, Manifest, decode_jpeg, open_checked
 
 SHARD_NAME = "shard-{:05d}.tar"
 SHUFFLE_BUFFER = 256
@@ -166,14 +164,8 @@ class ShardDataset(IterableDataset):
             yield int(s["__key__"]), int(s["cls"])
 
     def _decode(self, sample: dict[str, Any]) -> tuple[Any, int]:
-        try:
-            with Image.open(io.BytesIO(sample["jpg"])) as img:
-                img.load()
-                rgb = img.convert("RGB")
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise FormatError(
-                f"corrupt image {sample['__key__']}.jpg in shard {sample['__url__']}: {exc}"
-            ) from exc
+        where = f"{sample['__key__']}.jpg in shard {sample['__url__']}"
+        rgb = decode_jpeg(sample["jpg"], where)
         label = int(sample["cls"])
         return (self.transform(rgb) if self.transform else rgb), label
 
