@@ -6,6 +6,7 @@ from workloads_for_tests import tensor_workload
 
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs, needs_processes
+from workbench.core.results import BurstResult
 from workbench.distributed import jobs
 from workbench.distributed.dispatch import run_burst
 from workbench.engine.burst import run_in_process
@@ -30,8 +31,9 @@ def test_one_process_knobs_run_here_with_the_window_given(monkeypatch):
 
 def test_ranks_go_to_a_job_with_the_same_window(monkeypatch):
     calls = []
-    monkeypatch.setattr(jobs, "run_distributed_burst", lambda *a, **k: calls.append(k) or "job")
-    assert run_burst("cnn", Knobs(world_size=2), window=FAST, device="cpu") == "job"
+    job = BurstResult(workload="cnn", device="cpu", knobs=Knobs(world_size=2))
+    monkeypatch.setattr(jobs, "run_distributed_burst", lambda *a, **k: calls.append(k) or job)
+    assert run_burst("cnn", Knobs(world_size=2), window=FAST, device="cpu", record=False) is job
     assert calls[0]["window"] == FAST and calls[0]["device"] == torch.device("cpu")
 
 

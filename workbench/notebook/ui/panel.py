@@ -198,12 +198,12 @@ class Bench:
         try:
             price = check_price(value)
         except ValueError as exc:
-            self._message(str(exc), error=True)
+            self.message(str(exc), error=True)
             return
         self.price_per_hour = price
         self._runner._burst_kwargs["price_per_hour"] = price
         shown = "none" if price is None else f"{price:g} per device hour"
-        self._message(f"price: {shown}; bursts from now on carry their cost")
+        self.message(f"price: {shown}; bursts from now on carry their cost")
 
     def set_y_metric(self, metric: str) -> None:
         """What the throughput chart plots: ``samples_per_s`` or ``cost_per_million_samples``."""
