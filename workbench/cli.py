@@ -35,9 +35,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"workbench {self.prog.split()[-1]}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``, printed as one line (argparse's own wraps it at the terminal's width)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        print(version_line())
+        parser.exit(EXIT_OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_Version, help="print the distribution and version")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_burst(sub.add_parser("burst", help="run one measured training burst"))
     _add_history(sub.add_parser("history", help="list past bursts from the history store"))
