@@ -421,3 +421,29 @@ def test_measured_ceiling_on_the_last_gpu_and_tf32_flag_restored() -> None:
     flops = measure_matmul_flops(f"cuda:{last}", "tf32", seconds=0.5)
     assert flops > 1e12
     assert torch.backends.cuda.matmul.fp32_precision == before
+
+
+@pytest.mark.parametrize(
+    ("files", "quota"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "250000 100000\n"}, 2.5),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4.0),
+        ({}, None),
+    ],
+)
+def test_a_cgroup_cpu_quota_is_read_in_both_cgroup_versions(tmp_path, files, quota):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert hardware.cgroup_cpu_quota(tmp_path) == quota
+
+
+def test_the_core_count_is_capped_by_the_cgroup_quota(monkeypatch):
+    """A container given 2.5 CPUs of a bigger host may use 3 cores' worth, not its whole mask."""
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(hardware, "cgroup_cpu_quota", lambda: 2.5)
+    assert hardware._cpu_count() == 3
+    monkeypatch.setattr(hardware, "cgroup_cpu_quota", lambda: None)
+    assert hardware._cpu_count() == 64
