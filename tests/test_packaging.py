@@ -1,4 +1,4 @@
-"""The package a stranger installs: wheel and sdist built, installed outside the checkout.
+"""The package a stranger installs: sdist and wheel built, installed outside the checkout.
 
 A fresh virtual environment, made with the base interpreter of the one running the tests, gets
 the wheel (``pip install --no-deps``) and sees this environment's third-party packages through
@@ -34,16 +34,25 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _pep517(hook: str, source: Path, out: Path) -> Path:
+    """Call setuptools' PEP 517 hook in ``source``, as a build front-end does (no isolation:
+    this environment's setuptools), and return the file it made."""
+    code = f"from setuptools import build_meta; print(build_meta.{hook}({str(out)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=source, check=True,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return out / done.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
-    """The sdist, and the wheel built from it (``python -m build``'s default route)."""
+    """The sdist, and the wheel built from the unpacked sdist (what ``pip install`` of an sdist
+    does), so a file the sdist forgets is missing from the wheel too."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (wheel,) = out.glob("*.whl")
-    (sdist,) = out.glob("*.tar.gz")
+    sdist = _pep517("build_sdist", REPO, out)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(out / "unpacked", filter="data")
+    (source,) = (out / "unpacked").iterdir()
+    wheel = _pep517("build_wheel", source, out)
     return {"wheel": wheel, "sdist": sdist}
 
 
@@ -92,16 +101,22 @@ def test_the_wheel_carries_every_lesson_and_the_sdist_the_folder_it_maps(built):
     in_wheel = {n.split("/")[-1] for n in zipfile.ZipFile(built["wheel"]).namelist()
                 if n.startswith("workbench/lessons/")}  # fmt: skip
     assert lessons == in_wheel and "01_quickstart.ipynb" in in_wheel
+    assert "workbench/examples/train.py" in zipfile.ZipFile(built["wheel"]).namelist()  # lesson 08
     assert built["wheel"].name.startswith("throughput_workbench-")
     with tarfile.open(built["sdist"]) as sdist:
         in_sdist = {n.split("/", 1)[-1] for n in sdist.getnames()}
-    assert {f"notebooks/{n}" for n in lessons} | {"setup.py", "pyproject.toml"} <= in_sdist
+    wanted = {f"notebooks/{n}" for n in lessons} | {"examples/train.py", "setup.py"}
+    assert wanted <= in_sdist
 
 
 def test_the_installed_package_is_the_wheels_not_the_checkouts(venv):
-    p = _run(venv, venv["python"], "-c", "import workbench, torch; print(workbench.__file__)")
+    code = ("import workbench, torch; from workbench.notebook import workshop; "
+            "print(workbench.__file__); print(workshop.example_script())")  # fmt: skip
+    p = _run(venv, venv["python"], "-c", code)
     assert p.returncode == 0, p.stderr
-    assert Path(p.stdout.strip()).is_relative_to(venv["root"] / "venv")
+    package, example = p.stdout.split()
+    assert Path(package).is_relative_to(venv["root"] / "venv")
+    assert Path(example).is_relative_to(venv["root"] / "venv")  # lesson 08's script, shipped
     v = _run(venv, venv["bin"] / "workbench", "--version")
     assert v.stdout.startswith(f"throughput-workbench {workbench.__version__} (import workbench")
     assert str(venv["root"] / "venv") in v.stdout
