@@ -7,7 +7,10 @@
 What the tuning session chose comes from the config: DataLoader arguments, precision (autocast
 and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), channels_last,
 torch.compile, gradient accumulation, the DDP settings (bucket size, gradients as bucket views,
-static graph: ``cfg.ddp_kwargs()``), and the NCCL/allocator environment.
+static graph: ``cfg.ddp_kwargs()``), the optimizer's implementation (``cfg.optimizer_kwargs()``),
+activation checkpointing (``cfg.apply_activation_checkpointing(model)``, which recomputes the
+blocks ``SmallNet.checkpoint_blocks()`` names) and the NCCL/allocator environment
+(``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``).
 Everything else is ordinary PyTorch: replace the model and the dataset with yours.
 """
 
@@ -46,6 +49,7 @@ def main() -> None:
     loader = cfg.dataloader(dataset, shuffle=sampler is None, sampler=sampler, drop_last=True)
 
     model = SmallNet(classes).to(device)
+    cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
     if knobs.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if world > 1:
@@ -53,7 +57,7 @@ def main() -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=ids, **cfg.ddp_kwargs())
     if knobs.compile != "off":
         model = torch.compile(model, mode=None if knobs.compile == "default" else knobs.compile)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **cfg.optimizer_kwargs())
     scaler = cfg.grad_scaler(device.type)  # None unless fp16
 
     batches = _batches(loader, sampler)
@@ -126,18 +130,23 @@ class SmallNet(nn.Module):
     def __init__(self, classes: int, width: int = 16):
         super().__init__()
         chans = [3, width, width * 2, width * 4, width * 8]
-        layers: list[nn.Module] = []
-        for i in range(4):
-            layers += [
+        blocks = [
+            nn.Sequential(
                 nn.Conv2d(chans[i], chans[i + 1], 3, stride=1 if i == 0 else 2, padding=1),
                 nn.BatchNorm2d(chans[i + 1]),
                 nn.ReLU(inplace=True),
-            ]
-        self.features = nn.Sequential(*layers)
+            )
+            for i in range(4)
+        ]
+        self.features = nn.Sequential(*blocks)
         self.head = nn.Linear(chans[-1], classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x).mean(dim=(2, 3)))
+
+    def checkpoint_blocks(self) -> list[nn.Module]:
+        """How a model opts in to activation checkpointing: the blocks to recompute."""
+        return list(self.features)
 
 
 class MadeUpImages(Dataset):

@@ -43,10 +43,13 @@ _EXPORTS = {
     "ProfileResult": "workbench.analysis.profiling",
     "comm_bench": "workbench.distributed.jobs",
     "CommResult": "workbench.distributed.allreduce",
+    "memory_snapshot": "workbench.analysis.memory_views",
+    "MemorySnapshot": "workbench.analysis.memory_views",
 }
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis, diagnose
+    from workbench.analysis.memory_views import MemorySnapshot, memory_snapshot
     from workbench.analysis.profiling import ProfileResult, profile_burst
     from workbench.analysis.sweeps import sweep
     from workbench.config.saved import TunedConfig, load_config, save_config
@@ -92,5 +95,6 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
     "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
-    "profile_burst", "ProfileResult", "comm_bench", "CommResult",
+    "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
+    "MemorySnapshot",
 ]  # fmt: skip

@@ -24,7 +24,13 @@ WORKLOAD_HELP = (
     "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
     "importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
 )
-_OPTION_OF = {"workload": "--workload", "data_dir": "--data"}
+_OPTION_OF = {
+    "workload": "--workload",
+    "data_dir": "--data",
+    "price_per_hour": "--price-per-hour",
+    "epoch_samples": "--epoch-samples",
+    "hours_per_month": "--hours-per-month",
+}
 """Arguments whose errors name them as the Python API does, shown as the CLI's options."""
 
 
@@ -68,6 +74,50 @@ def _add_burst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-steps", type=int, default=5, help="minimum steps in the window")
     p.add_argument("--warmup-steps", type=int, default=3, help="steps before the window")
     p.add_argument("--timeout", type=float, help="stop a distributed job after S seconds")
+    _add_money(p)
+
+
+def _add_money(p: argparse.ArgumentParser, tune: bool = False) -> None:
+    """Options that turn results into cost (``workbench.core.cost``): burst, sweep, tune."""
+    p.add_argument(
+        "--price-per-hour",
+        metavar="P",
+        type=_price,
+        help="price of one device hour (default: $WORKBENCH_PRICE_PER_HOUR; none)",
+    )
+    p.add_argument(
+        "--epoch-samples",
+        metavar="N",
+        type=_positive,
+        help="samples in one epoch of your dataset: adds the cost per epoch",
+    )
+    if tune:
+        p.add_argument(
+            "--hours-per-month",
+            metavar="H",
+            type=_positive,
+            help="device hours you train a month (default 730): the saving",
+        )
+
+
+def _price(text: str) -> float | None:
+    from workbench.core.cost import check_price
+
+    try:
+        return check_price(text)
+    except ValueError as exc:
+        allowed = getattr(exc, "allowed", str(exc))
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: {allowed}") from None
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a number > 0")
+    return value
 
 
 def _add_comm(p: argparse.ArgumentParser) -> None:
@@ -129,6 +179,7 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=1, help="bursts per value, interleaved")
     p.add_argument("--plot", metavar="FILE", help="save the charts (.html, .png, .svg, .json)")
     _add_run_args(p, seconds=3.0)
+    _add_money(p)
 
 
 def _add_diagnose(p: argparse.ArgumentParser) -> None:
@@ -147,6 +198,7 @@ def _add_tune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.1, help="memory share kept free (0-0.9)")
     p.add_argument("--out", required=True, metavar="FILE.yaml", help="the tuned config")
     _add_run_args(p, seconds=3.0)
+    _add_money(p, tune=True)
 
 
 def _add_run_args(
@@ -253,6 +305,8 @@ def _cmd_burst(args: argparse.Namespace) -> int:
         store=args.store,
         progress=None if args.json else _progress_to_stderr,
         timeout_s=args.timeout,
+        price_per_hour=args.price_per_hour,
+        epoch_samples=args.epoch_samples,
     )
     if result.bad_knob:  # a knob that does not suit this workload's data: as for --set
         print(f"workbench burst: error: {result.bad_knob_message}", file=sys.stderr)
@@ -273,7 +327,8 @@ _SHOWN = [
     ("compile_s", "s"), ("compile_graphs", ""), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
     ("peak_reserved_mib", "MiB"), ("loader_device_mem_mib", "MiB"), ("gpu_util_pct", "%"),
     ("power_w", "W"), ("temp_c", "C"),
-    ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("telemetry", ""),
+    ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("fragmentation_pct", "%"),
+    ("telemetry", ""),
 ]  # fmt: skip
 
 
@@ -281,6 +336,13 @@ def _format_result(d: dict[str, Any]) -> str:
     lines = [f"{name:<18} {_fmt(d.get(name))} {unit}".rstrip() for name, unit in _SHOWN]
     changed = {k: v for k, v in d["knobs"].items() if v not in (None, {}, False)}
     lines.append(f"{'knobs':<18} {changed}")
+    for name, value in (d.get("memory_breakdown") or {}).items():
+        lines.append(f"{'memory ' + name[:-4]:<18} {_fmt(value)} MiB")
+    for name, value in (d.get("cost") or {}).items():
+        if name in _COST_SHOWN and value is not None:
+            lines.append(f"{'cost ' + name:<18} {_fmt(value)}")
+    if d.get("oom_report"):
+        lines.append(d["oom_report"]["summary"])
     for knob, why in (d.get("no_effect") or {}).items():
         lines.append(f"{'no effect':<18} {knob}: {why}")
     for problem in d.get("suspect") or []:
@@ -293,6 +355,10 @@ def _format_result(d: dict[str, Any]) -> str:
             f"{_fmt(row['data_wait_pct'])}%, peak mem {_fmt(row['peak_mem_mib'])} MiB"
         )
     return "\n".join(lines)
+
+
+_COST_SHOWN = ("price_per_hour", "per_million_samples", "per_million_tokens", "per_epoch",
+               "idle_share_pct", "idle_per_million_samples")  # fmt: skip
 
 
 def _fmt(v: Any) -> str:
@@ -393,7 +459,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     df = sweep(args.workload, args.knob, values, base, seconds=args.seconds,
                repeats=args.repeats, device=args.device, data_dir=args.data,
-               record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
+               record=not args.no_record, store=args.store, progress=landed,
+               price_per_hour=args.price_per_hour, epoch_samples=args.epoch_samples)  # fmt: skip
     if plot is not None:
         from workbench.notebook import plots
 
@@ -445,7 +512,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     t = tune(wl, space, budget=args.budget, memory_margin=args.margin, base=start,
              seconds=args.seconds, device=dev, data_dir=args.data,
-             record=not args.no_record, store=args.store, progress=landed)  # fmt: skip
+             record=not args.no_record, store=args.store, progress=landed,
+             price_per_hour=args.price_per_hour, epoch_samples=args.epoch_samples,
+             hours_per_month=args.hours_per_month)  # fmt: skip
     # the median claimed, and the collate function every burst batched with
     saved = t.best_result is not None
     written = save_config(t, out, collate_fn=wl.collate_fn) if saved else None
@@ -487,12 +556,17 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _parse_values(knob: str, text: str) -> list[Any]:
-    """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it)."""
+    """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it). ``alloc_conf``
+    values hold commas themselves: they are separated by ``;`` (``default`` for none)."""
     from workbench.core.knobs import KnobError, parse_value
 
-    items = [t.strip() for t in text.split(",")]
+    sep = ";" if knob == "alloc_conf" else ","
+    items = [t.strip() for t in text.split(sep)]
     if not text.strip() or "" in items:
-        raise KnobError(knob, text, "comma-separated values, e.g. 16,32,64 (none may be empty)")
+        if sep == ",":
+            raise KnobError(knob, text, "comma-separated values, e.g. 16,32,64 (none may be empty)")
+        example = "default;expandable_segments:True"
+        raise KnobError(knob, text, f"values separated by ';', e.g. {example} (none may be empty)")
     return [parse_value(knob, t) for t in items]
 
 

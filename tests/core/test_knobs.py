@@ -7,7 +7,7 @@ def test_defaults_are_valid_and_documented():
     k = Knobs()
     assert k.batch_size == 32 and k.precision == "fp32" and k.loader == "torch"
     for spec in knob_specs():
-        assert spec.doc and spec.group in {"data", "compute", "dist"}
+        assert spec.doc and spec.group in {"data", "compute", "memory", "dist"}
 
 
 def test_contract_knob_names_are_fields():

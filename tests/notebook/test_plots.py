@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from typing import Any
@@ -252,14 +253,13 @@ def test_throughput_of_tokens_and_of_nccl_variables():
 
 def test_memory_draws_the_capacity_rule_and_puts_ooms_on_it(sweep):
     df = sweep.assign(peak_reserved_mib=[1200.0] * 4 + [None] * 3)
-    spec = spec_of(plots.memory(df, "batch_size", capacity_mib=143771, highlight_id=4))
-    assert rows(spec, "capacity") == [
-        {"capacity_mib": 143771.0, "label": "device memory 143,771 MiB"}
-    ]
+    # a capacity near the peaks (within 2x): a rule inside the axis, OOMs on it
+    spec = spec_of(plots.memory(df, "batch_size", capacity_mib=2000, highlight_id=4))
+    assert rows(spec, "capacity") == [{"capacity_mib": 2000.0, "label": "device memory 2,000 MiB"}]
     assert layer(spec, "capacity")["mark"]["type"] == "rule"
     assert layer(spec, "capacity_label")["encoding"]["text"]["field"] == "label"
     fails = {r["id"]: r["fail_y"] for r in rows(spec, "failures")}
-    assert fails == {5: 143771, 6: 143771}
+    assert fails == {5: 2000, 6: 2000}
     series = {(r["id"], r["series"]): r["y"] for r in rows(spec, "points")}
     assert series[(1, "peak allocated")] == 1000.0 and series[(1, "peak reserved")] == 1200.0
     assert [r["id"] for r in rows(spec, "current")] == [4]
@@ -268,9 +268,39 @@ def test_memory_draws_the_capacity_rule_and_puts_ooms_on_it(sweep):
 
 def test_memory_capacity_rule_says_what_it_is(sweep):
     spec = spec_of(
-        plots.memory(sweep, "batch_size", capacity_mib=15872, capacity_label="system RAM")
+        plots.memory(sweep, "batch_size", capacity_mib=1900, capacity_label="system RAM")
     )
-    assert rows(spec, "capacity") == [{"capacity_mib": 15872.0, "label": "system RAM 15,872 MiB"}]
+    assert rows(spec, "capacity") == [{"capacity_mib": 1900.0, "label": "system RAM 1,900 MiB"}]
+
+
+def test_a_far_capacity_does_not_flatten_the_peaks(sweep):
+    """A CPU's system RAM (24 GB) against bursts of about 1 GB: the axis fits the peaks (no
+    zero, no capacity inside it) and the capacity is a labelled edge with the headroom."""
+    spec = spec_of(
+        plots.memory(sweep, "batch_size", capacity_mib=24000, capacity_label="system RAM")
+    )
+    points = layer(spec, "points")["encoding"]["y"]
+    assert points["scale"]["zero"] is False
+    (edge,) = rows(spec, "capacity")
+    assert edge["capacity_mib"] == 24000.0
+    assert edge["edge"] == "system RAM 24,000 MiB above: 23,000 MiB of headroom"
+    assert layer(spec, "capacity")["encoding"]["y"] == {"value": 0}  # the top edge, in pixels
+    assert layer(spec, "capacity_label")["encoding"]["text"]["field"] == "edge"
+    fails = {r["fail_y"] for r in rows(spec, "failures")}
+    assert fails == {1050.0}  # at the top of the data, not 24 GB up
+
+
+def test_cost_on_the_y_axis(sweep):
+    priced = sweep.assign(cost=[{"per_million_samples": 2.0e6 / 3600 / v} if v else None
+                                for v in sweep["samples_per_s"].fillna(0)])  # fmt: skip
+    spec = spec_of(plots.throughput(priced, "batch_size", metric="cost_per_million_samples"))
+    assert spec["title"]["text"] == "Cost per million samples vs batch_size"
+    ys = {r["id"]: r["y"] for r in rows(spec, "points")}
+    assert ys[4] == pytest.approx(2.0e6 / 3600 / 2500)  # $2/h at 2,500 samples/s
+    for r in rows(spec, "errorbars"):
+        assert r["y_lo"] <= r["y"] <= r["y_hi"]
+    empty = spec_of(plots.throughput(sweep, "batch_size", metric="cost_per_million_samples"))
+    assert "no burst with a price yet" in rows(empty, "message")[0]["message"]
 
 
 def test_memory_without_capacity_or_reserved(sweep):
@@ -348,19 +378,24 @@ EMPTY = pd.DataFrame(columns=["id", "created_at", "workload", "device", "status"
 CHARTS = [plots.throughput, plots.memory, plots.step_split]
 
 
+NO_BURSTS = "no bursts yet: run one (Run, move a knob, or wb.run_burst)"
+
+
 @pytest.mark.parametrize("chart", CHARTS)
 def test_charts_of_an_empty_history_are_placeholders(chart):
     spec = spec_of(chart(EMPTY, "batch_size"))
     assert names(spec) == ["message"]
-    assert rows(spec, "message") == [{"message": "no bursts yet"}]
+    assert rows(spec, "message") == [{"message": NO_BURSTS}]  # says what fills it
 
 
 @pytest.mark.parametrize("chart", CHARTS)
 def test_charts_without_the_knob_are_placeholders(chart, sweep):
     spec = spec_of(chart(sweep, "NCCL_ALGO_UNKNOWN"))
-    assert rows(spec, "message") == [{"message": "no bursts with NCCL_ALGO_UNKNOWN recorded yet"}]
+    unknown = "NCCL_ALGO_UNKNOWN"
+    message = f"no bursts with {unknown} recorded yet: move {unknown} to add one"
+    assert rows(spec, "message") == [{"message": message}]
     spec = spec_of(chart(sweep[sweep["status"] == "cancelled"], "batch_size"))
-    assert rows(spec, "message") == [{"message": "no bursts yet"}]
+    assert rows(spec, "message") == [{"message": NO_BURSTS}]  # says what fills it
 
 
 @pytest.mark.parametrize("chart", CHARTS)
@@ -443,3 +478,33 @@ def test_a_real_store_plots(tmp_path):
 def test_import_workbench_does_not_import_plots_or_altair():
     code = "import sys, workbench; workbench.history; assert 'altair' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_history_html_lines_headings_up_with_their_columns(sweep):
+    df = sweep.assign(noisy=[True] + [False] * 6)
+    html = plots.history_html(df)
+    head = re.findall(r"<th style=\"text-align:(\w+)", html)
+    table = plots.history_table(df)
+    first_row = re.search(r"<tbody><tr>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td style=\"text-align:(\w+);padding:2px 10px", first_row)
+    assert head == cells and len(head) == len(table.columns)  # each heading aligned as its cells
+    by_name = dict(zip(table.columns, head, strict=True))
+    assert by_name["samples/s"] == "right" and by_name["step ms"] == "right"
+    assert by_name["workload"] == "left" and by_name["note"] == "left"
+    assert "800 (noisy)</td><td" in html  # its own cell, padded: never "800 (noisy) 20.0"
+
+
+def test_history_table_shows_cost_where_a_price_was_given(sweep):
+    priced = sweep.assign(cost=[{"per_million_samples": 1.25}] + [None] * 6)
+    table = plots.history_table(priced, n=10)
+    assert table["cost/M samples"].tolist()[-1] == "1.25"
+    assert "cost/M samples" not in plots.history_table(sweep).columns
+
+
+def test_memory_timeline_fits_the_steps_and_says_what_fills_it_when_empty():
+    steps = [{"step": 1, "phase": "warmup", "process_mib": 600.0},
+             {"step": 2, "phase": "measuring", "process_mib": 640.0}]  # fmt: skip
+    spec = plots.memory_timeline(steps, device_mem_mib=24000).to_dict()
+    assert spec["encoding"]["y"]["scale"] == {"zero": False}  # the steps, not the capacity
+    assert "capacity 24,000 MiB" in spec["title"]
+    assert "run a burst" in str(plots.memory_timeline([]).to_dict())

@@ -363,15 +363,45 @@ def test_save_after_an_autotune_writes_the_tuned_knobs(store_path, tmp_path):
     assert "the auto-tune best, burst #" in bench._ui.message.value
 
 
-def test_memory_chart_on_a_cpu_has_the_system_ram_rule(store_path):
+def test_memory_chart_on_a_cpu_fits_the_peaks_under_a_system_ram_edge(store_path):
+    """System RAM is far above a burst's peak: the axis fits the peaks (the growth with batch
+    size stays visible) and system RAM is the labelled top edge, with the headroom."""
     from workbench.engine import hardware
 
     bench = _bench(store_path)
     bench.panel()
     _settle(bench)
     ram_mib = hardware.device_info(bench.device).total_mem_mib
-    capacity = [r for r in _points(bench._ui.charts["memory"]) if "capacity_mib" in r]
-    assert capacity == [{"capacity_mib": ram_mib, "label": f"system RAM {ram_mib:,.0f} MiB"}]
+    (capacity,) = [r for r in _points(bench._ui.charts["memory"]) if "capacity_mib" in r]
+    assert capacity["capacity_mib"] == ram_mib
+    assert capacity["label"] == f"system RAM {ram_mib:,.0f} MiB"
+    assert capacity["edge"].startswith(f"system RAM {ram_mib:,.0f} MiB above: ")
+    assert capacity["edge"].endswith("MiB of headroom")
+
+
+def test_the_panel_prices_its_bursts_and_draws_cost(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    bench._ui.price.value = "-2"  # refused in the message line, nothing changes
+    assert bench.price_per_hour is None
+    assert "price_per_hour=-2.0 is not allowed" in bench._ui.message.value
+    bench._ui.price.value = "3"
+    bench.run()
+    _settle(bench)
+    r = bench.last_result
+    assert r.ok and r.cost["price_per_hour"] == 3.0
+    bench._ui.y_metric.value = "cost_per_million_samples"
+    spec = bench._ui.charts["throughput"].chart.to_dict()
+    assert spec["title"]["text"].startswith("Cost per million samples")
+    assert "cost/M samples" in bench._ui.history.value
+
+
+def test_empty_charts_say_what_fills_them(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    comm = str(bench._ui.charts["comm"].chart.to_dict())
+    assert "press Comm bench" in comm and "waiting for the first burst" not in comm
+    assert "press Memory snapshot" in str(bench._ui.snapshot_chart.chart.to_dict())
 
 
 def test_status_line_estimates_the_time_left_from_step_times(store_path):
@@ -584,3 +614,26 @@ def test_a_knob_move_while_the_first_burst_is_held_replaces_it(store_path, monke
     _settle(bench)
     assert bench.first_draw.how == "cancelled"
     assert [r["batch_size"] for _, r in bench.store.frame().iterrows()] == [16]
+
+
+def test_the_memory_snapshot_button_draws_memory_at_every_step(store_path):
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    bench.memory_snapshot()
+    _settle(bench)
+    snap = bench.last_snapshot
+    assert snap is not None and snap.result.ok and snap.path is None  # a CPU: no file
+    rows = _points(bench._ui.snapshot_chart)
+    assert rows and all(r["what"] == "process_mib" for r in rows)
+    assert "only for CUDA" in bench._ui.message.value
+
+
+def test_every_knob_name_fits_its_label():
+    """dali_hw_decoder_load was cut to "dali_hw_decoder_..." at 130 px (20 characters: 6.5 px
+    each fit). 7.4 px per character is an estimate with margin for a 13 px sans-serif font,
+    not a measurement; the browser test's screenshot is where to look."""
+    from workbench.core.knobs import KNOB_NAMES
+    from workbench.notebook.ui.controls import _STYLE
+
+    width_px = int(_STYLE["description_width"].removesuffix("px"))
+    assert max(len(n) for n in KNOB_NAMES) * 7.4 <= width_px

@@ -47,6 +47,8 @@ def sweep(
     cancel: threading.Event | None = None,
     progress: Callable[[BurstResult], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
 ) -> pd.DataFrame:
     """Run one burst per value of ``knob`` (``repeats`` times each) and return the bursts.
 
@@ -56,7 +58,8 @@ def sweep(
     BurstResult as it lands; setting ``cancel`` stops the running burst at a step boundary
     and returns the bursts so far. Warm-up is at least ``warmup_steps`` and long enough to
     consume what loader workers prefetch (``settled_warmup``), so every value is measured in
-    its steady state.
+    its steady state. ``price_per_hour``/``epoch_samples``: each burst's ``cost``
+    (``workbench.core.cost``).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise KnobError("repeats", repeats, "an integer >= 1")
@@ -83,6 +86,8 @@ def sweep(
                 store=target,
                 cancel=stop,
                 progress=burst_progress,
+                price_per_hour=price_per_hour,
+                epoch_samples=epoch_samples,
             )
             results.append(r)
             if progress is not None:

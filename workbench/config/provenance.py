@@ -18,7 +18,11 @@ from typing import Any
 
 from workbench.config.yaml_text import ConfigError, check_keys
 
-KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune")
+KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune", "cost")
+COST_KEYS = ("price_per_hour", "per_million_samples", "idle_share_pct", "epoch_samples",
+             "per_epoch")  # fmt: skip
+"""The price the knobs were judged at and what it made of the measurement (``workbench.core.cost``);
+present only when a price was given."""
 DEVICE_KEYS = ("type", "name", "memory_mib")
 MEASURED_KEYS = (
     "status",
@@ -56,7 +60,15 @@ def from_result(result: Any) -> dict[str, Any]:
         "versions": _versions(r.get("versions") or {}, "provenance.versions", None),
         "measured": {k: _measured_value(k, r.get(k)) for k in MEASURED_KEYS},
         "tune": None,
+        **_cost_of(r.get("cost")),
     }
+
+
+def _cost_of(cost: Any) -> dict[str, Any]:
+    """``{"cost": {...}}`` from a result's cost (rounded), or nothing without a price."""
+    if not isinstance(cost, Mapping) or cost.get("price_per_hour") is None:
+        return {}
+    return {"cost": {k: _round(cost.get(k)) for k in COST_KEYS}}
 
 
 def from_tune(tuned: Any) -> dict[str, Any]:
@@ -146,7 +158,16 @@ def normalize(data: Any, path: str | Path | None) -> dict[str, Any]:
         "versions": _versions(data.get("versions") or {}, "provenance.versions", path),
         "measured": measured,
         "tune": _tune(data.get("tune"), path),
+        **_read_cost(data.get("cost"), path),
     }
+
+
+def _read_cost(data: Any, path: str | Path | None) -> dict[str, Any]:
+    if data is None:
+        return {}
+    _expect_mapping(data, "provenance.cost", path)
+    check_keys(path, "provenance.cost", data, COST_KEYS)
+    return {"cost": {k: _number(data.get(k), f"provenance.cost.{k}", path) for k in COST_KEYS}}
 
 
 def _tune(data: Any, path: str | Path | None) -> dict[str, Any] | None:

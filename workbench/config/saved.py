@@ -37,7 +37,7 @@ from workbench.config.yaml_text import (
     render,
     write_text,
 )
-from workbench.core import envvars, nccl
+from workbench.core import allocconf, envvars, nccl
 from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
 
 __all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
@@ -87,6 +87,24 @@ def save_config(
 
 
 def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
+    cfg = _as_config_raw(obj, env, target)
+    return replace(cfg, extra_env=_alloc_env(dict(cfg.extra_env), cfg.knobs, target))
+
+
+def _alloc_env(extra: dict[str, str], knobs: Knobs, path: str | Path) -> dict[str, str]:
+    """With ``knobs.alloc_conf`` set, env's allocator variables are copies of it: they must
+    agree, and are then left to ``cfg.env()`` to write; without it they stay as given."""
+    if not knobs.alloc_conf:
+        return extra
+    for name in allocconf.ENV_VARS:
+        if name in extra and "".join(str(extra[name]).split()) != knobs.alloc_conf:
+            problem = (f"{extra[name]!r} disagrees with knobs.alloc_conf={knobs.alloc_conf!r}; "
+                       "env is written from the knobs: change the knob")  # fmt: skip
+            raise ConfigError(path, f"env.{name}", problem)
+    return {k: v for k, v in extra.items() if k not in allocconf.ENV_VARS}
+
+
+def _as_config_raw(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
     from workbench.core.results import BurstResult
 
     extra = dict(env or {})
@@ -195,6 +213,7 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
     env_data = _mapping(doc, "env", path)
     knobs, nccl_where = _knobs(knobs_data, env_data, path)
     extra_env, notes = _extra_env(env_data, path)
+    extra_env = _alloc_env(extra_env, knobs, path)
     notes = _nccl_notes(knobs, nccl_where, path) + notes
     cfg = TunedConfig(
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),

@@ -62,7 +62,10 @@ class TunedConfig:
         in the launcher's environment (``export``, ``torchrun_command(with_env=True)``), or in
         ``os.environ`` early in the script, before any CUDA work or ``init_process_group``.
         """
-        return dict(sorted({**self.knobs.nccl, **self.extra_env}.items()))
+        from workbench.core.allocconf import env_for
+
+        alloc = env_for(self.knobs.alloc_conf)  # the knob's allocator settings, both names
+        return dict(sorted({**self.knobs.nccl, **alloc, **self.extra_env}.items()))
 
     # -- data -------------------------------------------------------------------------------
     def dataloader_kwargs(self, device: str | None = None) -> dict[str, Any]:
@@ -129,6 +132,25 @@ class TunedConfig:
         return apply_backend_flags(self.knobs)
 
     # -- distributed ----------------------------------------------------------------------
+    def optimizer_kwargs(self) -> dict[str, bool]:
+        """``foreach`` and ``fused`` for a torch.optim optimizer, as tuned (``optimizer_impl``):
+        ``torch.optim.AdamW(model.parameters(), lr=3e-4, **cfg.optimizer_kwargs())``."""
+        from workbench.engine.memory_knobs import IMPL_ARGS
+
+        foreach, fused = IMPL_ARGS[self.knobs.optimizer_impl]
+        return {"foreach": foreach, "fused": fused}
+
+    def apply_activation_checkpointing(self, model: Any) -> int:
+        """With ``activation_checkpointing`` tuned on, make the model's blocks recompute their
+        activations in backward, as the bursts did (``workbench.engine.memory_knobs``: the
+        model's own ``checkpoint_blocks()``, or ResNet/transformer blocks found by shape); call
+        it before DDP and torch.compile. Returns the number of blocks (0 when the knob is off)."""
+        if not self.knobs.activation_checkpointing:
+            return 0
+        from workbench.engine.memory_knobs import apply_activation_checkpointing
+
+        return apply_activation_checkpointing(model)
+
     def ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DistributedDataParallel(model, **cfg.ddp_kwargs())``.
 

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from workbench.core import allocconf
 from workbench.core.errors import KnobError
 from workbench.core.nccl import check_variable
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
@@ -37,7 +39,7 @@ class KnobSpec:
     """What the UI and the CLI need to know about one knob."""
 
     name: str
-    kind: str  # "int", "float", "bool", "choice", "optional_int", "mapping"
+    kind: str  # "int", "float", "bool", "choice", "optional_int", "mapping", "text"
     default: Any
     doc: str
     group: str
@@ -53,6 +55,8 @@ class KnobSpec:
             return "true or false"
         if self.kind == "mapping":
             return "a mapping of NCCL_* variable names to string values"
+        if self.kind == "text":  # the one text knob: alloc_conf
+            return allocconf.allowed()
         noun = "an integer" if "int" in self.kind else "a number"
         rng = f"{noun} from {_fmt(self.low)} to {_fmt(self.high)}"
         return rng + (", or none (unset)" if self.kind == "optional_int" else "")
@@ -199,6 +203,28 @@ class Knobs:
         "dist",
         "bool",
     )
+    alloc_conf: str = _knob(
+        "",
+        "PyTorch caching-allocator settings (PYTORCH_ALLOC_CONF), e.g. expandable_segments:True "
+        "against fragmentation; read at CUDA start-up, so a GPU burst runs in a fresh process.",
+        "memory",
+        "text",
+    )
+    activation_checkpointing: bool = _knob(
+        False,
+        "Recompute each block's activations in the backward pass instead of keeping them: "
+        "less activation memory for about one more forward pass of compute.",
+        "memory",
+        "bool",
+    )
+    optimizer_impl: str = _knob(
+        "foreach",
+        "How the optimizer step runs: foreach (batched kernels over all tensors), fused (one "
+        "kernel per group; no GradScaler host sync) or for-loop (one tensor at a time).",
+        "memory",
+        "choice",
+        choices=OPTIMIZER_IMPLS,
+    )
     nccl: Mapping[str, str] = _knob(
         {},
         "NCCL_* environment variables for the workers (never set in this process).",
@@ -270,6 +296,8 @@ def parse_value(name: str, text: str) -> Any:
     if spec is None:
         raise KnobError(name, text, f"unknown knob; known: {_known()}")
     low = text.lower()
+    if spec.kind == "text" and low in {"none", "null", "default"}:
+        return ""
     if spec.kind == "optional_int" and low in {"none", "null", ""}:
         return None
     if spec.kind == "bool":
@@ -309,6 +337,8 @@ def _coerce(spec: KnobSpec, value: Any) -> Any:
     """Check one value against its spec; return it in canonical form."""
     if spec.kind == "mapping":
         return _coerce_nccl(value)
+    if spec.kind == "text":
+        return allocconf.normalize(value)
     if spec.kind == "optional_int" and value is None:
         return None
     if spec.kind == "bool":

@@ -129,6 +129,22 @@ class BurstResult:
     """Wall time of the whole torchrun job, start-up included."""
     nccl_flags: dict[str, str] = field(default_factory=dict)
     """NCCL variables that change numerics or that NCCL documents as debug-only."""
+    # -- memory and money (workbench.engine.memory, workbench.core.cost, workbench.engine.oom) --
+    memory_breakdown: dict[str, Any] | None = None
+    """The peak's parts in MiB: params, grads, optimizer state, activations (saved for
+    backward), the rest (CUDA: activations and workspace), the peak
+    (``workbench.engine.memory``)."""
+    fragmentation_pct: float | None = None
+    """CUDA: (peak reserved - peak allocated) / peak reserved, in %; None on a CPU."""
+    mem_timeline: list[list[float]] = field(default_factory=list)
+    """CPU: ``[seconds since the burst started, MiB]`` of the process tree's memory (PSS, or
+    summed RSS where PSS cannot be read), at most about 100 points."""
+    cost: dict[str, Any] | None = None
+    """With a price per device hour: ``price_per_hour``, ``per_million_samples``,
+    ``idle_share_pct`` and more (``workbench.core.cost``); None without a price."""
+    oom_report: dict[str, Any] | None = None
+    """An OOM explained (``workbench.engine.oom``): what was tried, the largest batch that
+    fitted, the breakdown at the failure and the knobs that freed memory in measured bursts."""
 
     @property
     def ok(self) -> bool:
@@ -174,6 +190,8 @@ class BurstResult:
         """One line a person can read."""
         if self.status != "ok":
             failed = f"{self.workload} {self.status}: {self.error}"
+            if self.oom_report:
+                failed += "\n" + self.oom_report["summary"]
             return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
         parts = [f"{self.workload} on {self.device}: {_num(self.samples_per_s)} samples/s"]
         if self.tokens_per_s is not None:
@@ -183,6 +201,11 @@ class BurstResult:
         parts.append(f"peak mem {_num(self.peak_mem_mib)} MiB")
         if self.mfu_pct is not None:
             parts.append(f"MFU {self.mfu_pct:.1f}%")
+        if self.fragmentation_pct is not None:
+            parts.append(f"fragmentation {self.fragmentation_pct:.1f}%")
+        if self.cost and self.cost.get("per_million_samples") is not None:
+            parts.append(f"{_num(self.cost['per_million_samples'])} per million samples "
+                         f"({_num(self.cost['idle_share_pct'])}% idle)")  # fmt: skip
         if self.noisy:
             parts.append("NOISY")
         line = ", ".join(parts)

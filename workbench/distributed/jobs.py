@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from workbench.core import nccl
+from workbench.core import allocconf, nccl
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.allreduce import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
@@ -42,9 +42,11 @@ _SETUP_ALLOWANCE_S = 120.0  # torchrun + one torch import per rank + model and l
 
 
 def needs_processes(knobs: Knobs, device: torch.device) -> bool:
-    """True when the burst must run under torchrun: several ranks, or NCCL variables that
-    only a fresh NCCL communicator reads (on a CPU there is no NCCL, so one process will do)."""
-    return knobs.world_size > 1 or (bool(knobs.nccl) and device.type == "cuda")
+    """True when the burst must run under torchrun: several ranks, NCCL variables that only a
+    fresh NCCL communicator reads, or allocator settings that CUDA reads once at start-up (on
+    a CPU there is neither NCCL nor the CUDA allocator, so one process will do)."""
+    fresh_only = bool(knobs.nccl) or bool(knobs.alloc_conf)
+    return knobs.world_size > 1 or (fresh_only and device.type == "cuda")
 
 
 def default_timeout_s(seconds: float, knobs: Knobs) -> float:
@@ -53,7 +55,7 @@ def default_timeout_s(seconds: float, knobs: Knobs) -> float:
     return _SETUP_ALLOWANCE_S + compile_allowance + 4.0 * seconds
 
 
-def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
+def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -> dict[str, str]:
     """The ranks' environment: this process's, plus the NCCL knobs, plus what a rank needs.
 
     A copy: ``os.environ`` itself is left as it was. Each rank gets an equal share of the CPU
@@ -62,6 +64,7 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int) -> dict[str, str]:
     """
     env = dict(os.environ)
     env.update(nccl_vars)
+    env.update(allocconf.env_for(alloc_conf))  # both names: the knob wins over a stale one
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     if env.get("PYTHONPATH"):
@@ -140,7 +143,8 @@ def run_distributed_burst(
         warmup_steps=warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
     )  # fmt: skip
     try:
-        job = TorchrunJob(spec, knobs.world_size, worker_env(knobs.nccl, knobs.world_size), port)
+        env = worker_env(knobs.nccl, knobs.world_size, knobs.alloc_conf)
+        job = TorchrunJob(spec, knobs.world_size, env, port)
         outcome = job.run(cancel, _progress_relay(progress))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)

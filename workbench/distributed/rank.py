@@ -34,6 +34,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from workbench.core.allocconf import ENV_VARS as ALLOC_ENV_VARS
 from workbench.core.knobs import Knobs
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
@@ -74,6 +75,8 @@ class DdpCoordinator:
         return self.rank, self.world_size
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
+        if not needs_ddp(self.knobs):
+            return model  # one rank only for a fresh allocator: train it as the kernel would
         self._on_phase("ddp")  # DDP's constructor broadcasts the weights: a wait for all ranks
         ddp = DistributedDataParallel(
             model,
@@ -98,6 +101,13 @@ class DdpCoordinator:
         out = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(obj, out, dst=0, group=self.control)
         return out
+
+
+def needs_ddp(knobs: Knobs) -> bool:
+    """DDP wraps the model with several ranks, or with NCCL variables (they act only through
+    DDP's communicator); a one-rank job that exists for ``alloc_conf`` alone trains unwrapped,
+    so it measures what the same knobs measure in the kernel, less the allocator's defaults."""
+    return knobs.world_size > 1 or bool(knobs.nccl)
 
 
 def count_grad_syncs(ddp: DistributedDataParallel) -> dict[str, int]:
@@ -228,6 +238,7 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
         "gpu_util_pct": r.gpu_util_pct,
         "power_w": r.power_w,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "alloc_env": {k: os.environ[k] for k in ALLOC_ENV_VARS if k in os.environ},
         "suspect": list(r.suspect),
     }
 

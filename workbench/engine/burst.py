@@ -44,10 +44,11 @@ from typing import Any
 
 import torch
 
+from workbench.core import cost
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread
-from workbench.engine import compiler, hardware
+from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.engine.coordinator import Coordinator, Solo
 from workbench.engine.failures import cuda_health, is_oom_error, note_failure
@@ -120,6 +121,7 @@ class _Measured:
     """The device the model's parameters were on, named as the result names devices."""
     compile_report: compiler.CompileReport | None = None
     loader_device_mem_mib: float | None = None
+    no_effect: dict[str, str] = field(default_factory=dict)
 
 
 def run_burst(
@@ -137,6 +139,8 @@ def run_burst(
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
     timeout_s: float | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
 
@@ -146,23 +150,30 @@ def run_burst(
     ``record``/``store``: append the result to the history store (default location unless a
     store or path is given).
 
-    With ``world_size > 1`` (or NCCL variables on a GPU) the burst runs as a DDP job under
-    torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds that job.
+    With ``world_size > 1`` (or NCCL variables or ``alloc_conf`` on a GPU) the burst runs
+    under torchrun, in fresh processes (``workbench.distributed.jobs``); ``timeout_s`` bounds
+    that job.
+
+    ``price_per_hour`` (default: ``$WORKBENCH_PRICE_PER_HOUR``, else none) gives the result a
+    ``cost`` (``workbench.core.cost``); ``epoch_samples``, a dataset size, adds the cost per
+    epoch. An OOM result gets ``oom_report`` (``workbench.engine.oom``), from the history.
     """
     check_burst_args(seconds, min_steps, warmup_steps)
+    money = (cost.resolve_price(price_per_hour), cost.check_count(epoch_samples, "epoch_samples"))
     knobs = Knobs() if knobs is None else knobs
     dev = hardware.resolve_device(device)
     cancel = cancel or threading.Event()
     from workbench.distributed import jobs as distributed
 
     if distributed.needs_processes(knobs, dev):
-        return _as_job(workload, knobs, dev, cancel, record, store, seconds=seconds,
+        return _as_job(workload, knobs, dev, cancel, record, store, money, seconds=seconds,
                        min_steps=min_steps, warmup_steps=warmup_steps, data_dir=data_dir,
                        progress=progress, timeout_s=timeout_s)  # fmt: skip
     wl = resolve_workload(workload or default_workload_name(dev.type), data_dir)
     plan = BurstPlan(seconds, min_steps, warmup_steps, cancel, progress, clock)
     with exclusive(cancel) as got, graceful_sigint(plan.stop) as sigint:
         result = measure_here(wl, knobs, dev, plan) if got else _superseded(wl, knobs, dev, seconds)
+    finish(result, money, store)
     record_result(result, record, store)
     if sigint.fired:
         raise BurstInterrupted(result)
@@ -227,10 +238,10 @@ def _measure_on_device(
     with _device_scope(dev):
         _free_memory(dev, reset_peak=True, collect=False)
         sampler = Sampler(dev).start()
-        measured = None
+        measured, parts = None, {}  # parts: the memory figures known so far, kept on failure
         try:
             with backend_flags(knobs, dev), compiler.clean_compiler(knobs.compile != "off"):
-                measured = _guarded(wl, knobs, dev, plan, result)
+                measured = _guarded(wl, knobs, dev, plan, result, parts)
         finally:
             if measured is not None:
                 sampler.mark_window(*measured.wall_window)
@@ -239,6 +250,7 @@ def _measure_on_device(
         if measured is not None:
             _fill_measurement(result, measured, wl, knobs)
         _fill_memory_and_telemetry(result, dev, telemetry)
+        _fill_breakdown(result, dev, parts, telemetry)
     step_ms = measured.timing.step_ms if measured is not None else []
     ran_on = measured.ran_on if measured is not None else None
     checks = (flags_before, precision_state(), ran_on, telemetry_problems(telemetry))
@@ -259,6 +271,7 @@ def _as_job(
     cancel: threading.Event,
     record: bool,
     store: object,
+    money: tuple[float | None, float | None],
     **job: Any,
 ) -> BurstResult:
     """The burst as a torchrun job, holding the slot; superseded while it waited, no job
@@ -267,10 +280,12 @@ def _as_job(
 
     with exclusive(cancel) as got:
         if got:
-            return distributed.run_distributed_burst(workload, knobs, device=dev, record=record,
-                                                     store=store, cancel=cancel, **job)  # fmt: skip
-    wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
-    result = _superseded(wl, knobs, dev, job["seconds"])
+            result = distributed.run_distributed_burst(workload, knobs, device=dev, record=False,
+                                                       cancel=cancel, **job)  # fmt: skip
+    if not got:
+        wl = resolve_workload(workload or default_workload_name(dev.type), job["data_dir"])
+        result = _superseded(wl, knobs, dev, job["seconds"])
+    finish(result, money, store)
     record_result(result, record, store)
     return result
 
@@ -312,13 +327,18 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
 
 
 def _guarded(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, result: BurstResult
+    wl: Workload,
+    knobs: Knobs,
+    dev: torch.device,
+    plan: BurstPlan,
+    result: BurstResult,
+    parts: dict[str, Any],
 ) -> _Measured | None:
     """Run the burst; turn OOM and errors into the result's status instead of raising."""
     try:
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(0)
-            return _measure(wl, knobs, dev, plan)
+            return _measure(wl, knobs, dev, plan, parts)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a failed burst is a result; the traceback frames die here
@@ -327,13 +347,16 @@ def _guarded(
         return None
 
 
-def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> _Measured:
+def _measure(
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, parts: dict[str, Any]
+) -> _Measured:
     t0 = plan.clock()
     _report(plan, "setup", 0.0, 0)
     stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
-        sample, rows = _check_first_batch(state, stream, knobs, dev, wl)
+        parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
+        sample, rows = _check_first_batch(state, stream, knobs, dev, wl, parts)
         setup_s = plan.clock() - t0
         counts = [compiler.read_counts()] if knobs.compile != "off" else None
         warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan)
@@ -347,6 +370,8 @@ def _measure(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> 
         if counts is not None:
             measured.compile_report = compiler.report(*counts, compiler.read_counts())
         measured.ran_on = _device_name(next(state.model.parameters(), None))
+        measured.no_effect = dict(state.no_effect or {})
+        parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
     finally:
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
@@ -370,7 +395,12 @@ def _loader_device_mem(stream: BatchStream) -> float | None:
 
 
 def _check_first_batch(
-    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, wl: Workload
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    wl: Workload,
+    parts: dict[str, Any],
 ) -> tuple[Batch, Batch]:
     """Set-up's early check: one batch from the stream, on the device, through the model and
     the loss (``check_model_takes``), so a batch the model cannot take fails here, before the
@@ -381,6 +411,8 @@ def _check_first_batch(
     if not stream.on_device:
         batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
     check_model_takes(state, batch, wl)
+    if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
+        parts["activations_mib"] = memory.activation_mib(state, batch)
     size = count_samples(batch)
     rows = map_tensors(batch, lambda t: t[:2].clone() if t.dim() and t.shape[0] == size else t)
     return _shape_sample(batch), rows
@@ -495,6 +527,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
     r.loader_device_mem_mib = m.loader_device_mem_mib
+    r.no_effect.update(m.no_effect)
     _fill_compile(r, m.compile_report)
     if m.steps == 0 or m.measured_s <= 0:
         return
@@ -552,6 +585,23 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
     r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source
 
 
+def _fill_breakdown(
+    r: BurstResult, dev: torch.device, parts: dict[str, Any], t: TelemetrySummary
+) -> None:
+    """The peak's parts (``workbench.engine.memory``), fragmentation, and on a CPU the memory
+    timeline."""
+    cuda = dev.type == "cuda"
+    peak = r.peak_mem_mib
+    if cuda and r.status == "oom":  # the failed allocation is not in the peak: the state is
+        peak = torch.cuda.max_memory_allocated(dev) / 2**20
+    r.memory_breakdown = memory.breakdown(parts.get("static"), parts.get("activations_mib"),
+                                          peak, cuda)  # fmt: skip
+    if cuda:
+        r.fragmentation_pct = memory.fragmentation_pct(r.peak_mem_mib, r.peak_reserved_mib)
+    else:
+        r.mem_timeline = [list(p) for p in t.host_mem_timeline]
+
+
 def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -> None:
     """Release what an earlier (or failed) burst held; optionally restart the peak counters.
 
@@ -566,6 +616,14 @@ def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -
             torch.cuda.reset_peak_memory_stats(dev)
     elif collect:
         gc.collect()
+
+
+def finish(result: BurstResult, money: tuple[float | None, float | None], store: object) -> None:
+    """What a result gets after it is measured: its cost with a price, and, out of memory, its
+    explanation against the history (``workbench.core.cost``, ``workbench.engine.oom``)."""
+    result.cost = cost.burst_cost(result, *money)
+    if result.status == "oom":
+        result.oom_report = oom.explain_from_store(result, store)
 
 
 def record_result(result: BurstResult, record: bool, store: object) -> None:

@@ -140,6 +140,9 @@ class TelemetrySummary:
     PSS summed over the tree where it could be read, else summed RSS (``host_mem_kind``)."""
     host_mem_kind: str | None = None
     """What ``host_mem_peak_mib`` is: "pss" or "rss" (the fallback); None when unknown."""
+    host_mem_timeline: tuple[tuple[float, float], ...] = ()
+    """``(seconds since the first sample, MiB)`` of the same figure over the whole burst, thinned
+    to at most ``TIMELINE_POINTS`` points (each the highest of its stretch, so the peak stays)."""
 
 
 @dataclass(slots=True)
@@ -827,7 +830,24 @@ def _summarize(
         power_limit_w=power_limit_w,
         host_mem_peak_mib=host_mib,
         host_mem_kind=host_kind,
+        host_mem_timeline=_host_timeline(samples, "pss_mib" if host_kind == "pss" else "rss_mib"),
     )
+
+
+TIMELINE_POINTS = 100
+
+
+def _host_timeline(samples: list[_Sample], name: str) -> tuple[tuple[float, float], ...]:
+    points = [(s.t, getattr(s, name)) for s in samples if getattr(s, name) is not None]
+    if not points:
+        return ()
+    t0, stride = points[0][0], max(1, -(-len(points) // TIMELINE_POINTS))
+    out = []
+    for i in range(0, len(points), stride):
+        chunk = points[i : i + stride]
+        t, mib = max(chunk, key=lambda p: p[1])
+        out.append((round(t - t0, 3), round(mib, 1)))
+    return tuple(out)
 
 
 def _host_memory(

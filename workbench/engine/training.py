@@ -31,6 +31,7 @@ from workbench.engine.batches import (
 )
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
+from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
 from workbench.engine.workloads import Workload
 from workbench.engine.workloads.base import call_model
 
@@ -58,6 +59,9 @@ class TrainState:
     the live FLOP count run it: no compiled inference graph, no DDP iteration)."""
     wrapped: bool = False
     """Whether ``model`` is wrapped for a distributed job (DDP)."""
+    no_effect: dict[str, str] | None = None
+    """Knobs found unable to act once the model and optimizer exist (no blocks to recompute,
+    an optimizer without foreach/fused), each with the reason."""
 
     def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
@@ -82,7 +86,12 @@ def build_train_state(
         model = model.to(memory_format=torch.channels_last)
     model.train()
     plain = model
-    optimizer = workload.optimizer(model.parameters())
+    notes: dict[str, str] = {}
+    if knobs.activation_checkpointing and apply_activation_checkpointing(model) == 0:
+        notes["activation_checkpointing"] = NO_BLOCKS
+    optimizer, why = with_impl(workload.optimizer(model.parameters()), knobs.optimizer_impl)
+    if why:
+        notes["optimizer_impl"] = why
     no_sync = None
     if wrap is not None:
         model = wrap(model)  # a burst in this process passes Solo's, which returns the model
@@ -102,6 +111,7 @@ def build_train_state(
         forward=workload.forward or call_model,
         plain=plain,
         wrapped=model is not plain and not _is_compiled_plain(model, plain),
+        no_effect=notes,
     )
 
 
@@ -436,6 +446,8 @@ def _cpu_reasons(knobs: Knobs) -> dict[str, str]:
         reasons["precision"] = "TF32 is an NVIDIA tensor-core mode; the CPU ran IEEE fp32"
     if knobs.cudnn_benchmark:
         reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
+    if knobs.alloc_conf:
+        reasons["alloc_conf"] = "the CUDA caching allocator's settings; this burst ran on the CPU"
     if knobs.compile == "reduce-overhead":
         reasons["compile"] = "reduce-overhead adds CUDA graphs, which need CUDA; compiled without"
     return reasons

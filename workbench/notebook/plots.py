@@ -18,6 +18,7 @@ Conventions shared by the charts:
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -58,7 +59,12 @@ _STEP_PARTS = (  # (label, column, colour), stacked bottom to top
     ("host-to-device copy", "h2d_ms_p50", "#eeca3b"),
     ("compute", "compute_ms_p50", "#4c78a8"),
 )
-_METRIC_TITLES = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s"}
+_METRIC_TITLES = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s",
+                  "cost_per_million_samples": "cost per million samples"}  # fmt: skip
+_ZOOM_RATIO = 2.0
+"""The memory chart draws the capacity rule inside the axis only while the highest peak is
+within 1/_ZOOM_RATIO of it; farther away (a CPU's system RAM against a burst's 1 GB) the axis
+fits the data and the capacity is a labelled edge at the top, with the headroom beside it."""
 
 # -- which bursts are comparable --------------------------------------------------------------
 
@@ -267,12 +273,24 @@ def _bursts(
             "knob_label": values.map(_label).to_numpy(),
         }
     )
+    if metric == "cost_per_million_samples" and metric not in df.columns:
+        df = df.assign(cost_per_million_samples=cost_column(df))
     columns = [metric, "step_ms_p50", "step_ms_iqr", "data_wait_pct", "peak_mem_mib"]
     columns += ["peak_reserved_mib"] + [column for _, column, _ in _STEP_PARTS]
     for name in dict.fromkeys(columns):
         out[name] = _col(df, name).to_numpy()
     out["failed"] = out["status"] != "ok"
     return out, _make_axis(knob, values)
+
+
+def cost_column(df: pd.DataFrame) -> pd.Series:
+    """``cost.per_million_samples`` of each burst (NaN without a price): the y of a cost chart."""
+    costs = df["cost"] if "cost" in df.columns else pd.Series([None] * len(df), index=df.index)
+    return pd.Series(
+        [c.get("per_million_samples") if isinstance(c, Mapping) else None for c in costs],
+        index=df.index,
+        dtype=float,
+    )
 
 
 def _col(df: pd.DataFrame, name: str, *, numeric: bool = True) -> pd.Series:
@@ -356,6 +374,11 @@ def _placeholder(title: str, message: str = "no bursts yet") -> alt.LayerChart:
     return alt.layer(_message_layer(message), title=title_params, width=WIDTH, height=HEIGHT)
 
 
+def waiting(title: str, message: str) -> alt.LayerChart:
+    """An empty chart that says what fills it (the panel's charts before their first data)."""
+    return _placeholder(title, message)
+
+
 def _title(text: str, bursts: pd.DataFrame) -> alt.TitleParams:
     failed = int(bursts["failed"].sum())
     parts = [f"{len(bursts)} burst{'s' if len(bursts) != 1 else ''}"]
@@ -380,6 +403,7 @@ def _measured(
     metric: str,
     y_title: str,
     highlight_id: int | None,
+    zero: bool = True,
 ) -> list[alt.Chart]:
     """Points per burst and series, medians, failure crosses (at ``fail_y``), the current burst.
 
@@ -391,7 +415,7 @@ def _measured(
         [ok.assign(series=name, y=ok[col]) for name, col in series.items()], ignore_index=True
     ).dropna(subset=["y"])
     colour = _series_colour(list(series))
-    y = alt.Y("y:Q", title=y_title, scale=alt.Scale(zero=True))
+    y = alt.Y("y:Q", title=y_title, scale=alt.Scale(zero=zero))
     layers: list[alt.Chart] = []
     if "y_lo" in long.columns:
         bars = long.dropna(subset=["y_lo", "y_hi"])
@@ -450,7 +474,13 @@ def throughput(
     if found is None:
         return _placeholder(title, _no_bursts(df, knob))
     bursts, axis = found
+    if metric == "cost_per_million_samples":
+        title = f"Cost per million samples vs {knob}"
+        if bursts.loc[~bursts["failed"], metric].isna().all():
+            return _placeholder(title, "no burst with a price yet: set price_per_hour and run")
     lo, hi = _throughput_range(bursts[metric], bursts["step_ms_p50"], bursts["step_ms_iqr"])
+    if metric == "cost_per_million_samples":  # cost scales as step time: the bar flips
+        lo, hi = bursts[metric] * bursts[metric] / hi, bursts[metric] * bursts[metric] / lo
     bursts = bursts.assign(y_lo=lo, y_hi=hi, fail_y=0.0)
     layers = _measured(
         bursts, axis, {name: metric}, metric=metric, y_title=name, highlight_id=highlight_id
@@ -493,17 +523,26 @@ def memory(
     if found is None:
         return _placeholder(title, _no_bursts(df, knob))
     bursts, axis = found
+    top = _highest_peak(bursts)
+    edge = capacity_mib is not None and top is not None and capacity_mib > _ZOOM_RATIO * top
     fail_y = capacity_mib if capacity_mib is not None else bursts["peak_mem_mib"].fillna(0.0)
+    if edge:  # OOMs at the top of the zoomed axis, under the capacity's edge
+        fail_y = top * 1.05
     bursts = bursts.assign(fail_y=fail_y)
     series = _peak_series(bursts, _peak_labels(df), highlight_id)
     if bursts.loc[~bursts["failed"], "peak_reserved_mib"].notna().any():
         series["peak reserved"] = "peak_reserved_mib"
-    layers = _measured(
-        bursts, axis, series, metric="samples_per_s", y_title="MiB", highlight_id=highlight_id
-    )
+    layers = _measured(bursts, axis, series, metric="samples_per_s", y_title="MiB",
+                       highlight_id=highlight_id, zero=not edge)  # fmt: skip
     if capacity_mib is not None:
-        layers[:0] = _capacity_layers(capacity_mib, capacity_label)
+        layers[:0] = _capacity_layers(capacity_mib, capacity_label, top if edge else None)
     return alt.layer(*layers, title=_title(title, bursts), width=WIDTH, height=HEIGHT)
+
+
+def _highest_peak(bursts: pd.DataFrame) -> float | None:
+    ok = bursts[~bursts["failed"]]
+    peaks = pd.concat([ok["peak_mem_mib"], ok["peak_reserved_mib"]]).dropna()
+    return float(peaks.max()) if not peaks.empty and peaks.max() > 0 else None
 
 
 _PEAK_LABELS = {
@@ -551,14 +590,28 @@ def _peak_series(
     return series
 
 
-def _capacity_layers(capacity_mib: float, label: str) -> list[alt.Chart]:
+def _capacity_layers(capacity_mib: float, label: str, top: float | None = None) -> list[alt.Chart]:
+    """The capacity as a dashed rule in the axis; with ``top`` (the highest peak, far below
+    it) as a dashed edge along the top of a zoomed axis, labelled with the headroom."""
     data = pd.DataFrame(
         {"capacity_mib": [float(capacity_mib)], "label": [f"{label} {capacity_mib:,.0f} MiB"]}
     )
+    if top is not None:
+        return _capacity_edge(data, capacity_mib - top)
     base = _chart(data, "capacity").encode(y=alt.Y("capacity_mib:Q", title="MiB"))
     rule = base.mark_rule(color=_RED, strokeDash=[5, 3])
     text = base.mark_text(align="left", baseline="bottom", dx=3, dy=-3, color=_RED).encode(
         x=alt.value(0), text="label:N"
+    )
+    return [rule, text.properties(name="capacity_label")]
+
+
+def _capacity_edge(data: pd.DataFrame, headroom_mib: float) -> list[alt.Chart]:
+    edge = data.assign(edge=data["label"] + f" above: {headroom_mib:,.0f} MiB of headroom")
+    base = _chart(edge, "capacity")
+    rule = base.mark_rule(color=_RED, strokeDash=[5, 3]).encode(y=alt.value(0))
+    text = base.mark_text(align="left", baseline="top", dx=3, dy=3, color=_RED).encode(
+        x=alt.value(0), y=alt.value(0), text="edge:N"
     )
     return [rule, text.properties(name="capacity_label")]
 
@@ -657,8 +710,8 @@ def _bars(parts: pd.DataFrame, x: alt.X, tips: list[alt.Tooltip]) -> alt.Chart:
 def _no_bursts(df: pd.DataFrame, knob: str) -> str:
     usable = df if "status" not in df.columns else df[df["status"] != "cancelled"]
     if usable.empty:
-        return "no bursts yet"
-    return f"no bursts with {knob} recorded yet"
+        return "no bursts yet: run one (Run, move a knob, or wb.run_burst)"
+    return f"no bursts with {knob} recorded yet: move {knob} to add one"
 
 
 # -- the history table ------------------------------------------------------------------------
@@ -695,6 +748,9 @@ def history_table(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     table["IQR ms"] = [_text(r.get("step_ms_iqr"), "{:,.1f}") for r in records]
     table["data wait %"] = [_text(r.get("data_wait_pct"), "{:.1f}") for r in records]
     table["peak MiB"] = [_text(r.get("peak_mem_mib"), "{:,.0f}") for r in records]
+    costs = cost_column(rows)
+    if costs.notna().any():
+        table["cost/M samples"] = [_text(c, "{:,.4g}") for c in costs]
     table["note"] = [_note(r.get("error")) for r in records]
     return pd.DataFrame(table, columns=list(table))
 
@@ -703,8 +759,32 @@ def history_html(df: pd.DataFrame, n: int = 10) -> str:
     """:func:`history_table` as an HTML table (cells escaped), e.g. for an ``ipywidgets.HTML``."""
     table = history_table(df, n)
     if table.empty:
-        return "<p><em>no bursts yet</em></p>"
-    return table.to_html(index=False, escape=True, border=0, classes="workbench-history")
+        return "<p><em>no bursts yet: each burst you run is listed here</em></p>"
+    right = [_is_number_column(table[c]) for c in table.columns]
+    head = "".join(_cell("th", c, r) for c, r in zip(table.columns, right, strict=True))
+    body = "".join(
+        "<tr>" + "".join(_cell("td", v, r) for v, r in zip(row, right, strict=True)) + "</tr>"
+        for row in table.itertuples(index=False)
+    )
+    return (
+        '<table class="workbench-history" style="border-collapse:collapse">'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+_NUMBER = re.compile(r"^-?[\d,.]+( \(noisy\))?$|^n/a$")
+
+
+def _is_number_column(cells: pd.Series) -> bool:
+    """Right-align a column of figures (and its heading with it); text stays on the left."""
+    return all(_NUMBER.match(str(c)) for c in cells) and any(str(c) != "n/a" for c in cells)
+
+
+def _cell(tag: str, value: Any, right: bool) -> str:
+    """One cell with its own alignment and padding: headings line up with their column, and
+    neighbouring figures ("185 (noisy)" beside "343.5") never run together."""
+    style = f"text-align:{'right' if right else 'left'};padding:2px 10px;white-space:nowrap"
+    return f'<{tag} style="{style}">{html.escape(str(value))}</{tag}>'
 
 
 def _newest(df: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -753,6 +833,38 @@ def _note(error: Any) -> str:
         return ""
     text = " ".join(str(error).split())
     return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 1] + "…"
+
+
+# -- memory at every step (wb.memory_snapshot) --------------------------------------------
+
+
+def memory_timeline(steps: list[dict[str, Any]], device_mem_mib: float | None = None):
+    """Allocated and reserved (CUDA) or process RSS (CPU) at every step, as an Altair chart;
+    the y axis fits the data (the device's capacity is said in the title, not drawn)."""
+    frame = pd.DataFrame(steps)
+    series = [c for c in ("allocated_mib", "reserved_mib", "process_mib") if c in frame]
+    if frame.empty or not series:
+        return (
+            alt.Chart(pd.DataFrame({"text": ["no steps recorded yet: run a burst"]}))
+            .mark_text(size=14)
+            .encode(text="text:N")
+        )
+    long = frame.melt(id_vars=["step", "phase"], value_vars=series, var_name="what",
+                      value_name="MiB")  # fmt: skip
+    title = "memory at every step"
+    if device_mem_mib:
+        title += f" (capacity {device_mem_mib:,.0f} MiB)"
+    return (
+        alt.Chart(long, title=title)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("step:Q", title="step (warm-up, then the measured window)"),
+            y=alt.Y("MiB:Q", scale=alt.Scale(zero=False), title="MiB"),
+            color=alt.Color("what:N", title=None),
+            tooltip=["step", "phase", "what", alt.Tooltip("MiB:Q", format=",.1f")],
+        )
+        .properties(width=420, height=220)
+    )
 
 
 # -- saving -----------------------------------------------------------------------------------

@@ -110,6 +110,9 @@ class TuneResult:
     """Finished runs of the start the speed-up divides by (2-3 whenever the budget allows)."""
     noise_pct: float | None = None
     """Relative noise of one burst measured in this tune (pooled SD of log samples/s, in %)."""
+    saving: dict[str, Any] | None = None
+    """With a price: what the best saves against the start for the same work, per million
+    samples, per epoch and per month (``workbench.core.cost.tune_saving``); None without one."""
 
     @property
     def separated(self) -> bool | None:
@@ -148,6 +151,11 @@ class TuneResult:
         lines.append("  contenders:")
         lines += [f"    {_line(c)}  {changed(c.knobs)}" for c in self.candidates[:5] if c.fits]
         lines += [f"  note: {n}" for n in self.notes]
+        from workbench.core.cost import saving_line
+
+        money = saving_line(self.saving)
+        if money:
+            lines.insert(3, f"  {money}")
         return "\n".join(lines)
 
     def _speedup_line(self, best: Candidate) -> str:
@@ -192,6 +200,7 @@ class TuneResult:
             "notes": self.notes,
             "workload": self.workload,
             "device": self.device,
+            "saving": self.saving,
         }
 
     def frame(self) -> pd.DataFrame:

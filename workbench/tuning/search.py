@@ -87,7 +87,10 @@ LOADER_HEADROOM = 1.3
 loader that only just keeps up stalls on every slow batch."""
 DATA_FIRST_WAIT_PCT = 30.0
 """Data knobs go first when the loop waited for data this share of the window or more."""
-_GROUP_ORDER = {True: ("data", "compute", "dist"), False: ("compute", "data", "dist")}
+_GROUP_ORDER = {
+    True: ("data", "compute", "memory", "dist"),
+    False: ("compute", "data", "memory", "dist"),
+}
 
 Runner = Callable[[Knobs], BurstResult]
 

@@ -48,6 +48,7 @@ import torch
 
 from workbench.analysis.loader_ceiling import settled_warmup
 from workbench.analysis.sweeps import WorkloadArg, check_values
+from workbench.core import cost
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
@@ -95,14 +96,19 @@ def tune(
     cancel: threading.Event | None = None,
     progress: Callable[[TuneProgress], None] | None = None,
     burst_progress: Callable[[BurstProgress], None] | None = None,
+    price_per_hour: float | None = None,
+    epoch_samples: float | None = None,
+    hours_per_month: float | None = None,
 ) -> TuneResult:
     """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
 
     Fits: every burst of the config peaked under ``(1 - memory_margin)`` of the device's
     memory (GPU memory on CUDA; on a CPU system RAM, against the PSS of the process and its
     loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
-    ``budget`` caps the bursts. Sizes between the listed batch sizes may be measured when the
-    memory edge falls between them.
+    With ``price_per_hour`` (or ``$WORKBENCH_PRICE_PER_HOUR``) every burst has a ``cost`` and
+    the result a ``saving`` against the start (``workbench.core.cost``; ``epoch_samples`` and
+    ``hours_per_month`` size it). ``budget`` caps the bursts. Sizes between the listed batch
+    sizes may be measured when the memory edge falls between them.
     Warm-up is long enough to consume what loader workers prefetch (``settled_warmup``):
     otherwise a short window is served from a full queue and deep prefetching wins for the
     wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
@@ -114,6 +120,10 @@ def tune(
     check_budget(budget)
     check_margin(memory_margin)
     check_burst_args(seconds, min_steps, warmup_steps)
+    price = cost.resolve_price(price_per_hour)
+    money = {"price_per_hour": price,
+             "epoch_samples": cost.check_count(epoch_samples, "epoch_samples")}  # fmt: skip
+    hours = cost.check_count(hours_per_month, "hours_per_month")
     start = Knobs() if base is None else base
     checked = None if space is None else check_space(space)  # before a dataset is built
     dev = hardware.resolve_device(device)
@@ -122,7 +132,7 @@ def tune(
     stop = cancel or threading.Event()
     window = {"seconds": seconds, "warmup_steps": warmup_steps, "min_steps": min_steps}
     run = _Runner(wl, dev, stop, open_store(store) if record else None,
-                  {**window, "progress": burst_progress})  # fmt: skip
+                  {**window, "progress": burst_progress, **money})  # fmt: skip
     if checked is not None:
         _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
@@ -133,7 +143,9 @@ def tune(
     if run.interrupted:
         search.stopped = "interrupted"
     search.notes += run.notes()
-    return _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+    result = _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+    result.saving = cost.tune_result_saving(result, price, money["epoch_samples"], hours)
+    return result
 
 
 def tune_on(

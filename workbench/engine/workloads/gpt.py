@@ -63,6 +63,10 @@ class TinyGPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
 
+    def checkpoint_blocks(self) -> list[nn.Module]:
+        """The transformer blocks: what ``activation_checkpointing`` recomputes."""
+        return list(self.blocks)
+
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy over every position."""

@@ -69,16 +69,22 @@ class SmallConvNet(nn.Module):
         blocks = []
         for i in range(4):
             stride = 1 if i == 0 else 2
-            blocks += [
-                nn.Conv2d(chans[i], chans[i + 1], 3, stride=stride, padding=1, bias=False),
-                nn.BatchNorm2d(chans[i + 1]),
-                nn.ReLU(inplace=True),
-            ]
+            blocks.append(
+                nn.Sequential(
+                    nn.Conv2d(chans[i], chans[i + 1], 3, stride=stride, padding=1, bias=False),
+                    nn.BatchNorm2d(chans[i + 1]),
+                    nn.ReLU(inplace=True),
+                )
+            )
         self.features = nn.Sequential(*blocks)
         self.head = nn.Linear(chans[-1], num_classes)
 
     def forward(self, x):
         return self.head(self.features(x).mean(dim=(2, 3)))
+
+    def checkpoint_blocks(self) -> list[nn.Module]:
+        """The conv-BN-ReLU blocks: what ``activation_checkpointing`` recomputes."""
+        return list(self.features)
 
 
 def cnn(data_dir: str | Path | None = None) -> Workload:

@@ -24,8 +24,8 @@ from workbench.engine.loaders.dali import dali_available
 POWERS_OF_TWO = tuple(2**i for i in range(13))  # 1 .. 4096
 ACCUM_STEPS = (1, 2, 4, 8, 16, 32, 64)
 PREFETCH = (0, 1, 2, 4, 8, 16)  # 0 stands for "unset": a SelectionSlider cannot hold None
-_STYLE = {"description_width": "130px"}
-_LAYOUT = {"width": "360px"}
+_STYLE = {"description_width": "180px"}  # the longest name, activation_checkpointing, whole
+_LAYOUT = {"width": "410px"}
 
 
 def disabled_reasons(device_type: str) -> dict[str, str]:
@@ -72,6 +72,9 @@ def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.Valu
         control = w.Checkbox(value=value, indent=False, **common)
     elif spec.kind == "choice":
         control = w.Dropdown(options=list(spec.choices or ()), value=value, **common)
+    elif spec.kind == "text":  # alloc_conf: checked by Knobs, the refusal shown beside it
+        control = w.Text(value=value, placeholder="expandable_segments:True",
+                         continuous_update=False, **common)  # fmt: skip
     else:  # the NCCL mapping
         control = w.Textarea(value=nccl_to_text(value), placeholder="NCCL_ALGO=Ring",
                              continuous_update=False, **common)  # fmt: skip
@@ -138,12 +141,16 @@ class KnobControls:
         for name, control in self.controls.items():
             value = getattr(knobs, name)
             kind = self.specs[name].kind
+            if kind == "text":  # alloc_conf: "" is its unset value, not a number
+                control.value = value
+                continue
             control.value = nccl_to_text(value) if kind == "mapping" else value or 0
             if kind not in ("mapping", "optional_int"):
                 control.value = value
 
     def box(self) -> w.Widget:
-        groups = {"data": "Data loading", "compute": "Compute", "dist": "Distributed"}
+        groups = {"data": "Data loading", "compute": "Compute", "memory": "Memory",
+                  "dist": "Distributed"}  # fmt: skip
         tabs = []
         for group in groups:
             rows = [

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import ipywidgets as w
 
+from workbench.notebook import plots
 from workbench.notebook.ui.controls import KnobControls, disabled_reasons
 from workbench.notebook.ui.drawn import drawn_signal
 
@@ -39,12 +40,15 @@ class PanelWidgets:
         self.message = _with_class(w.HTML(), "wb-message")
         self.suspect = _with_class(w.HTML(), "wb-suspect")  # failed self-checks, loudly
         self.history = _with_class(w.HTML(), "wb-history")
-        self.charts = {n: _with_class(alt.JupyterChart(_placeholder()), f"wb-chart-{n}")
+        self.charts = {n: _with_class(alt.JupyterChart(_placeholder(n)), f"wb-chart-{n}")
                        for n in CHARTS}  # fmt: skip
+        self.snapshot_chart = _with_class(alt.JupyterChart(_placeholder("snapshot")),
+                                          "wb-chart-snapshot")  # fmt: skip
+        self.price, self.y_metric = _price_field(bench), _y_field(bench)
         self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),
                                         self._buttons(bench), self._status_row(),
                                         self.message, self.suspect, self.result,
-                                        self._charts_box(),
+                                        self._charts_box(), self.snapshot_chart,
                                         self.history, self.drawn]), "wb-panel")  # fmt: skip
 
     def _header(self, bench: Bench) -> w.Widget:
@@ -66,13 +70,19 @@ class PanelWidgets:
         comm = _with_class(
             w.Button(description="Comm bench", icon="exchange", tooltip=comm_tip), "wb-comm"
         )
+        snap_tip = "one burst under PyTorch's memory recorder: memory at every step (CUDA: a file"
+        snap_tip += " for pytorch.org/memory_viz)"
+        snap = _with_class(w.Button(description="Memory snapshot", icon="camera",
+                                    tooltip=snap_tip), "wb-snapshot")  # fmt: skip
+        snap.on_click(lambda _b: bench.memory_snapshot())
         comm.on_click(lambda _b: bench.comm())
         diag.on_click(lambda _b: bench.diagnose())
         tune.on_click(lambda _b: bench.autotune())
         run.on_click(lambda _b: bench.run())
         stop.on_click(lambda _b: bench.stop())
         save.on_click(lambda _b: self._save(bench, path.value))
-        return w.VBox([w.HBox([run, stop, diag, tune, comm]), w.HBox([save, path])])
+        return w.VBox([w.HBox([run, stop, diag, tune, comm, snap]),
+                       w.HBox([save, path, self.price, self.y_metric])])  # fmt: skip
 
     def _save(self, bench: Bench, path: str) -> None:
         try:
@@ -90,8 +100,46 @@ class PanelWidgets:
         return w.VBox([w.HBox([c["throughput"], c["memory"]]), w.HBox([c["split"], c["comm"]])])
 
 
-def _placeholder() -> alt.Chart:
-    return alt.Chart().mark_text().encode(text=alt.value("waiting for the first burst"))
+_EMPTY = {
+    "throughput": ("Throughput", "waiting for the first burst: it starts once the panel is "
+                   "drawn (or press Run)"),
+    "memory": ("Peak memory", "each burst's peak memory lands here"),
+    "split": ("Step time split", "each burst's data wait and compute land here"),
+    "comm": ("All-reduce bus bandwidth", "press Comm bench to measure all-reduce by size"),
+    "snapshot": ("Memory at every step", "press Memory snapshot to record one burst"),
+}  # fmt: skip
+"""What each empty chart says fills it."""
+Y_METRICS = [
+    ("samples/s", "samples_per_s"),
+    ("cost per million samples", "cost_per_million_samples"),
+]
+PRICE_TIP = ("price of one device hour (GPU hour; the machine on a CPU): every burst then has a "
+             "cost per million samples; empty for none")  # fmt: skip
+
+
+def _placeholder(name: str) -> alt.LayerChart:
+    title, message = _EMPTY[name]
+    return plots.waiting(title, message)
+
+
+def _price_field(bench: Bench) -> w.Text:
+    field = w.Text(value=_price_text(bench.price_per_hour), placeholder="none",
+                   description="price / device h", style={"description_width": "110px"},
+                   layout={"width": "220px"}, continuous_update=False,
+                   tooltip=PRICE_TIP)  # fmt: skip
+    field.observe(lambda _c: bench.set_price(field.value), names="value")
+    return _with_class(field, "wb-price")
+
+
+def _y_field(bench: Bench) -> w.Dropdown:
+    field = w.Dropdown(options=Y_METRICS, value=bench.y_metric, description="throughput chart",
+                       style={"description_width": "110px"}, layout={"width": "330px"})  # fmt: skip
+    field.observe(lambda _c: bench.set_y_metric(field.value), names="value")
+    return _with_class(field, "wb-y-metric")
+
+
+def _price_text(price: float | None) -> str:
+    return "" if price is None else f"{price:g}"
 
 
 def _with_class(widget: Any, css: str) -> Any:

@@ -99,8 +99,14 @@ class Bench:
         device: Any = None,
         data_dir: Any = None,
         store: Any = None,
+        price_per_hour: float | None = None,
     ):
+        from workbench.core.cost import resolve_price
+
         self.device = hardware.resolve_device(device)
+        self.price_per_hour = resolve_price(price_per_hour)  # or $WORKBENCH_PRICE_PER_HOUR
+        self.y_metric = "samples_per_s"
+        self.last_snapshot: Any = None
         self.workload = resolve_workload(
             workload or default_workload_name(self.device.type), data_dir
         )
@@ -125,6 +131,7 @@ class Bench:
             min_steps=min_steps,
             device=self.device,
             store=self.store,
+            price_per_hour=self.price_per_hour,
         )
         self._quiet = _QuietWindow()
         self.hello_s, self.drawn_s = HELLO_S, DRAWN_S  # the first burst's wait for the browser
@@ -185,6 +192,48 @@ class Bench:
                 return False
         return self._runner.wait(timeout)
 
+    def set_price(self, value: Any) -> None:
+        """The price per device hour for the panel's bursts (text from the field, a number, or
+        None/"" for none); a bad one is refused in the message line and changes nothing."""
+        from workbench.core.cost import check_price
+
+        try:
+            price = check_price(value)
+        except ValueError as exc:
+            self._message(str(exc), error=True)
+            return
+        self.price_per_hour = price
+        self._runner._burst_kwargs["price_per_hour"] = price
+        shown = "none" if price is None else f"{price:g} per device hour"
+        self._message(f"price: {shown}; bursts from now on carry their cost")
+
+    def set_y_metric(self, metric: str) -> None:
+        """What the throughput chart plots: ``samples_per_s`` or ``cost_per_million_samples``."""
+        self.y_metric = metric
+        self._redraw(highlight_id=self.last_result.id if self.last_result else None)
+
+    def memory_snapshot(self, path: Any = None) -> None:
+        """One burst with the panel's knobs under PyTorch's memory recorder, in the background:
+        its per-step memory is drawn under the charts and, on CUDA, the snapshot file for
+        pytorch.org/memory_viz is named in the message line
+        (``workbench.analysis.memory_views``)."""
+        from workbench.analysis.memory_views import memory_snapshot
+
+        def work(task: _Task) -> str:
+            snap = memory_snapshot(self.workload, self.knobs, path=path, **self._window(),
+                                   device=self.device, store=self.store, cancel=task.cancel,
+                                   progress=self._on_progress,
+                                   price_per_hour=self.price_per_hour)  # fmt: skip
+            self.last_snapshot = snap
+            self._on_task_burst(snap.result)
+            if self._ui is not None:
+                self._ui.snapshot_chart.chart = plots.memory_timeline(
+                    snap.steps, device_mem_mib=snap.result.device_mem_mib
+                )
+            return snap.summary()
+
+        self._start_task("memory snapshot", "recording a burst's memory ...", work)
+
     def _supersede_task(self) -> str | None:
         """Cancel a running diagnose / tune for a newer action; its name, or None."""
         task = self._task
@@ -218,6 +267,7 @@ class Bench:
         def work(task: _Task) -> str:
             t = tune(self.workload, space, budget=budget, base=self.knobs, **self._window(),
                      device=self.device, store=self.store, cancel=task.cancel,
+                     price_per_hour=self.price_per_hour,
                      burst_progress=self._on_progress,
                      progress=lambda p: self._on_task_burst(p.result, p.knob))  # fmt: skip
             if not task.superseded:
@@ -420,7 +470,8 @@ class Bench:
         df = self.store.frame(workload=self.workload.name, device=str(self.device))
         rows = plots.comparable(df, knobs or self.knobs, self.last_moved)
         knob = self.last_moved
-        ui.charts["throughput"].chart = plots.throughput(rows, knob, highlight_id=highlight_id)
+        ui.charts["throughput"].chart = plots.throughput(rows, knob, highlight_id=highlight_id,
+                                                         metric=self.y_metric)  # fmt: skip
         if on_throughput is not None:
             on_throughput()
         capacity_mib, capacity_label = self._capacity()

@@ -1,0 +1,39 @@
+import pickle
+
+import pytest
+import torch
+
+from workbench.analysis import memory_views
+from workbench.core.knobs import KnobError, Knobs
+
+
+def test_memory_snapshot_on_a_cpu_says_why_there_is_no_file_and_records_steps(tiny_data, tmp_path):
+    snap = memory_views.memory_snapshot("cnn", Knobs(batch_size=8), path=tmp_path / "s.pickle",
+                                  data_dir=tiny_data, seconds=0.3, min_steps=3,
+                                  warmup_steps=2, record=False)  # fmt: skip
+    assert snap.result.ok and snap.path is None and not (tmp_path / "s.pickle").exists()
+    assert "only for CUDA" in snap.why_no_file
+    phases = [s["phase"] for s in snap.steps]
+    assert phases.count("warmup") == 2 and phases.count("measuring") >= 3
+    assert all(s["process_mib"] > 0 for s in snap.steps)
+    assert "only for CUDA" in snap.summary()
+
+
+def test_a_snapshot_of_a_fresh_process_burst_is_refused_on_a_gpu(monkeypatch):
+    from workbench.engine import hardware
+
+    monkeypatch.setattr(hardware, "resolve_device", lambda d: torch.device("cuda", 0))
+    with pytest.raises(KnobError, match=r"alloc_conf=.*fresh processes"):
+        memory_views.memory_snapshot("cnn", Knobs(alloc_conf="expandable_segments:True"))
+
+
+@pytest.mark.gpu
+def test_gpu_snapshot_is_a_pickle_the_viewer_opens(tmp_path):
+    snap = memory_views.memory_snapshot("cnn", Knobs(batch_size=64), path=tmp_path / "s.pickle",
+                                  seconds=0.5, record=False)  # fmt: skip
+    assert snap.result.ok and snap.path.exists()
+    data = pickle.loads(snap.path.read_bytes())
+    assert "segments" in data and "device_traces" in data  # what memory_viz reads
+    assert all(s["reserved_mib"] >= s["allocated_mib"] for s in snap.steps)
+    assert snap.result.fragmentation_pct is not None
+    assert snap.result.memory_breakdown["rest_mib"] is not None

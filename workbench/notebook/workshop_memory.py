@@ -1,0 +1,106 @@
+"""Lesson 10's helpers ("Memory and money"): a table of what each memory knob freed, and the
+checks of its two exercises.
+
+Which memory counts: on a GPU, the burst's peak allocated memory (what has to fit on the card).
+On a CPU the process's peak also holds Python, torch's libraries and whatever glibc kept from
+earlier bursts (the same knobs read 950-1,530 MiB PSS in five bursts in a row here), so the
+lesson compares what training itself holds: parameters + gradients + optimizer state +
+activations saved for backward (``memory_breakdown``), exact tensor bytes on any device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from workbench.core.cost import tune_saving
+from workbench.notebook.workshop import Check, _no_answer
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.core.results import BurstResult
+
+_TENSOR_PARTS = ("params_mib", "grads_mib", "optimizer_mib", "activations_mib")
+
+
+def held_mib(result: BurstResult) -> float | None:
+    """The memory a lesson compares (module docstring): peak allocated on CUDA, the training
+    tensors' bytes elsewhere; None when the burst did not measure it."""
+    if str(result.device).startswith("cuda"):
+        return result.peak_mem_mib
+    parts = result.memory_breakdown or {}
+    values = [parts.get(k) for k in _TENSOR_PARTS]
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def memory_table(results: Mapping[str, BurstResult], baseline: str = "baseline") -> pd.DataFrame:
+    """One row per burst (named by its key): throughput, the breakdown, what it holds and what
+    it freed against ``baseline``, most freed first."""
+    import pandas as pd
+
+    base = held_mib(results[baseline])
+    rows = []
+    for name, r in results.items():
+        parts = r.memory_breakdown or {}
+        held = held_mib(r)
+        rows.append({
+            "change": name, "status": r.status, "samples_per_s": r.samples_per_s,
+            **{k: parts.get(k) for k in _TENSOR_PARTS}, "held_mib": held,
+            "freed_mib": None if held is None or base is None else base - held,
+        })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    return frame.sort_values("freed_mib", ascending=False, na_position="last", ignore_index=True)
+
+
+def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: float = 0.05) -> Check:
+    """Is ``answer`` the change that freed the most memory in ``table`` (``memory_table``)?
+    A change within ``tolerance`` of the baseline's memory of the best counts too."""
+    if answer is None:
+        return _no_answer("the change you predict frees the most memory, e.g. 'grad_accum'")
+    changes = [c for c in table["change"] if c != "baseline"]
+    if answer not in changes:
+        return Check(False, f"{answer!r} is not one of the changes measured: {', '.join(changes)}")
+    freed = dict(zip(table["change"], table["freed_mib"], strict=True))
+    held = dict(zip(table["change"], table["held_mib"], strict=True))
+    if freed.get(answer) is None:
+        raise ValueError(f"the burst of {answer!r} measured no memory breakdown")
+    best = max((c for c in changes if freed[c] is not None), key=freed.__getitem__)
+    words = f"{answer} freed {freed[answer]:,.1f} MiB of {held['baseline']:,.1f}"
+    if answer == best:
+        return Check(True, f"{words}, the most of the changes measured")
+    if freed[best] - freed[answer] <= tolerance * held["baseline"]:
+        return Check(True, f"{words}; {best} freed {freed[best]:,.1f}, as good within "
+                           f"{tolerance:.0%}")  # fmt: skip
+    hint = "compare the freed_mib column (and activations_mib: what grows with the batch)"
+    return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}")
+
+
+def check_monthly_saving(
+    answer: float | None,
+    start: BurstResult,
+    tuned: BurstResult,
+    price_per_hour: float,
+    hours_per_month: float,
+    *,
+    rel_tol: float = 0.02,
+) -> Check:
+    """Is ``answer`` what ``tuned`` saves a month against ``start`` for the same work, at
+    ``price_per_hour`` for ``hours_per_month`` device hours of the start's training?"""
+    if answer is None:
+        return _no_answer("the money saved per month, a number")
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        return Check(False, f"the answer is an amount of money (a number), not {answer!r}")
+    if not start.samples_per_s or not tuned.samples_per_s:
+        raise ValueError("both bursts need a measured throughput (status ok)")
+    saving = tune_saving(start.samples_per_s, tuned.samples_per_s, price_per_hour, 1,
+                         hours_per_month=hours_per_month)  # fmt: skip
+    month: dict[str, Any] = saving["per_month"] if saving else {}
+    saved = month["saved"]
+    words = (f"{hours_per_month:g} h at {price_per_hour:g}/h cost {month['start']:,.2f} with the "
+             f"start; the tuned config does the same work in {month['tuned'] / price_per_hour:,.1f}"
+             f" h ({start.samples_per_s:,.1f} -> {tuned.samples_per_s:,.1f} samples/s), "
+             f"{month['tuned']:,.2f}: it saves {saved:,.2f}")  # fmt: skip
+    if abs(answer - saved) <= rel_tol * max(abs(saved), 1e-9):
+        return Check(True, words)
+    return Check(False, f"{answer:g} is off: {words}")
