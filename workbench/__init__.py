@@ -45,10 +45,14 @@ _EXPORTS = {
     "CommResult": "workbench.distributed.allreduce",
     "memory_snapshot": "workbench.analysis.memory_views",
     "MemorySnapshot": "workbench.analysis.memory_views",
+    "convert_dataset": "workbench.engine.convert",
+    "storage_check": "workbench.engine.storage",
+    "compare_formats": "workbench.analysis.format_bench",
 }
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis, diagnose
+    from workbench.analysis.format_bench import compare_formats
     from workbench.analysis.memory_views import MemorySnapshot, memory_snapshot
     from workbench.analysis.profiling import ProfileResult, profile_burst
     from workbench.analysis.sweeps import sweep
@@ -58,7 +62,9 @@ if TYPE_CHECKING:
     from workbench.distributed.allreduce import CommResult
     from workbench.distributed.jobs import comm_bench
     from workbench.engine.burst import BurstProgress, run_burst
+    from workbench.engine.convert import convert_dataset
     from workbench.engine.datasets import DataError, build_datasets, ensure_datasets
+    from workbench.engine.storage import storage_check
     from workbench.engine.workloads import Workload, register_workload, workload_names
     from workbench.history.store import HistoryStore, open_store
     from workbench.notebook.runner import BurstRunner
@@ -96,5 +102,5 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
     "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
-    "MemorySnapshot",
+    "MemorySnapshot", "convert_dataset", "storage_check", "compare_formats",
 ]  # fmt: skip

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_burst(sub.add_parser("burst", help="run one measured training burst"))
     _add_history(sub.add_parser("history", help="list past bursts from the history store"))
-    _add_data(sub.add_parser("data", help="build the sample datasets (no download)"))
+    _add_data(sub.add_parser("data", help="build the sample datasets, or convert a folder"))
+    _add_io(sub.add_parser("io", help="the data disk's read rates, cold and warm"))
     _add_lab(sub.add_parser("lab", help="open JupyterLab on the quickstart notebook"))
     _add_show(sub.add_parser("show", help="check a saved config; print env, DataLoader, torchrun"))
     _add_sweep(sub.add_parser("sweep", help="one burst per value of one knob"))
@@ -153,7 +154,35 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images-per-class", type=int, default=80)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--token-mb", type=float, default=4.0)
+    p.add_argument(
+        "--format",
+        choices=["shards", "lmdb", "predecoded"],
+        help="convert an ImageFolder to this format instead of building samples",
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="DIR",
+        help="the ImageFolder to convert (default: the sample images)",
+    )
+    p.add_argument("--to", metavar="DIR", help="folder the copy goes under (default: beside it)")
+    p.add_argument(
+        "--resolution",
+        type=int,
+        metavar="PX",
+        help="predecoded: stored side in pixels (default 73, for cnn; 256 for resnet50)",
+    )
+    p.add_argument("--workers", type=int, help="parallel readers (default: by CPU count)")
     p.add_argument("--json", action="store_true", help="print the dataset paths as JSON")
+
+
+def _add_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--path", help="a folder on the disk to test, or a file to read (default: the data root)"
+    )
+    p.add_argument("--size-mib", type=float, default=256.0, help="test file size (default 256)")
+    p.add_argument("--seconds", type=float, default=2.0, help="limit per test (default 2)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def _add_lab(p: argparse.ArgumentParser) -> None:
@@ -393,6 +422,13 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from workbench.engine import datasets as data
     from workbench.engine.workloads.base import say_progress
 
+    if args.format:
+        return _convert(args)
+    for option in ("source", "to", "resolution", "workers"):
+        if getattr(args, option) is not None:
+            name = "--from" if option == "source" else f"--{option}"
+            raise InputError(f"{name} is not allowed without --format: it names the conversion")
+
     for name in ("images_per_class", "classes"):
         if getattr(args, name) < 1:
             raise InputError.not_allowed(name, getattr(args, name), "an integer >= 1")
@@ -405,6 +441,26 @@ def _cmd_data(args: argparse.Namespace) -> int:
     )
     doc = {"root": str(paths.root), "images": str(paths.images), "tokens": str(paths.tokens)}
     print(json.dumps(doc) if args.json else "\n".join(f"{k:<7} {v}" for k, v in doc.items()))
+    return EXIT_OK
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.workloads.base import say_progress
+
+    if args.workers is not None and args.workers < 1:
+        raise InputError.not_allowed("workers", args.workers, "an integer >= 1")
+    result = convert_dataset(args.format, args.source, args.to, resolution=args.resolution,
+                             workers=args.workers, progress=say_progress)  # fmt: skip
+    print(json.dumps(result.to_dict()) if args.json else result.summary())
+    return EXIT_OK
+
+
+def _cmd_io(args: argparse.Namespace) -> int:
+    from workbench.engine.storage import storage_check
+
+    check = storage_check(args.path, size_mib=args.size_mib, seconds=args.seconds)
+    print(json.dumps(check.to_dict()) if args.json else check.summary())
     return EXIT_OK
 
 
@@ -635,6 +691,7 @@ _COMMANDS = {
     "burst": _cmd_burst,
     "history": _cmd_history,
     "data": _cmd_data,
+    "io": _cmd_io,
     "lab": _cmd_lab,
     "show": _cmd_show,
     "sweep": _cmd_sweep,

@@ -33,7 +33,8 @@ KNOBS = [
     Knobs(batch_size=256, num_workers=8, prefetch_factor=4, pin_memory=True,
           persistent_workers=True, precision="bf16", channels_last=True, compile="max-autotune",
           cudnn_benchmark=True, grad_accum=4, loader="dali", dali_decode="mixed",
-          dali_hw_decoder_load=0.9, world_size=8, bucket_cap_mb=100.5,
+          dali_hw_decoder_load=0.9, data_format="shards", cache="cold", world_size=8,
+          bucket_cap_mb=100.5,
           gradient_as_bucket_view=True, static_graph=True,
           activation_checkpointing=True, optimizer_impl="fused",
           alloc_conf="expandable_segments:True,roundup_power2_divisions:[256:1,>:4]",
@@ -42,7 +43,7 @@ KNOBS = [
     Knobs(batch_size=1, precision="fp16", compile="reduce-overhead", loader="synthetic",
           optimizer_impl="for-loop"),
     Knobs(precision="tf32", num_workers=1, bucket_cap_mb=0.1, nccl={"NCCL_DEBUG": "INFO"},
-          dali_decode="cpu", dali_hw_decoder_load=0.0),
+          dali_decode="cpu", dali_hw_decoder_load=0.0, data_format="predecoded"),
 ]  # fmt: skip
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_KNOBS = KNOBS[1].replace(alloc_conf="")

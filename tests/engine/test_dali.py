@@ -634,3 +634,32 @@ def test_gpu_dali_memory_is_measured_and_given_back_on_close(cnn):
     assert stream.device_mem_mib() >= built
     free_after, _ = torch.cuda.mem_get_info(0)
     assert (free_before - free_after) / MIB < 64  # no more than a stray block stays
+
+
+def test_dali_reads_shards_with_their_labels(tmp_path):
+    """data_format=shards: fn.readers.webdataset reads the tars; one epoch holds every sample
+    once with the label it has in the folder (the .lbl member, read as an int64)."""
+    from collections import Counter
+
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.datasets import build_datasets
+
+    images = build_datasets(tmp_path, images_per_class=5, classes=3, token_mb=0.05).images
+    convert_dataset("shards", images)
+    wl = resolve_workload("cnn", tmp_path)
+    _needs_dali()
+    from workbench.engine.loaders.dali import DaliStream
+
+    plan = plan_pipeline(wl, Knobs(loader="dali", data_format="shards", batch_size=3), CPU)
+    assert len(plan.shards) == 15 and all(s.endswith(".tar") for s in plan.shards)
+    stream = DaliStream(plan)
+    try:
+        labels: list[int] = []
+        while stream.epochs == 0:
+            x, y = next(stream)
+            if stream.epochs == 0:
+                labels += y.tolist()
+        assert x.shape == (3, 3, 64, 64)
+        assert Counter(labels) == Counter({0: 5, 1: 5, 2: 5})
+    finally:
+        stream.close()

@@ -153,3 +153,19 @@ def test_every_lesson_has_goals_an_exercise_with_a_check_and_a_summary(path):
 
     names = [n for t in code for n in re.findall(r"lesson\.(\w+)\(", t)]
     assert all(hasattr(workshop_memory, n) for n in names), names
+
+
+def test_the_fastest_format_is_checked_per_mode_and_cache():
+    rows = [
+        {"data_format": f, "cache": c, "mode": m, "samples_per_s": rate, "status": "ok"}
+        for f, rate in (("files", 100.0), ("lmdb", 140.0), ("predecoded", 137.0))
+        for c in ("warm", "cold")
+        for m in ("loader", "full")
+    ]
+    frame = pd.DataFrame(rows)
+    assert workshop.check_format("lmdb", frame)
+    assert workshop.check_format("predecoded", frame)  # within 5%: a tie
+    wrong = workshop.check_format("files", frame, mode="full")
+    assert not wrong and "data_format=lmdb" in wrong.message
+    with pytest.raises(ValueError, match="cache='hot' was not measured"):
+        workshop.check_format("lmdb", frame, cache="hot")

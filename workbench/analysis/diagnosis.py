@@ -37,6 +37,14 @@ import torch
 
 from workbench.analysis.advice import WAIT_EXPLAINED_PCT, Suggestion, advise, preprocessing
 from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst, settled_warmup
+from workbench.analysis.storage_ceiling import (
+    StorageCeiling,
+    decode_advice,
+    storage_advice,
+    storage_bound,
+    storage_ceiling,
+    storage_reason,
+)
 from workbench.analysis.sweeps import WorkloadArg
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
@@ -46,7 +54,7 @@ from workbench.engine.slot import exclusive
 from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
 from workbench.history.store import open_store
 
-VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
+VERDICTS = ("data-bound", "storage-bound", "compute-bound", "balanced", "unknown")
 BALANCE_BAND = 0.15
 """Ceilings closer than 15% count as balanced: two bursts of the same config on a quiet
 machine differ by a few percent, so a smaller band would call noise a bottleneck."""
@@ -65,6 +73,8 @@ class Diagnosis:
     loader: LoaderResult | None
     compute: BurstResult | None
     suggestions: list[Suggestion] = field(default_factory=list)
+    storage: StorageCeiling | None = None
+    """The dataset in its format read raw and cold (image workloads): the disk's ceiling."""
 
     @property
     def full_sps(self) -> float | None:
@@ -78,6 +88,10 @@ class Diagnosis:
     def compute_sps(self) -> float | None:
         return self.compute.samples_per_s if self.compute and self.compute.ok else None
 
+    @property
+    def storage_sps(self) -> float | None:
+        return self.storage.samples_per_s if self.storage and self.storage.ok else None
+
     def summary(self) -> str:
         """The verdict in plain words, the numbers, and the knobs most likely to help next."""
         lines = [f"{self.verdict}: {self.reason}"]
@@ -87,6 +101,9 @@ class Diagnosis:
             ("loader alone", self.loader_sps, "no model"),
             ("compute alone", self.compute_sps, f"one batch resident on {self.device}"),
         ]
+        if self.storage is not None:
+            fmt = self.storage.data_format
+            rows.append(("storage", self.storage_sps, f"{fmt} read raw and cold, no decode"))
         lines += [f"  {name:<14} {_num(sps):>10} samples/s  ({note})" for name, sps, note in rows]
         if self.suggestions:
             lines.append("Next, most likely to help:")
@@ -103,6 +120,8 @@ class Diagnosis:
             "full_samples_per_s": self.full_sps,
             "loader_samples_per_s": self.loader_sps,
             "compute_samples_per_s": self.compute_sps,
+            "storage_samples_per_s": self.storage_sps,
+            "storage": self.storage.to_dict() if self.storage else None,
             "suggestions": [
                 {"knob": s.knob, "value": s.value, "why": s.why} for s in self.suggestions
             ],
@@ -171,7 +190,10 @@ def diagnose(
         if not stop.is_set():
             compute = run_burst(wl, knobs.replace(loader="synthetic"), **common)
             _tell(progress, "compute", compute)
-    return judge(wl, knobs, dev, full, loader, compute)
+        storage = None
+        if not stop.is_set() and wl.image_dir is not None and not wl.tokens:
+            storage = storage_ceiling(wl, knobs, seconds=seconds, stop=stop)  # drops the cache
+    return judge(wl, knobs, dev, full, loader, compute, storage)
 
 
 def _tell(progress: Callable[..., None] | None, stage: str, result: object) -> None:
@@ -197,8 +219,10 @@ def judge(
     full: BurstResult,
     loader: LoaderResult | None,
     compute: BurstResult | None,
+    storage: StorageCeiling | None = None,
 ) -> Diagnosis:
-    """Build the Diagnosis from the three measurements (no bursts run here)."""
+    """Build the Diagnosis from the three measurements (no bursts run here), and the storage
+    ceiling where there is one."""
     d = Diagnosis(
         verdict="unknown",
         reason="",
@@ -208,6 +232,7 @@ def judge(
         full=full,
         loader=loader,
         compute=compute,
+        storage=storage,
     )
     failed = _failure(full, loader, compute)
     if failed:
@@ -226,7 +251,30 @@ def judge(
         d.verdict, knobs, dev, wl, loader_sps, compute_sps, cpu,
         data_wait_pct=full.data_wait_pct, peak_mem_mib=_peak_mib(full),
     )  # fmt: skip
+    if storage is not None and storage.ok:
+        _judge_storage(d, wl, knobs, loader_sps, compute_sps)
     return d
+
+
+def _judge_storage(
+    d: Diagnosis, wl: Workload, knobs: Knobs, loader_sps: float, compute_sps: float
+) -> None:
+    """The disk's ceiling refines the verdict: storage-bound when it is the slowest link;
+    decode-bound advice (predecoded) when it is far faster than the loader."""
+    c = d.storage
+    assert c is not None
+    if storage_bound(c.samples_per_s, loader_sps, compute_sps):
+        if d.verdict in ("data-bound", "balanced"):
+            d.verdict = "storage-bound"
+            d.reason = storage_reason(c, loader_sps, compute_sps, knobs.cache)
+            d.suggestions = storage_advice(knobs) + d.suggestions
+            return
+        d.reason += (
+            f" Cold, the disk gives {_num(c.samples_per_s)} samples/s of {c.data_format}, below "
+            "the model: a first epoch, or a dataset larger than RAM, would be storage-bound."
+        )
+    if d.verdict == "data-bound":
+        d.suggestions += decode_advice(knobs, wl, c, loader_sps)
 
 
 def _peak_mib(r: BurstResult) -> float | None:

@@ -32,7 +32,7 @@ from workbench.core.results import spread
 from workbench.engine import hardware
 from workbench.engine.batches import count_samples, move_batch
 from workbench.engine.failures import describe_error, is_oom_error
-from workbench.engine.loaders import BatchStream, build_loader
+from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.timing import synchronize
 from workbench.engine.workloads import Workload, default_workload_name, resolve_workload
 
@@ -158,6 +158,7 @@ def _measure(
             _deliver(stream, knobs, dev)
         synchronize(dev)
         r.warmup_s = clock() - t1
+        drop_before_window(stream)  # cache=cold only
         _window(r, stream, knobs, dev, stop, clock, seconds, min_batches)
     finally:
         stream.close()

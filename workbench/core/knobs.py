@@ -29,6 +29,9 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
+DATA_FORMATS = ("files", "shards", "lmdb", "predecoded")
+CACHE_MODES = ("warm", "cold")
+DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
@@ -172,6 +175,24 @@ class Knobs:
         "float",
         low=0.0,
         high=1.0,
+    )
+    data_format: str = _knob(
+        "files",
+        "How the images are stored: files (a JPEG folder, read at random), shards (WebDataset "
+        "tar files, read in sequence), lmdb (one LMDB of JPEGs, random access) or predecoded "
+        "(uint8 pixels at training resolution, memory-mapped: no decoder). Build one with "
+        "workbench data --format.",
+        "data",
+        "choice",
+        choices=DATA_FORMATS,
+    )
+    cache: str = _knob(
+        "warm",
+        "Page cache before the measured window: warm (as it is: what RAM serves) or cold (the "
+        "dataset's pages dropped first: what a first epoch costs on this disk).",
+        "data",
+        "choice",
+        choices=CACHE_MODES,
     )
     world_size: int = _knob(
         1,
@@ -393,6 +414,22 @@ def _check_combinations(k: Knobs) -> None:
             True,
             "needs num_workers > 0 (there are no worker processes to keep alive)",
         )
+    _check_dali_format(k)
+
+
+def _check_dali_format(k: Knobs) -> None:
+    """DALI reads files and shards itself; the other formats it cannot read as stored here."""
+    if k.loader != "dali" or k.data_format in DALI_FORMATS:
+        return
+    why = {
+        "lmdb": "DALI's LMDB readers (fn.readers.caffe, caffe2) read Caffe's protobuf records, "
+        "not this LMDB of plain JPEG bytes",
+        "predecoded": "predecoded pixels skip the JPEG decoder that DALI exists to run; DALI "
+        "has no reader for one memory-mapped pixel file",
+    }[k.data_format]
+    raise KnobError(
+        "data_format", k.data_format, f"files or shards with loader=dali: {why} (use loader=torch)"
+    )
 
 
 def knob_specs() -> tuple[KnobSpec, ...]:

@@ -52,7 +52,7 @@ from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.engine.coordinator import Coordinator, Solo
 from workbench.engine.failures import cuda_health, is_oom_error, note_failure
-from workbench.engine.loaders import BatchStream, build_loader
+from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
@@ -366,6 +366,7 @@ def _measure(
         del rows
         if counts is not None:
             counts.append(compiler.read_counts())
+        drop_before_window(stream)  # cache=cold only
         measured = _window(state, stream, knobs, dev, plan)
         if counts is not None:
             measured.compile_report = compiler.report(*counts, compiler.read_counts())

@@ -409,7 +409,8 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     if knobs.channels_last and workload.tokens:
         reasons["channels_last"] = f"workload {workload.name} has no 4-D image tensors"
     if knobs.loader == "synthetic":
-        for name in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers"):
+        data_knobs = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "cache")
+        for name in data_knobs:
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "the synthetic loader replays one device-resident batch"
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran

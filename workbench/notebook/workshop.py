@@ -32,6 +32,7 @@ __all__ = [
     "ceilings",
     "check_best",
     "check_comm_peak",
+    "check_format",
     "check_knee",
     "check_loader",
     "check_speedup",
@@ -196,6 +197,23 @@ def check_best(
     )
 
 
+def check_format(
+    answer: Any,
+    frame: pd.DataFrame,
+    *,
+    mode: str = "loader",
+    cache: str = "cold",
+    tolerance: float = 0.05,
+) -> Check:
+    """Lesson 9: is ``answer`` the fastest ``data_format`` in ``compare_formats``'s frame, for
+    one mode (loader alone or full burst) and one cache state?"""
+    for column, value in (("mode", mode), ("cache", cache)):
+        if column not in frame.columns or value not in set(frame[column]):
+            raise ValueError(f"{column}={value!r} was not measured: pass compare_formats' frame")
+    chosen = frame[(frame["mode"] == mode) & (frame["cache"] == cache)]
+    return check_best(answer, chosen, "data_format", tolerance=tolerance)
+
+
 def check_speedup(
     answer: float | None,
     frame: pd.DataFrame,
@@ -320,7 +338,11 @@ def check_verdict(answer: str | None, diagnosis: Diagnosis) -> Check:
         f"loader alone {_num(diagnosis.loader_sps)} samples/s, compute alone "
         f"{_num(diagnosis.compute_sps)} samples/s"
     )
-    if said == diagnosis.verdict:
+    from workbench.analysis.diagnosis import (
+        classify,  # the two ceilings' verdict (storage refines it)
+    )
+
+    if said == classify(diagnosis.loader_sps, diagnosis.compute_sps):
         return Check(True, f"{said}: {numbers}")
     return Check(False, f"the ceilings say otherwise: {numbers}; the slower side is the limit")
 

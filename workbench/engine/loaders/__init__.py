@@ -50,10 +50,37 @@ def build_loader(
 ) -> BatchStream:
     """The stream ``knobs.loader`` names. ``shard=(rank, world_size)``: this rank's slice of
     the dataset in a DDP job (every rank reads different samples, as DistributedSampler does)."""
+    stream = _build(workload, knobs, device, shard)
+    if knobs.cache == "cold":  # dropped now (set-up and warm-up read cold) and before the window
+        from workbench.engine.storage import drop_dataset_pages
+
+        stream.cold_files = drop_dataset_pages(workload, knobs)  # type: ignore[attr-defined]
+    return stream
+
+
+def drop_before_window(stream: BatchStream) -> None:
+    """``cache=cold``: drop the dataset's pages again, so the measured window starts with none
+    of them in the page cache (what warm-up read included). Loader workers keep prefetching
+    meanwhile, as they would at the start of an epoch."""
+    files = getattr(stream, "cold_files", None)
+    if files:
+        from workbench.engine.formats import release_mappings
+        from workbench.engine.storage import drop_pages
+
+        release_mappings(files)
+        drop_pages(files)
+
+
+def _build(
+    workload: Workload, knobs: Knobs, device: torch.device, shard: tuple[int, int] | None
+) -> BatchStream:
+    from workbench.engine.formats import dataset_for
+
     if knobs.loader == "synthetic":
         from workbench.engine.loaders.synthetic import SyntheticStream
 
-        return SyntheticStream.from_dataset(workload.dataset(), knobs, device, workload.collate_fn)
+        dataset = dataset_for(workload, knobs)
+        return SyntheticStream.from_dataset(dataset, knobs, device, workload.collate_fn)
     if knobs.loader == "dali":
         from workbench.engine.loaders.dali import build_dali_stream
 
@@ -63,8 +90,14 @@ def build_loader(
     from workbench.engine.loaders.torch_loader import TorchStream
 
     return TorchStream(
-        workload.dataset(), knobs, device, shard=shard, collate_fn=workload.collate_fn
+        dataset_for(workload, knobs), knobs, device, shard=shard, collate_fn=workload.collate_fn
     )
 
 
-__all__ = ["BatchStream", "LoaderUnavailable", "build_loader", "check_batch_fits"]
+__all__ = [
+    "BatchStream",
+    "LoaderUnavailable",
+    "build_loader",
+    "check_batch_fits",
+    "drop_before_window",
+]

@@ -161,6 +161,8 @@ class DaliPlan:
     seed: int = 0
     hints: DecodeHints | None = None
     """nvJPEG buffer sizes for mixed decode; None: DALI's defaults (CPU decode, no JPEG seen)."""
+    shards: tuple[str, ...] = ()
+    """``data_format=shards``: the tar shards ``fn.readers.webdataset`` reads instead of files."""
 
 
 def plan_pipeline(
@@ -200,7 +202,19 @@ def plan_pipeline(
         channels_last=knobs.channels_last,
         shard=shard,
         hints=decode_hints(files) if decode == "mixed" else None,
+        shards=_shards(workload, knobs, dataset),
     )
+
+
+def _shards(workload: Workload, knobs: Knobs, dataset: Any) -> tuple[str, ...]:
+    """The shard files for ``data_format=shards`` (same JPEG bytes as the files), else ()."""
+    if knobs.data_format != "shards":
+        return ()
+    from workbench.engine.formats import located
+    from workbench.engine.formats.shards import shard_paths
+
+    folder, manifest = located(workload, knobs, dataset)
+    return tuple(shard_paths(folder, manifest))
 
 
 def refuse_collate(workload: Workload, knobs: Knobs) -> None:
@@ -448,14 +462,7 @@ def build_pipeline(plan: DaliPlan, *, with_source: bool = False) -> Any:
         seed=plan.seed,
     )
     def pipeline() -> tuple[Any, ...]:
-        jpegs, labels = fn.readers.file(
-            files=list(plan.files),
-            labels=list(plan.labels),
-            shuffle_after_epoch=True,
-            pad_last_batch=True,
-            name=_READER,
-            **_shard_args(plan.shard),
-        )
+        jpegs, labels = _read(fn, types, plan)
         images = _decode(fn, types, jpegs, plan)
         images = fn.resize(
             images,
@@ -479,6 +486,32 @@ def build_pipeline(plan: DaliPlan, *, with_source: bool = False) -> Any:
         return images, labels
 
     return pipeline()
+
+
+def _read(fn: Any, types: Any, plan: DaliPlan) -> tuple[Any, Any]:
+    """(encoded JPEGs, labels): from the file list, or from tar shards (the ``.lbl`` member,
+    8 little-endian bytes, read as an int64; shuffled through a buffer as the torch reader
+    does, since shards are read in sequence)."""
+    if plan.shards:
+        jpegs, labels = fn.readers.webdataset(
+            paths=list(plan.shards),
+            ext=["jpg", "lbl"],
+            dtypes=[types.UINT8, types.INT64],
+            random_shuffle=True,
+            initial_fill=256,
+            pad_last_batch=True,
+            name=_READER,
+            **_shard_args(plan.shard),
+        )
+        return jpegs, labels
+    return fn.readers.file(
+        files=list(plan.files),
+        labels=list(plan.labels),
+        shuffle_after_epoch=True,
+        pad_last_batch=True,
+        name=_READER,
+        **_shard_args(plan.shard),
+    )
 
 
 def _shard_args(shard: tuple[int, int] | None) -> dict[str, int]:

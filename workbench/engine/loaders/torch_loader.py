@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
 from workbench.core.knobs import Knobs
 from workbench.engine.loaders import check_batch_fits
@@ -67,7 +67,11 @@ class TorchStream:
         generator = torch.Generator().manual_seed(seed)
         kwargs = dataloader_kwargs(knobs, device)
         self._sampler: DistributedSampler | None = None
-        if shard is not None:
+        if isinstance(dataset, IterableDataset):  # shards: it shuffles itself, by shard
+            kwargs.pop("shuffle")
+            if shard is not None:
+                dataset = dataset.for_rank(*shard)  # type: ignore[attr-defined]
+        elif shard is not None:
             rank, world_size = shard
             self._sampler = DistributedSampler(
                 dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
