@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make lab    open the quickstart notebook in JupyterLab
-#   make test   lint and run the whole test suite
+#   make test   lint, run the whole test suite and build the documentation site (strict)
+#   make docs   build the documentation site into site/ (strict: a broken link fails)
 # Both create (or reuse) .venv and install what they need; the install reruns when
 # pyproject.toml changes.
 
@@ -9,13 +10,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint format data bench gpu-check gpu-session clean
+.PHONY: lab test docs lint format data bench gpu-check gpu-session clean
 
+# The docs extra installs MkDocs and its plugins: make test builds the site, strict.
 # The dali extra installs NVIDIA DALI where it has wheels (Linux x86_64; its markers skip it
 # elsewhere), so the DALI tests run on its CPU pipeline, GPU or not.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,dali]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q -e '.[dev,dali,docs]' 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import torch, torchvision, workbench" || (echo "install failed" >&2; exit 1)
 	@touch $(STAMP)
 
@@ -26,7 +28,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -51,4 +57,4 @@ gpu-session:
 	bash benchmarks/gpu_session.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

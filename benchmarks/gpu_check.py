@@ -15,7 +15,7 @@ timeout keeps what it measured, and names the row it was in.
 Needs only the engine's dependencies (torch, nvidia-ml-py, pyyaml, psutil, pandas): no UI
 packages, no DALI, no network. Usage:
     python benchmarks/gpu_check.py [--budget-s S] [--seconds S] [--json FILE] [--plan]
-``--plan`` prints the rows in order with their estimates (the README's table) and exits.
+``--plan`` prints the rows in order with their estimates (docs/development.md's table), exits.
 Exit code 0 when no row failed (skipped rows are listed, not failed), 1 otherwise.
 """
 
@@ -70,7 +70,7 @@ def planned_s(rows: Iterable[Row] = ROWS, setup_s: float = SETUP_EST_S) -> float
 
 
 def plan_table(rows: Sequence[Row]) -> str:
-    """The plan as the README's Markdown table: each row's estimate and how it was reached."""
+    """The plan as docs/development.md's table: each row's estimate and how it was reached."""
     lines = ["| risk | row | est s | why |", "| ---: | --- | ---: | --- |",
              f"| - | set-up | {SETUP_EST_S:.0f} | {SETUP_WHY} |"]  # fmt: skip
     lines += [f"| {r.risk} | {r.label} | {r.est_s:.0f} | {r.why} |" for r in rows]

@@ -203,7 +203,7 @@ class Row:
     label: str
     risk: int  # 1 = riskiest; rows run in this order
     est_s: float  # wall seconds on one H200, start-up included
-    why: str  # how est_s was reached (the README's table)
+    why: str  # how est_s was reached (docs/development.md's table)
     run: Callable[[RowRun], None]
 
 

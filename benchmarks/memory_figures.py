@@ -1,4 +1,4 @@
-"""What each memory knob changes on this machine: the README's "Memory knobs, measured" table.
+"""What each memory knob changes on this machine: docs/figures.md's "Memory knobs" table.
 
     python benchmarks/memory_figures.py [--workloads cnn,gpt] [--seconds 1]
 

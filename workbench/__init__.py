@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 from workbench.history.store import open_store
 
 __version__ = "0.1.0"
+DISTRIBUTION = "throughput-workbench"
+"""Our name on the package index (``pip install throughput-workbench``); the import name stays
+``workbench``. The index's ``workbench`` is an unrelated project."""
 
 _EXPORTS = {
     "Knobs": "workbench.core.knobs",

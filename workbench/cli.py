@@ -44,8 +44,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"workbench {self.prog.split()[-1]}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``, printed as one line (argparse's own wraps it at the terminal's width)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        print(version_line())
+        parser.exit(EXIT_OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, help="print the distribution and version")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_burst(sub.add_parser("burst", help="run one measured training burst"))
     _add_history(sub.add_parser("history", help="list past bursts from the history store"))
@@ -177,6 +189,12 @@ def _add_io(p: argparse.ArgumentParser) -> None:
 def _add_lab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument(
+        "--notebooks",
+        metavar="DIR",
+        help="copy the lessons into DIR (your edits are kept) and open them there "
+        "(default: a checkout's notebooks/, else $WORKBENCH_HOME/notebooks)",
+    )
 
 
 def _add_show(p: argparse.ArgumentParser) -> None:
@@ -248,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         if _is_bad_input(exc) and not os.environ.get("WORKBENCH_DEBUG"):
+            if isinstance(exc, _MISSING_FILE):
+                exc = InputError(_missing_file_words(exc))
             print(f"workbench {args.command}: error: {_as_options(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
@@ -272,10 +292,30 @@ def _as_options(exc: Exception) -> str:
     return f"{option}={exc.value!r} is not allowed: {exc.allowed}"  # type: ignore[attr-defined]
 
 
+_MISSING_FILE = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+"""A path that names nothing usable: a clear line and exit 2, never a traceback."""
+
+
 def _is_bad_input(exc: Exception) -> bool:
-    """Input the user can correct (exit 2): an InputError, or a history file that cannot be
-    used (StoreError: the --store path, a newer schema, a corrupt file)."""
-    return isinstance(exc, (InputError, StoreError))
+    """Input the user can correct (exit 2): an InputError, a history file that cannot be
+    used (StoreError: the --store path, a newer schema, a corrupt file), or a missing file."""
+    return isinstance(exc, (InputError, StoreError, *_MISSING_FILE))
+
+
+def _missing_file_words(exc: OSError) -> str:
+    what = {FileNotFoundError: "no such file or folder", IsADirectoryError: "is a folder",
+            NotADirectoryError: "is not a folder"}[type(exc)]  # fmt: skip
+    return f"{exc.filename}: {what}" if exc.filename else str(exc)
+
+
+def version_line() -> str:
+    """``throughput-workbench 0.1.0 (import workbench from /path)``: tells ours apart from
+    the unrelated ``workbench`` distribution on the package index, which has the same
+    import name."""
+    import workbench  # the package itself, for its version and path (cli is inside it)
+
+    where = os.path.dirname(os.path.abspath(workbench.__file__))
+    return f"{workbench.DISTRIBUTION} {workbench.__version__} (import workbench from {where})"
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
@@ -434,7 +474,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.notebook.lab import open_lab
 
-    return open_lab(port=args.port, open_browser=not args.no_browser)
+    return open_lab(port=args.port, open_browser=not args.no_browser, notebooks=args.notebooks)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +105,27 @@ def test_argparse_errors_are_one_line_too(capsys):
     assert main(["burst", "--seconds", "abc"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "invalid float value" in err
+
+
+def test_version_names_our_distribution_and_where_workbench_is_imported_from(capsys):
+    import workbench
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"throughput-workbench {workbench.__version__} (import workbench from ")
+    assert os.path.dirname(workbench.__file__) in out
+
+
+def test_a_missing_file_in_any_command_is_one_line_and_exit_2(monkeypatch, capsys):
+    import workbench.cli as cli
+
+    def missing(_args):
+        Path("/no/such/folder/x.yaml").read_text()  # what a command meets at a missing path
+
+    monkeypatch.setitem(cli._COMMANDS, "history", missing)
+    assert main(["history"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["workbench history: error: /no/such/folder/x.yaml: no such file or folder"]
 
 
 def test_data_folder_without_images_exits_2_in_a_real_process(tmp_path):

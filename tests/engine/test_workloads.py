@@ -229,23 +229,17 @@ def test_data_dir_reaches_a_function_that_takes_it_and_is_never_dropped(here, tm
         name_for_ranks(f"{takes}:make_model", data_dir=tmp_path)
 
 
-# --- the README's "Bring your own model" runs as written ----------------------------------------
+# --- the documentation's "Bring your own model" page runs as written ----------------------------
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OWN_MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-model.md"
 _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 
 
-def _section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    return text[start : text.index("\n## ", start + 1)]
-
-
-def test_the_readme_section_on_your_own_model_runs(tmp_path):
-    """Every block of the section, in order: modules (``# NAME.py`` first) written where the
+def test_the_page_on_your_own_model_runs(tmp_path):
+    """Every block of the page, in order: modules (``# NAME.py`` first) written where the
     commands run, Python blocks as one script, shell lines through the installed command
     (with a shorter window). Every burst they run must end ok."""
-    blocks = _BLOCK.findall(_section("Bring your own model"))
+    blocks = _BLOCK.findall(OWN_MODEL_PAGE.read_text())
     script, commands = [], []
     for language, code in blocks:
         first = code.splitlines()[0]

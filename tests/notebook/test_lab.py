@@ -13,7 +13,8 @@ import urllib.request
 
 import pytest
 
-from workbench.notebook.lab import TOKEN_ENV, lab_command, lab_env
+from workbench.core.errors import InputError
+from workbench.notebook.lab import TOKEN_ENV, copy_lessons, lab_command, lab_env, notebooks_dir
 
 
 def _free_port() -> int:
@@ -121,3 +122,69 @@ def test_a_real_server_refuses_requests_without_the_token_whatever_the_user_conf
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def _lessons(folder, version="1"):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("01_quickstart.ipynb", "02_data_pipeline.ipynb", "README.md"):
+        (folder / name).write_text(f"{name} v{version}\n")
+    return folder
+
+
+def test_lessons_are_copied_into_a_users_folder_and_a_second_start_changes_nothing(tmp_path):
+    source, mine = _lessons(tmp_path / "pkg"), tmp_path / "mine"
+    said = copy_lessons(source, mine)
+    assert said == [f"workbench lab: copied 3 lesson file(s) into {mine}"]
+    assert (mine / "01_quickstart.ipynb").read_text() == "01_quickstart.ipynb v1\n"
+    assert copy_lessons(source, mine) == []  # nothing to say, nothing rewritten
+
+
+def test_the_users_edits_are_never_overwritten_and_a_newer_lesson_lands_beside_them(tmp_path):
+    source, mine = _lessons(tmp_path / "pkg"), tmp_path / "mine"
+    copy_lessons(source, mine)
+    (mine / "01_quickstart.ipynb").write_text("my notes\n")
+    assert copy_lessons(source, mine) == []  # an edit of this very lesson: kept, silently
+    _lessons(source, version="2")  # a newer package
+    said = copy_lessons(source, mine)
+    assert (mine / "01_quickstart.ipynb").read_text() == "my notes\n"
+    assert (mine / "01_quickstart.new.ipynb").read_text() == "01_quickstart.ipynb v2\n"
+    assert (mine / "02_data_pipeline.ipynb").read_text() == "02_data_pipeline.ipynb v2\n"
+    assert any("kept your" in line and "01_quickstart.new.ipynb" in line for line in said)
+    assert copy_lessons(source, mine) == []  # said once, not at every start
+
+
+def test_a_file_of_the_users_with_a_lessons_name_is_kept(tmp_path):
+    source, mine = _lessons(tmp_path / "pkg"), tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("my own readme\n")
+    copy_lessons(source, mine)
+    assert (mine / "README.md").read_text() == "my own readme\n"
+    assert (mine / "01_quickstart.ipynb").is_file()
+
+
+def test_outside_a_checkout_the_lab_opens_a_copy_under_workbench_home(tmp_path, monkeypatch):
+    import workbench.notebook.lab as lab
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(lab, "__file__", str(tmp_path / "site" / "workbench" / "notebook" / "x"))
+    with pytest.raises(InputError, match="carries no lessons"):
+        notebooks_dir()  # an installation without its package data: said, not a traceback
+    _lessons(tmp_path / "site" / "workbench" / "lessons")  # as a wheel installs them
+    assert notebooks_dir() == tmp_path / "home" / "notebooks"
+    assert (tmp_path / "home" / "notebooks" / "01_quickstart.ipynb").is_file()
+    assert notebooks_dir(tmp_path / "elsewhere") == tmp_path / "elsewhere"
+    (tmp_path / "notebooks").mkdir()  # a copy made here earlier with --notebooks notebooks
+    copy_lessons(tmp_path / "site" / "workbench" / "lessons", tmp_path / "notebooks")
+    assert notebooks_dir() == tmp_path / "notebooks"
+
+
+def test_lab_with_a_file_as_its_notebooks_folder_exits_2_with_one_line(tmp_path, capsys):
+    from workbench.cli import main
+
+    (tmp_path / "f").write_text("")
+    assert main(["lab", "--no-browser", "--notebooks", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"workbench lab: error: --notebooks={str(tmp_path / 'f')!r} is a file, not a folder"
+    ]

@@ -1,6 +1,6 @@
 """Saved configs: the tuned knobs written for production, and read back there.
 
-``from workbench.config import load_config`` is the production side's one import (README,
+``from workbench.config import load_config`` is the production side's one import (docs,
 examples/train.py); it stays light: the engine's training step, not the tuner or the notebook.
 """
 

@@ -1,5 +1,10 @@
 """``workbench lab``: JupyterLab on the quickstart notebook, bound to 127.0.0.1.
 
+In a checkout it opens ``notebooks/`` in place. An installed wheel carries the lessons as
+package data; outside a checkout they are copied into a folder of the user's
+(``$WORKBENCH_HOME/notebooks``, or ``--notebooks DIR``) and opened there, never overwriting a
+lesson the user has edited.
+
 The server runs code as you, so it never runs without a token. Jupyter's own default (a token
 it makes up) can be turned off by a user's config (``c.IdentityProvider.token = ""``), so we
 make the token ourselves and pass it as a command-line option, which outranks every config
@@ -11,15 +16,22 @@ every user of a shared GPU box can read) never holds it. Jupyter prints an expli
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
+from workbench.core.errors import InputError
+
 QUICKSTART = "01_quickstart.ipynb"
+MANIFEST = ".workbench-lessons.json"
+"""In a copied lessons folder: the hash of each file as copied (tells an edit from ours)."""
 TOKEN_ENV = "WORKBENCH_LAB_TOKEN"
 HOST = "127.0.0.1"
 _FIRST_PORT = 8888  # Jupyter's usual port, then the next free ones
@@ -36,22 +48,110 @@ sys.exit(main())
 """
 
 
-def notebooks_dir() -> Path:
-    """``./notebooks`` if present, else the one beside the installed package (a checkout)."""
-    for candidate in (
-        Path.cwd() / "notebooks",
-        Path(__file__).resolve().parents[2] / "notebooks",
-    ):
+def lessons_source() -> Path:
+    """Where this installation's lessons are: the wheel's package data, else the checkout's.
+
+    A wheel carries them as ``workbench/lessons`` (setup.py maps ``notebooks/`` there); an
+    editable install or a checkout on ``PYTHONPATH`` has ``notebooks/`` beside the package.
+    """
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "lessons", package.parent / "notebooks"):
         if (candidate / QUICKSTART).is_file():
             return candidate
-    raise FileNotFoundError(
-        f"cannot find notebooks/{QUICKSTART}: run `workbench lab` from the repository root"
+    raise InputError(
+        f"this installation of workbench carries no lessons (looked for {QUICKSTART} in "
+        f"{package / 'lessons'} and {package.parent / 'notebooks'}): reinstall the package"
     )
 
 
-def lab_command(port: int | None = None, open_browser: bool = True) -> list[str]:
+def default_notebooks_dir() -> Path:
+    """The user's own copy of the lessons outside a checkout: ``$WORKBENCH_HOME/notebooks``."""
+    home = os.environ.get("WORKBENCH_HOME") or Path.home() / ".workbench"
+    return Path(home).expanduser() / "notebooks"
+
+
+def notebooks_dir(target: Path | str | None = None) -> Path:
+    """The folder the lab opens; copies the lessons there first when it is the user's own.
+
+    In a checkout (``./notebooks`` here, or beside the package) that folder itself, as
+    before. Otherwise, or when ``target`` is given, the lessons are copied into ``target``
+    (default ``$WORKBENCH_HOME/notebooks``) without touching a file the user has edited.
+    """
+    if target is None:
+        target = default_notebooks_dir()
+        here = Path.cwd() / "notebooks", Path(__file__).resolve().parents[2] / "notebooks"
+        for folder in here:
+            if (folder / QUICKSTART).is_file():
+                if not (folder / MANIFEST).exists():
+                    return folder  # a checkout: its lessons are the source, opened in place
+                target = folder  # a copy made earlier with --notebooks: refreshed, then opened
+                break
+    target = Path(target).expanduser().resolve()
+    for line in copy_lessons(lessons_source(), target):
+        print(line, file=sys.stderr)
+    return target
+
+
+def copy_lessons(source: Path, target: Path) -> list[str]:
+    """Copy each lesson that ``target`` lacks, or still holds as we last copied it.
+
+    ``MANIFEST`` (in ``target``) records the hash of every file as copied, so a newer package
+    can refresh a lesson the user has not changed, while a file whose hash differs from the
+    record (edited by the user) or that we did not copy is never overwritten: a newer version
+    of that lesson is left beside it as ``NAME.new.ipynb`` instead, and said once. Returns
+    lines for the user.
+    """
+    if target.exists() and not target.is_dir():
+        raise InputError(f"--notebooks={str(target)!r} is a file, not a folder")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--notebooks={str(target)!r} cannot be created: {exc.strerror}") from exc
+    record_path = target / MANIFEST
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    said, copied = [], []
+    for src in sorted([*source.glob("*.ipynb"), source / "README.md"]):
+        if not src.is_file():
+            continue
+        dst, new_hash = target / src.name, _sha256(src)
+        if dst.exists():
+            old_hash = _sha256(dst)
+            if old_hash == new_hash:
+                record[src.name] = new_hash
+                continue
+            if record.get(src.name) == new_hash:  # the user's edit of this very lesson
+                continue
+            if record.get(src.name) != old_hash:  # edited, or theirs; and this lesson is new
+                said.append(_keep(src, dst))
+                record[src.name] = new_hash  # said once, not at every start
+                continue
+        shutil.copyfile(src, dst)
+        record[src.name] = new_hash
+        copied.append(src.name)
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    if copied:
+        said.insert(0, f"workbench lab: copied {len(copied)} lesson file(s) into {target}")
+    return said
+
+
+def _keep(src: Path, dst: Path) -> str:
+    """Leave the user's ``dst``; put this version's lesson beside it."""
+    if src.suffix != ".ipynb":
+        return f"workbench lab: kept your {dst}"
+    beside = dst.with_suffix(".new.ipynb")
+    shutil.copyfile(src, beside)
+    return f"workbench lab: kept your {dst}; this version's lesson is beside it: {beside.name}"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lab_command(
+    port: int | None = None, open_browser: bool = True, nb_dir: Path | None = None
+) -> list[str]:
     """The server's command line, as ``ps`` shows it: everything but the token."""
-    nb_dir = notebooks_dir()
+    nb_dir = nb_dir or notebooks_dir()
     cmd = [sys.executable, "-c", _LAUNCH, str(nb_dir / QUICKSTART)]
     cmd += [f"--ServerApp.ip={HOST}", f"--ServerApp.root_dir={nb_dir.parent}"]
     # No calls home: many GPU boxes are offline, and the news feed would only time out.
@@ -71,8 +171,8 @@ def lab_env(token: str) -> dict[str, str]:
     return {**os.environ, TOKEN_ENV: token}
 
 
-def lab_url(port: int, token: str) -> str:
-    nb_dir = notebooks_dir()
+def lab_url(port: int, token: str, nb_dir: Path | None = None) -> str:
+    nb_dir = nb_dir or notebooks_dir()
     path = quote(f"{nb_dir.name}/{QUICKSTART}")
     return f"http://{HOST}:{port}/lab/tree/{path}?token={token}"
 
@@ -89,12 +189,19 @@ def free_port(first: int = _FIRST_PORT, tries: int = 50) -> int:
     raise OSError(f"no free port on {HOST}")
 
 
-def open_lab(port: int | None = None, open_browser: bool = True) -> int:
-    """Start JupyterLab with a fresh random token; prints the URL that carries it."""
+def open_lab(
+    port: int | None = None, open_browser: bool = True, notebooks: Path | str | None = None
+) -> int:
+    """Start JupyterLab with a fresh random token; prints the URL that carries it.
+
+    ``notebooks``: the folder to copy the lessons into and open (default: the checkout's
+    ``notebooks/``, else ``$WORKBENCH_HOME/notebooks``).
+    """
+    nb_dir = notebooks_dir(notebooks)
     port = port or free_port()
     token = secrets.token_urlsafe(32)
-    print(f"JupyterLab on the quickstart: {lab_url(port, token)}", flush=True)
+    print(f"JupyterLab on the quickstart: {lab_url(port, token, nb_dir)}", flush=True)
     try:
-        return subprocess.call(lab_command(port, open_browser), env=lab_env(token))
+        return subprocess.call(lab_command(port, open_browser, nb_dir), env=lab_env(token))
     except KeyboardInterrupt:
         return 0

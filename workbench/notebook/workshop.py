@@ -108,14 +108,16 @@ def sample_dataset(workload: str = "cnn") -> Any:
 
 
 def example_script() -> Path:
-    """``examples/train.py``: the production script (in a repository checkout)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / "train.py"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: examples/train.py comes with the repository checkout, not with "
-            "an installed package"
-        )
-    return path
+    """``examples/train.py``, the production script: the wheel's copy (``workbench/examples``,
+    mapped from the repository's ``examples/`` by setup.py), else the checkout's."""
+    package = Path(__file__).resolve().parents[1]
+    for path in (package / "examples" / "train.py", package.parent / "examples" / "train.py"):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"examples/train.py is in neither {package / 'examples'} nor {package.parent / 'examples'}:"
+        " reinstall the package"
+    )
 
 
 def run_example(config: str | Path, *args: str) -> None:

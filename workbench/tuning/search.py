@@ -21,7 +21,7 @@ each config, the budget) and the moves. Why each move is what it is:
   time, and asks again after the batch grew (a faster model needs more data). On 400
   simulated landscapes this, the batch walk below and the smoothed pick lifted the share of
   tunes within 5% of the true best from 60% to 91.5% at 12 bursts
-  (benchmarks/tuner_landscapes.py, README).
+  (benchmarks/tuner_landscapes.py, docs/figures.md).
 - **Batch size is OOM-safe and answers with a measured size.** It grows through the listed
   sizes until a burst runs out of memory, fails, peaks above the memory limit, or reads
   clearly slower twice in a row; throughput per sample rises with the batch to a plateau, so
