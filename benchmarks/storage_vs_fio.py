@@ -38,7 +38,8 @@ def fio_rate(path: Path, field: str, *, cold: bool, seconds: float) -> float:
     cmd = [
         "fio", "--name=wb", f"--filename={path}", "--readonly", f"--rw={rw}", f"--bs={bs}",
         "--ioengine=psync", "--direct=0", "--iodepth=1", "--numjobs=1",
-        f"--invalidate={1 if cold else 0}", f"--runtime={seconds}", "--output-format=json",
+        f"--invalidate={1 if cold else 0}", f"--runtime={max(1, round(seconds * 1000))}ms",
+        "--output-format=json",
         f"--size={path.stat().st_size}",
         *([] if cold else ["--time_based"]),  # warm: round and round, as workbench io does
     ]  # fmt: skip
