@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -83,6 +84,17 @@ class Timings:
 
 
 # --- tools present? --------------------------------------------------------------------------
+
+
+def http_status(url: str) -> int:
+    """The HTTP status of a GET (0 while nothing listens yet: a lab prints its URL first)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except urllib.error.URLError:
+        return 0
 
 
 def chromium_path() -> str | None:

@@ -15,18 +15,16 @@ import os
 import re
 import signal
 import site
-import socket
 import subprocess
 import sys
 import sysconfig
 import tarfile
 import time
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+from jupyterlab_driver import free_port, http_status
 
 import workbench
 
@@ -142,20 +140,8 @@ def test_the_panel_builds_from_the_installed_package(venv, tiny_data):
     assert p.stdout.strip().splitlines()[-1] == "VBox"
 
 
-def _get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except urllib.error.URLError:  # not listening yet
-        return 0
-
-
 def test_the_lab_copies_the_lessons_and_answers_only_with_its_token(venv):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mine = venv["root"] / "my-lessons"
     log = venv["root"] / "lab.log"
     with log.open("w") as out:
@@ -176,16 +162,16 @@ def test_the_lab_copies_the_lessons_and_answers_only_with_its_token(venv):
         assert (mine / "01_quickstart.ipynb").is_file() and (mine / "README.md").is_file()
         api = f"http://127.0.0.1:{port}/api/contents/my-lessons"
         for _ in range(120):
-            if _get(f"{api}?token={token}") == 200:
+            if http_status(f"{api}?token={token}") == 200:
                 break
             time.sleep(0.5)
-        assert _get(f"{api}?token={token}") == 200
-        assert _get(f"{api}/01_quickstart.ipynb?token={token}") == 200
-        assert _get(api) == 403
-        assert _get(f"{api}?token=not-{token}") == 403
+        assert http_status(f"{api}?token={token}") == 200
+        assert http_status(f"{api}/01_quickstart.ipynb?token={token}") == 200
+        assert http_status(api) == 403
+        assert http_status(f"{api}?token=not-{token}") == 403
         quickstart = f"http://127.0.0.1:{port}/lab/tree/my-lessons/01_quickstart.ipynb"
         assert f"{quickstart}?token={token}" in log.read_text()
-        assert _get(f"{quickstart}?token={token}") == 200
+        assert http_status(f"{quickstart}?token={token}") == 200
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

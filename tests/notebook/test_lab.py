@@ -4,23 +4,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+from jupyterlab_driver import free_port, http_status
 
 from workbench.core.errors import InputError
 from workbench.notebook.lab import TOKEN_ENV, copy_lessons, lab_command, lab_env, notebooks_dir
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_command_binds_loopback_and_keeps_the_token_off_the_command_line():
@@ -80,19 +72,9 @@ def test_open_lab_prints_the_url_with_a_fresh_random_token(monkeypatch, capsys):
                              f"?token={token}")  # fmt: skip
 
 
-def _get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except urllib.error.URLError:  # not listening yet: the URL is printed before it starts
-        return 0
-
-
 @pytest.mark.slow
 def test_a_real_server_refuses_requests_without_the_token_whatever_the_user_config(tmp_path):
-    port = _free_port()
+    port = free_port()
     dirs = {"JUPYTER_CONFIG_DIR": "cfg", "JUPYTER_RUNTIME_DIR": "rt", "JUPYTER_DATA_DIR": "d"}
     env = {**os.environ, **{k: str(tmp_path / v) for k, v in dirs.items()}}
     (tmp_path / "cfg").mkdir()  # a user config that would open the server to anyone
@@ -114,11 +96,11 @@ def test_a_real_server_refuses_requests_without_the_token_whatever_the_user_conf
         assert token, log.read_text()[-2000:]
         base = f"http://127.0.0.1:{port}/api/contents/notebooks"
         for _ in range(120):
-            if _get(f"{base}?token={token}") == 200:
+            if http_status(f"{base}?token={token}") == 200:
                 break
             time.sleep(0.5)
-        assert _get(f"{base}?token={token}") == 200
-        assert _get(base) == 403
+        assert http_status(f"{base}?token={token}") == 200
+        assert http_status(base) == 403
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
