@@ -380,6 +380,8 @@ def _format_result(d: dict[str, Any]) -> str:
         lines.append(f"{'SUSPECT':<18} {problem}")
     for name, why in (d.get("nccl_flags") or {}).items():
         lines.append(f"{'note':<18} {name}: {why}")
+    for note in d.get("ambient_notes") or []:
+        lines.append(f"{'ENVIRONMENT':<18} {note}")
     for row in d.get("ranks") or []:
         lines.append(
             f"{'rank ' + str(row['rank']):<18} step {_fmt(row['step_ms_p50'])} ms, data wait "

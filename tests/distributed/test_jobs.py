@@ -77,6 +77,11 @@ def test_two_rank_burst_counts_every_rank_and_keeps_the_env_out_of_this_process(
     assert r.ranks[0]["steps"] == r.ranks[1]["steps"] >= 3  # the window ends on the same step
     assert all(row["nccl_env"] == {"NCCL_ALGO": "Ring", "NCCL_DEBUG": "WARN"} for row in r.ranks)
     assert os.environ["NCCL_ALGO"] == "Tree"
+    # recorded by this process, once: the ambient NCCL_DEBUG is, the knob-replaced NCCL_ALGO not
+    assert r.ambient_env["NCCL_DEBUG"] == "WARN" and "NCCL_ALGO" not in r.ambient_env
+    assert [n for n in r.ambient_notes if n.startswith("NCCL_ALGO")] == [
+        "NCCL_ALGO=Tree in the environment was replaced by the knob's 'Ring' for this burst"
+    ]
     assert "gloo" in r.no_effect["nccl"] and r.nccl_flags.keys() == {"NCCL_ALGO"}
     assert "static_graph" not in r.no_effect
     assert r.device == "cpu" and all(row["device"] == "cpu" for row in r.ranks)

@@ -509,3 +509,45 @@ def test_noisy_steps_set_the_noisy_flag():
                   min_steps=20, warmup_steps=1, record=False)  # fmt: skip
     assert r.noisy is True and r.step_ms_iqr / r.step_ms_p50 > 0.10
     assert "NOISY" in r.summary()
+
+
+def test_the_kernels_own_environment_is_recorded_in_the_result_and_the_saved_config(
+    tmp_path, monkeypatch
+):
+    # An ambient variable shapes a burst without being a knob: the result says so, and so does
+    # a config saved from it (with a warning); a knob-set one is not reported as ambient.
+    import warnings
+
+    import yaml
+
+    from workbench import load_config, save_config
+    from workbench.config.saved import ConfigWarning
+
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    knobs = Knobs(batch_size=16, nccl={"NCCL_PROTO": "LL"})
+    r = run_burst(tensor_workload(), knobs, **FAST)
+    assert r.status == "ok", r.error
+    assert r.ambient_env["NCCL_ALGO"] == "Tree"
+    assert r.ambient_env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "NCCL_PROTO" not in r.ambient_env  # the knob's, not the environment's
+    said = {n.split("=")[0]: n for n in r.ambient_notes}
+    assert "no effect on this CPU burst" in said["PYTORCH_CUDA_ALLOC_CONF"]
+    assert "replaced by the knob's 'LL'" in said["NCCL_PROTO"]
+    assert sum("NCCL_PROTO" in n for n in r.ambient_notes) == 1
+    assert "ENVIRONMENT: NCCL_ALGO=Tree" in r.summary()
+    path = tmp_path / "tuned.yaml"
+    with pytest.warns(ConfigWarning, match="NCCL_ALGO=Tree in the environment, not a knob"):
+        save_config(r, path)
+    text = path.read_text()
+    assert "WARNING: ambient_env lists variables" in text
+    prov = yaml.safe_load(text)["provenance"]
+    assert prov["ambient_env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "NCCL_PROTO" not in prov["ambient_env"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(path)
+    assert any("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in str(w.message)
+               for w in caught)  # fmt: skip
+    assert "NCCL_ALGO" not in cfg.env()  # production is told, not silently given it

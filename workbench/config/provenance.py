@@ -18,7 +18,8 @@ from typing import Any
 
 from workbench.config.yaml_text import ConfigError, check_keys
 
-KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune", "cost")
+KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune", "cost",
+        "ambient_env")  # fmt: skip
 COST_KEYS = ("price_per_hour", "per_million_samples", "idle_share_pct", "epoch_samples",
              "per_epoch")  # fmt: skip
 """The price the knobs were judged at and what it made of the measurement (``workbench.core.cost``);
@@ -61,7 +62,24 @@ def from_result(result: Any) -> dict[str, Any]:
         "measured": {k: _measured_value(k, r.get(k)) for k in MEASURED_KEYS},
         "tune": None,
         **_cost_of(r.get("cost")),
+        **_ambient_of(r.get("ambient_env")),
     }
+
+
+def _ambient_of(env: Any) -> dict[str, Any]:
+    """``{"ambient_env": {...}}``: variables of the measuring process's environment that shaped
+    the burst without being knobs (``workbench.core.ambient``); nothing when there were none."""
+    if not isinstance(env, Mapping) or not env:
+        return {}
+    return {"ambient_env": {str(k): str(v) for k, v in sorted(env.items())}}
+
+
+def ambient_warnings(prov: Mapping[str, Any]) -> list[str]:
+    """One warning per variable in ``provenance.ambient_env``: the measurement had it, the
+    knobs do not, so a production run reproduces it only if it exports it too."""
+    return [f"provenance.ambient_env: measured with {name}={value} in the environment, not a "
+            f"knob: export it to reproduce the measurement, or re-measure without it"
+            for name, value in (prov.get("ambient_env") or {}).items()]  # fmt: skip
 
 
 def _cost_of(cost: Any) -> dict[str, Any]:
@@ -160,7 +178,21 @@ def normalize(data: Any, path: str | Path | None) -> dict[str, Any]:
         "measured": measured,
         "tune": _tune(data.get("tune"), path),
         **_read_cost(data.get("cost"), path),
+        **_read_ambient(data.get("ambient_env"), path),
     }
+
+
+def _read_ambient(data: Any, path: str | Path | None) -> dict[str, Any]:
+    if data is None:
+        return {}
+    _expect_mapping(data, "provenance.ambient_env", path)
+    out = {}
+    for name, value in data.items():
+        where = f"provenance.ambient_env.{name}"
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigError(path, where, f"{value!r} is not allowed: text (quote it in YAML)")
+        out[str(name)] = str(value)
+    return _ambient_of(out)
 
 
 def _read_cost(data: Any, path: str | Path | None) -> dict[str, Any]:

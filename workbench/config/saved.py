@@ -214,6 +214,7 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
         collate_fn=_saved_collate(doc.get("dataloader"), path),
     )  # fmt: skip
+    notes += provenance.ambient_warnings(cfg.provenance)
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
     _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
     return cfg, notes
@@ -421,7 +422,18 @@ def _sections(cfg: TunedConfig) -> list[Section]:
     ]
 
 
+_AMBIENT = (
+    "WARNING: ambient_env lists variables that were set in the environment of the process that "
+    "measured these knobs, and shaped the measurement without being knobs (allocator, NCCL, "
+    "thread counts, ...). env does not export them: export them in production to reproduce the "
+    "measurement, or re-measure without them."
+)
+
+
 def _provenance_note(prov: Mapping[str, Any]) -> str:
-    if prov.get("source") in ("burst", "tune"):  # a tune's: the median of its runs
-        return _NOTES["provenance"]
-    return _NOTES["provenance"] + "\n" + _NOT_MEASURED
+    note = _NOTES["provenance"]
+    if prov.get("source") not in ("burst", "tune"):  # a tune's: the median of its runs
+        note += "\n" + _NOT_MEASURED
+    if prov.get("ambient_env"):
+        note += "\n" + _AMBIENT
+    return note

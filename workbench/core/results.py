@@ -147,6 +147,13 @@ class BurstResult(Outcome):
     """Wall time of the whole torchrun job, start-up included."""
     nccl_flags: dict[str, str] = field(default_factory=dict)
     """NCCL variables that change numerics or that NCCL documents as debug-only."""
+    ambient_env: dict[str, str] = field(default_factory=dict)
+    """Variables of the starting process's environment that shape a burst and that no knob
+    set (``PYTORCH_CUDA_ALLOC_CONF``, ``NCCL_*``, ``OMP_NUM_THREADS``, ...): the burst, and its
+    torchrun ranks, ran with them (``workbench.core.ambient``)."""
+    ambient_notes: list[str] = field(default_factory=list)
+    """One warning per ``ambient_env`` variable (what it changes, whether it acted here), and
+    one per ambient value a knob of the same name replaced."""
     # -- memory and money (workbench.engine.memory, workbench.core.cost, workbench.engine.oom) --
     memory_breakdown: dict[str, Any] | None = None
     """The peak's parts in MiB: params, grads, optimizer state, activations (saved for
@@ -206,7 +213,7 @@ class BurstResult(Outcome):
             failed = f"{self.workload} {self.status}: {self.error}"
             if self.oom_report:
                 failed += "\n" + self.oom_report["summary"]
-            return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect)
+            return failed + "".join(f"\nSUSPECT: {s}" for s in self.suspect) + self._env_lines()
         parts = [f"{self.workload} on {self.device}: {readable(self.samples_per_s)} samples/s"]
         if self.tokens_per_s is not None:
             parts.append(f"{readable(self.tokens_per_s)} tokens/s")
@@ -225,7 +232,11 @@ class BurstResult(Outcome):
         line = ", ".join(parts)
         if self.suspect:
             line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
-        return line
+        return line + self._env_lines()
+
+    def _env_lines(self) -> str:
+        """The ambient environment's warnings, one line each (``ambient_notes``)."""
+        return "".join(f"\nENVIRONMENT: {note}" for note in self.ambient_notes)
 
 
 def readable(x: float | None) -> str:

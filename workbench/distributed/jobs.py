@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from workbench.core import allocconf, nccl
+from workbench.core import allocconf, ambient, nccl
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult, utc_now
@@ -51,7 +51,9 @@ def default_timeout_s(seconds: float, knobs: Knobs) -> float:
 def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -> dict[str, str]:
     """The ranks' environment: this process's, plus the NCCL knobs, plus what a rank needs.
 
-    A copy: ``os.environ`` itself is left as it was. Each rank gets an equal share of the CPU
+    A copy: ``os.environ`` itself is left as it was. What the ranks inherit from it beyond the
+    knobs is recorded in the result (``workbench.core.ambient``); a knob wins over an ambient
+    variable of the same name. Each rank gets an equal share of the CPU
     cores as its thread count (torchrun would otherwise force 1 thread and say so), and the
     parent's import path, so a workload importable here is importable there.
     """
@@ -140,6 +142,7 @@ def run_distributed_burst(
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     result = _burst_result(outcome, name, knobs, dev, window.seconds)
+    ambient.stamp(result, knobs, dev.type)  # this process's environment: what the ranks got
     record_result(result, record, store)
     return result
 

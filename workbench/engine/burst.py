@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from workbench.core import cost
+from workbench.core import ambient, cost
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
@@ -142,6 +142,7 @@ def run_in_process(
     plan = BurstPlan(window, cancel or threading.Event(), progress, clock)
     with exclusive(plan.stop) as got, graceful_sigint(plan.stop) as sigint:
         result = measure_here(wl, knobs, dev, plan) if got else superseded(wl, knobs, dev, window)
+    ambient.stamp(result, knobs, dev.type)  # the kernel's own environment, never silent
     finish(result, money, store)
     record_result(result, record, store)
     if sigint.fired:

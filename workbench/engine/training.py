@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core import nccl
+from workbench.core import ambient, nccl
 from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
 from workbench.engine.batches import (
     Batch,
@@ -417,6 +418,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
                 reasons[name] = "the synthetic loader replays one device-resident batch"
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
     reasons.update(_dist_reasons(knobs, device))
+    reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons
 
 

@@ -100,10 +100,19 @@ def result_status(r: BurstResult) -> str:
 def result_html(r: BurstResult) -> str:
     knobs = knobs_summary(r.knobs)
     if not r.ok:
-        return html.escape(f"burst #{r.id}: {knobs} -> {r.status}")
+        return html.escape(f"burst #{r.id}: {knobs} -> {r.status}") + ambient_html(r.ambient_notes)
     tail = f"{r.samples_per_s:,.1f} samples/s, step {r.step_ms_p50:.1f} ms, "
     tail += f"data wait {r.data_wait_pct:.0f}%, peak {r.peak_mem_mib or 0:,.0f} MiB"
-    return html.escape(f"burst #{r.id}: {knobs} -> {tail}")
+    return html.escape(f"burst #{r.id}: {knobs} -> {tail}") + ambient_html(r.ambient_notes)
+
+
+def ambient_html(notes: list[str]) -> str:
+    """The kernel's environment variables that shaped the burst without being knobs
+    (``BurstResult.ambient_notes``): shown under the result, never left out of it."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
+    return f'<div style="color:#7a4b00"><b>environment, not knobs:</b><ul>{items}</ul></div>'
 
 
 def suspect_html(what: str, checks: list[str]) -> str:
