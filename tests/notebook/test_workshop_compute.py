@@ -79,7 +79,7 @@ def test_layout_check_names_a_knob_that_could_not_act_and_never_raises():
     assert verdict.ok and "could not act here" in str(verdict)
     assert "not one of" in str(lesson.check_layout("quicker", burst(), burst()))
     assert "has not run yet" in str(lesson.check_layout("same", None, burst()))
-    assert "set `prediction`" in str(lesson.check_layout(None, burst(), burst()))
+    assert "set `prediction_layout`" in str(lesson.check_layout(None, burst(), burst()))
     table = lesson.layout_table(
         {"baseline": burst(100.0), "channels_last": burst(50.0), "cudnn": cpu}
     )

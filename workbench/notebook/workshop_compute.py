@@ -193,7 +193,7 @@ def check_layout(
     """
     answers = ("faster", "slower", "same")
     if prediction is None:
-        return _ask('"faster", "slower" or "same"')
+        return _ask('"faster", "slower" or "same"', "prediction_layout")
     said = str(prediction).strip().lower()
     if said not in answers:
         return Check(False, f"{prediction!r} is not one of {', '.join(answers)}")
@@ -262,7 +262,10 @@ def check_share_of_peak(
     """Is ``prediction`` (a percentage) the share of the device's peak this burst's step used?
     Right within ``factor`` of the measured share, or within ``points`` percentage points."""
     if prediction is None:
-        return _ask("the percentage of this device's peak FLOP/s you expect the step to use")
+        return _ask(
+            "the percentage of this device's peak FLOP/s you expect the step to use",
+            "prediction_peak",
+        )
     number = _as_number(prediction)
     if number is None or number < 0:
         return Check(False, f"{prediction!r} is not a percentage (a number such as 10)")
