@@ -55,7 +55,7 @@ from workbench.engine.formats.shards import shard_paths
 from workbench.engine.loaders.stream import LoaderUnavailable, check_batch_fits
 from workbench.engine.workloads import Workload
 
-INSTALL_HINT = "install the `dali` extra (pip install 'workbench[dali]')"
+INSTALL_HINT = "install the `dali` extra (pip install 'throughput-workbench[dali]')"
 _READER = "Reader"
 _SUPPORTED = ("RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize")
 
