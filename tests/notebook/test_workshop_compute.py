@@ -32,6 +32,7 @@ def test_break_even_is_compile_time_over_the_saving_with_a_noise_range():
     )
     assert not lesson.check_break_even(5000, be).ok
     assert not lesson.check_break_even("never", be).ok
+    assert be.in_training_time() == "300 compiled steps = 0.3 minutes of training"
 
 
 def test_a_compile_that_saves_nothing_never_pays_and_never_is_right():
@@ -43,6 +44,7 @@ def test_a_compile_that_saves_nothing_never_pays_and_never_is_right():
     assert noisy.steps_high == math.inf and "within the noise" in noisy.why
     assert lesson.check_break_even("never", noisy).ok
     assert lesson.check_break_even(10_000, noisy).ok
+    assert noisy.in_training_time() == noisy.why  # no minutes for a saving inside the noise
 
 
 def test_break_even_checks_never_raise():

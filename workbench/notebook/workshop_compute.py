@@ -81,6 +81,14 @@ class BreakEven:
     def pays(self) -> bool:
         return self.steps is not None and math.isfinite(self.steps)
 
+    def in_training_time(self) -> str:
+        """The break-even as minutes of compiled training, or why there is none to give."""
+        if not self.pays or self.steps_high is None or not math.isfinite(self.steps_high):
+            return self.why
+        assert self.steps is not None and self.compiled_step_ms is not None
+        minutes = self.steps * self.compiled_step_ms / 60e3
+        return f"{self.steps:,.0f} compiled steps = {minutes:,.1f} minutes of training"
+
 
 def break_even(eager: BurstResult | None, compiled: BurstResult | None) -> BreakEven:
     """The break-even point from an eager burst and a ``compile`` burst of the same knobs."""
