@@ -350,3 +350,15 @@ def test_the_workload_help_says_how_to_name_a_factory(command, capsys):
     assert ("--workload NAME|MODULE:FUNCTION a built-in name (cnn, resnet50, gpt) or "
             "module:function that returns a Workload, importable from the current directory"
             ) in text  # fmt: skip
+
+
+def test_the_text_output_prints_the_ambient_environment_as_warnings():
+    from workbench.cli import _format_result
+    from workbench.core.ambient import stamp
+    from workbench.core.knobs import Knobs
+    from workbench.core.results import BurstResult
+
+    r = BurstResult(knobs=Knobs(), device="cpu")
+    stamp(r, r.knobs, "cpu", {"NCCL_ALGO": "Tree", "PATH": "/bin"})
+    lines = [line for line in _format_result(r.to_dict()).splitlines() if "ENVIRONMENT" in line]
+    assert len(lines) == 1 and "NCCL_ALGO=Tree came from the environment, not a knob" in lines[0]

@@ -638,3 +638,14 @@ def test_every_knob_name_fits_its_label():
 
     width_px = int(_STYLE["description_width"].removesuffix("px"))
     assert max(len(n) for n in KNOB_NAMES) * 7.4 <= width_px
+
+
+def test_the_result_line_shows_the_ambient_environment_escaped():
+    from workbench.core.results import BurstResult
+    from workbench.notebook.ui.status import result_html
+
+    r = BurstResult(device="cpu", id=3, status="error", error="x")
+    assert "environment" not in result_html(r)
+    r.ambient_notes = ["OMP_NUM_THREADS=<4> came from the environment, not a knob"]
+    html = result_html(r)
+    assert "environment, not knobs" in html and "OMP_NUM_THREADS=&lt;4&gt;" in html
