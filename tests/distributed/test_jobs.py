@@ -80,7 +80,8 @@ def test_two_rank_burst_counts_every_rank_and_keeps_the_env_out_of_this_process(
     # recorded by this process, once: the ambient NCCL_DEBUG is, the knob-replaced NCCL_ALGO not
     assert r.ambient_env["NCCL_DEBUG"] == "WARN" and "NCCL_ALGO" not in r.ambient_env
     assert [n for n in r.ambient_notes if n.startswith("NCCL_ALGO")] == [
-        "NCCL_ALGO=Tree in the environment was replaced by the knob's 'Ring' for this burst"
+        "NCCL_ALGO=Tree in the environment was replaced by the knob's 'Ring' (a torchrun job's "
+        "ranks get the knob's value)"
     ]
     assert "gloo" in r.no_effect["nccl"] and r.nccl_flags.keys() == {"NCCL_ALGO"}
     assert "static_graph" not in r.no_effect

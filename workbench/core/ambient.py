@@ -157,8 +157,10 @@ def notes(environ: Mapping[str, str], knobs: Knobs, device_type: str) -> list[st
                                else {})}  # fmt: skip
     for name in sorted(wanted):
         if name in environ and environ[name] != wanted[name]:
-            out.append(f"{name}={environ[name]} in the environment was replaced by the knob's "
-                       f"{wanted[name]!r} for this burst")  # fmt: skip
+            out.append(
+                f"{name}={environ[name]} in the environment was replaced by the knob's "
+                f"{wanted[name]!r} (a torchrun job's ranks get the knob's value)"
+            )
     return out
 
 
