@@ -486,3 +486,11 @@ def test_profile_chart_is_a_pure_function_of_its_frames():
     assert parts["device busy"] == pytest.approx(40.0) and parts["device idle"] == pytest.approx(
         60.0
     )
+
+
+def test_a_profiled_burst_records_the_kernels_environment(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    p = wb.profile_burst("cnn", wb.Knobs(batch_size=8), seconds=0.2, min_steps=2, warmup_steps=1,
+                         device="cpu", data_dir=tiny_data, trace=tmp_path / "t.json")  # fmt: skip
+    assert p.burst.ambient_env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert any(n.startswith("PYTORCH_CUDA_ALLOC_CONF=") for n in p.burst.ambient_notes)

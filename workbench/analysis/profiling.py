@@ -54,6 +54,7 @@ from workbench.analysis.profile_tables import (
     time_shares,
     top_operators,
 )
+from workbench.core import ambient
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
@@ -220,6 +221,7 @@ def _run_profiled(
             burst = measure_here(wl, knobs, dev, plan)
         else:  # superseded while it waited for the slot: said and recorded as a burst is
             burst = superseded(wl, knobs, dev, plan.window)
+    ambient.stamp(burst, knobs, dev.type)  # the kernel's own environment, as for a burst
     record_result(burst, store is not None, store)
     if sigint.fired:
         raise BurstInterrupted(burst)
