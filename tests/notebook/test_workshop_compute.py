@@ -123,3 +123,20 @@ def test_telemetry_table_keeps_unknowns_empty():
         and table.loc["a", "throttle_reasons"] == "sw_power_cap"
     )
     assert pd.isna(table.loc["b", "throttle_reasons"]) and table["mfu_pct"].isna().all()
+
+
+def test_verdicts_carry_the_exercise_the_prediction_and_the_measurement_for_the_board():
+    be = lesson.break_even(burst(100.0, 4.0), burst(60.0, 2.0, compile_s=12.0))
+    v = lesson.check_break_even(250, be)
+    assert (v.exercise, v.prediction, v.measured) == ("11-compile-break-even", 250, 300)
+    never = lesson.check_break_even(
+        "never", lesson.break_even(burst(100.0), burst(110.0, compile_s=3.0))
+    )
+    assert never.ok and never.measured == "never"
+    v = lesson.check_layout("faster", burst(100.0), burst(50.0))
+    assert (v.exercise, v.prediction, v.measured) == ("11-channels-last", "faster", 2.0)
+    assert lesson.check_layout("same", None, burst()).measured is None
+    r = burst(100.0, achieved_tflops=0.002)
+    v = lesson.check_share_of_peak(5, r, 40e9)
+    assert (v.exercise, v.prediction, v.measured) == ("11-share-of-peak", 5, 5.0)
+    assert lesson.check_share_of_peak(5, None).measured is None

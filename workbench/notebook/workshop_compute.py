@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -24,8 +24,8 @@ from workbench.notebook.workshop import Check
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
 
-__all__ = ["PUBLISHED", "BreakEven", "break_even", "busy_and_useful", "check_break_even",
-           "check_layout", "check_share_of_peak", "layout_table", "published",
+__all__ = ["EXERCISES", "PUBLISHED", "BreakEven", "break_even", "busy_and_useful",
+           "check_break_even", "check_layout", "check_share_of_peak", "layout_table", "published",
            "reference_mfu", "telemetry_table"]  # fmt: skip
 
 GUESS_FACTOR = 2.0
@@ -122,12 +122,22 @@ def break_even(eager: BurstResult | None, compiled: BurstResult | None) -> Break
     return BreakEven(comp_s, e_ms, c_ms, saving, noise, steps, low, high, why)
 
 
+EXERCISES = ("11-compile-break-even", "11-channels-last", "11-share-of-peak")
+"""The exercise names lesson 11's checks give their verdicts (``Check.exercise``), for the board."""
+
+
 def check_break_even(prediction: Any, be: BreakEven, *, factor: float = GUESS_FACTOR) -> Check:
     """Is ``prediction`` (a step count, or ``"never"``) the measured break-even point?
 
     Right when it lies within ``factor`` of the range the noise allows, or is ``"never"`` where
     compiled steps were not measurably faster.
     """
+    verdict = _break_even_verdict(prediction, be, factor)
+    measured = None if be.steps is None else ("never" if not be.pays else round(be.steps))
+    return replace(verdict, exercise=EXERCISES[0], prediction=prediction, measured=measured)
+
+
+def _break_even_verdict(prediction: Any, be: BreakEven, factor: float) -> Check:
     if prediction is None:
         return _ask('the number of steps you expect compile to need to pay back, or "never"')
     never = isinstance(prediction, str) and prediction.strip().lower() == "never"
@@ -197,8 +207,24 @@ def check_layout(
 
     "same" means within ``tolerance`` (or the bursts' own noise, when larger); near a band's
     edge (``EDGE``) both neighbouring answers count. A knob that could not act on this device
-    (``no_effect``) is "same" by construction, and the verdict says why.
+    (``no_effect``) is "same" by construction, and the verdict says why. ``measured``: the
+    speed ratio (changed over base), or None.
     """
+    verdict = _layout_verdict(prediction, base, changed, knob, tolerance)
+    measured = None
+    if _failed("baseline", base) is None and _failed(knob, changed) is None:
+        measured = round(_band(base, changed, tolerance)[0], 3)  # type: ignore[arg-type]
+    exercise = EXERCISES[1] if knob == "channels_last" else f"11-{knob.replace('_', '-')}"
+    return replace(verdict, exercise=exercise, prediction=prediction, measured=measured)
+
+
+def _layout_verdict(
+    prediction: str | None,
+    base: BurstResult | None,
+    changed: BurstResult | None,
+    knob: str,
+    tolerance: float,
+) -> Check:
     answers = ("faster", "slower", "same")
     if prediction is None:
         return _ask('"faster", "slower" or "same"', "prediction_layout")
@@ -269,6 +295,21 @@ def check_share_of_peak(
 ) -> Check:  # fmt: skip
     """Is ``prediction`` (a percentage) the share of the device's peak this burst's step used?
     Right within ``factor`` of the measured share, or within ``points`` percentage points."""
+    verdict = _share_verdict(prediction, result, ceiling_flops, factor, points)
+    measured = None
+    if _failed("measured", result) is None:
+        share = busy_and_useful(result, ceiling_flops)["share_of_peak_pct"]  # type: ignore[arg-type]
+        measured = None if share is None else round(share, 2)
+    return replace(verdict, exercise=EXERCISES[2], prediction=prediction, measured=measured)
+
+
+def _share_verdict(
+    prediction: Any,
+    result: BurstResult | None,
+    ceiling_flops: float | None,
+    factor: float,
+    points: float,
+) -> Check:
     if prediction is None:
         return _ask(
             "the percentage of this device's peak FLOP/s you expect the step to use",
