@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from workbench.analysis.diagnosis import BALANCE_BAND, classify
 from workbench.config.saved import load_config
+from workbench.core.knobs import Knobs
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Check",
+    "LessonPlan",
     "ceilings",
     "check_best",
     "check_comm_peak",
@@ -51,6 +53,9 @@ __all__ = [
     "check_top_operator",
     "check_verdict",
     "example_script",
+    "gpu_verdicts",
+    "lesson_plan",
+    "loader_ceiling_estimate",
     "on_gpu",
     "prediction_note",
     "run_example",
@@ -273,6 +278,79 @@ def run_example(config: str | Path, *args: str) -> None:
     print(output)
     if done.returncode != 0:
         raise RuntimeError(f"examples/train.py exited with {done.returncode}")
+
+
+# -- what each lesson sweeps -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LessonPlan:
+    """What one lesson measures on this kind of device: its workload, the knobs it holds and
+    the knob it sweeps. ``teaches`` says which side must be the limit for the sweep to show
+    its lesson: "compute" lessons (precision, batch size, DDP) replay one resident batch
+    (``loader="synthetic"``) so that resnet50 on a GPU is not waiting on JPEG decoding, which
+    would flatten every curve; "data" lessons keep the real loader on purpose."""
+
+    workload: str
+    base: Knobs
+    knob: str
+    values: tuple[Any, ...]
+    teaches: str
+
+
+_PLANS: dict[str, tuple[LessonPlan, LessonPlan]] = {
+    # lesson: (on a GPU, on a CPU)
+    "02": (
+        LessonPlan("resnet50", Knobs(batch_size=64), "num_workers", (0, 2, 4, 8, 16), "data"),
+        LessonPlan("cnn", Knobs(batch_size=8), "num_workers", (0, 1, 2), "data"),
+    ),
+    "03": (
+        LessonPlan("resnet50", Knobs(batch_size=128, loader="synthetic"), "precision",
+                   ("fp32", "tf32", "bf16", "fp16"), "compute"),
+        LessonPlan("cnn", Knobs(batch_size=8, loader="synthetic"), "precision",
+                   ("fp32", "tf32", "bf16", "fp16"), "compute"),
+    ),
+    "04": (
+        LessonPlan("resnet50", Knobs(loader="synthetic"), "batch_size", (32, 64, 128, 256),
+                   "compute"),
+        LessonPlan("cnn", Knobs(loader="synthetic"), "batch_size", (4, 8, 16, 32), "compute"),
+    ),
+    "06": (
+        LessonPlan("resnet50", Knobs(batch_size=64, loader="synthetic"), "bucket_cap_mb",
+                   (1.0, 25.0, 100.0), "compute"),
+        LessonPlan("cnn", Knobs(batch_size=16, loader="synthetic"), "bucket_cap_mb",
+                   (1.0, 25.0), "compute"),
+    ),
+}  # fmt: skip
+
+
+def lesson_plan(lesson: str, gpu: bool | None = None) -> LessonPlan:
+    """The plan of ``lesson`` ("03") for a GPU or a CPU (this machine's kind by default)."""
+    if lesson not in _PLANS:
+        raise KeyError(f"lesson {lesson!r} has no sweep plan; planned: {', '.join(_PLANS)}")
+    on_gpu_plan, on_cpu_plan = _PLANS[lesson]
+    return on_gpu_plan if (on_gpu() if gpu is None else gpu) else on_cpu_plan
+
+
+def loader_ceiling_estimate(knobs: Knobs, decode_sps_per_core: float) -> float:
+    """What the loader can deliver with ``knobs``, from one core's measured decode rate: no
+    limit for the synthetic loader (nothing is loaded), one core in the training loop with
+    ``num_workers=0``, one core per worker otherwise (an upper bound: workers need the cores)."""
+    if knobs.loader == "synthetic":
+        return float("inf")
+    return decode_sps_per_core * max(1, knobs.num_workers)
+
+
+def gpu_verdicts(plan: LessonPlan, compute_sps: float, decode_sps_per_core: float) -> list[str]:
+    """The diagnosis's rule (``classify``) at each point of ``plan``'s sweep, for a GPU whose
+    model alone runs at ``compute_sps`` (a recorded figure) and a loader built from
+    ``decode_sps_per_core``: a "compute" lesson must not read "data-bound" anywhere."""
+    verdicts = []
+    for value in plan.values:
+        knobs = plan.base.replace(**{plan.knob: value})
+        loader = loader_ceiling_estimate(knobs, decode_sps_per_core)
+        verdicts.append(classify(loader, compute_sps))
+    return verdicts
 
 
 # -- reading a sweep ---------------------------------------------------------------------------
