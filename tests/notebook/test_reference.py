@@ -15,7 +15,7 @@ from workbench.notebook import reference
 def test_every_shipped_entry_has_its_provenance_and_the_lessons_have_figures():
     refs = reference.load()
     assert {r.kind for r in refs} == {"published", "measured", "derived"}
-    for lesson in ("01", "02", "03", "04", "05", "06", "07"):
+    for lesson in ("01", "02", "03", "04", "05", "06", "07", "08"):
         assert len(reference.table(lesson, refs)), lesson
     a100 = reference.find("dle-a100-amp-1gpu", refs)
     assert (a100.value, a100.batch_size, a100.units) == (2470.0, 256, "images/s")
