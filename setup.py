@@ -17,5 +17,5 @@ setup(
         "workbench.examples",
     ],
     package_dir={"workbench.lessons": "notebooks", "workbench.examples": "examples"},
-    package_data={"workbench.lessons": ["*.ipynb", "README.md"]},
+    package_data={"workbench.lessons": ["*.ipynb", "README.md", "reference/*.json"]},
 )

@@ -1,5 +1,3 @@
-import pytest
-
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.notebook import workshop_memory as lesson
@@ -53,5 +51,5 @@ def test_check_monthly_saving_by_hand():
     assert not off and "it saves 100.00" in off.message
     assert not lesson.check_monthly_saving(None, start, tuned, 2.5, 200)
     assert not lesson.check_monthly_saving("100", start, tuned, 2.5, 200)
-    with pytest.raises(ValueError):
-        lesson.check_monthly_saving(1.0, BurstResult(status="oom"), tuned, 2.5, 200)
+    failed = lesson.check_monthly_saving(1.0, BurstResult(status="oom"), tuned, 2.5, 200)
+    assert not failed and "measured throughput" in failed.message  # a verdict, not a traceback

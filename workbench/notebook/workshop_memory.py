@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from workbench.core.cost import tune_saving
-from workbench.notebook.workshop import Check, _no_answer
+from workbench.notebook.workshop import Check, _never_raises, _no_answer
 
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
@@ -51,6 +51,7 @@ def memory_table(results: Mapping[str, BurstResult], baseline: str = "baseline")
     return frame.sort_values("freed_mib", ascending=False, na_position="last", ignore_index=True)
 
 
+@_never_raises
 def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: float = 0.05) -> Check:
     """Is ``answer`` the change that freed the most memory in ``table`` (``memory_table``)?
     A change within ``tolerance`` of the baseline's memory of the best counts too."""
@@ -74,6 +75,7 @@ def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: floa
     return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}")
 
 
+@_never_raises
 def check_monthly_saving(
     answer: float | None,
     start: BurstResult,

@@ -1,0 +1,97 @@
+"""Reference results: every shipped figure carries its provenance, and the lessons' sweeps on a
+GPU measure what they teach (not the loader), judged from the recorded figures on a CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from workbench.core.knobs import Knobs
+from workbench.notebook import reference
+
+
+def test_every_shipped_entry_has_its_provenance_and_the_lessons_have_figures():
+    refs = reference.load()
+    assert {r.kind for r in refs} == {"published", "measured", "derived"}
+    for lesson in ("01", "02", "03", "04", "05", "06", "07", "08"):
+        assert len(reference.table(lesson, refs)), lesson
+    a100 = reference.find("dle-a100-amp-1gpu", refs)
+    assert (a100.value, a100.batch_size, a100.units) == (2470.0, 256, "images/s")
+    assert "DeepLearningExamples" in a100.cited() and "2026-12-03" in a100.cited()
+
+
+def test_an_entry_without_provenance_is_refused(tmp_path):
+    entry = json.loads((reference.reference_dir() / "resnet50.json").read_text())["entries"][0]
+    good = dict(entry, id="x")
+    (tmp_path / "a.json").write_text(json.dumps({"entries": [good]}))
+    assert reference.find("x", reference.load(tmp_path)).value == entry["value"]
+    bad = {k: v for k, v in entry.items() if k != "url"}
+    (tmp_path / "a.json").write_text(json.dumps({"entries": [bad]}))
+    with pytest.raises(ValueError, match="lacks url"):
+        reference.load(tmp_path)
+    with pytest.raises(ValueError, match="kind='guess'"):
+        reference.parse(dict(entry, kind="guess"))
+    own = dict(entry, kind="measured", id="h200", command="workbench sweep ...")
+    assert reference.parse(own).kind == "measured"  # a GPU session's figure fits the format
+
+
+def test_mfu_is_derived_from_the_throughput_the_flops_and_the_datasheet_peak():
+    mfu = reference.find("dle-a100-amp-1gpu-mfu")
+    # 2,470 images/s x 24.29 GFLOP / 312 TFLOP/s (A100 dense fp16) = 19.2 %
+    assert mfu.value == pytest.approx(19.2, abs=0.1) and mfu.kind == "derived"
+    assert "07" in mfu.lessons and "312 TFLOP/s" in mfu.formula
+
+
+def test_the_flops_constant_is_what_the_workbench_counts_for_resnet50():
+    import torch
+    from torchvision.models import resnet50
+
+    from workbench.engine.workloads.base import Workload, count_train_flops
+
+    wl = Workload(name="r50", model=lambda: resnet50(weights=None, num_classes=1000),
+                  dataset=lambda: None)  # fmt: skip
+    x, y = torch.zeros(2, 3, 224, 224), torch.zeros(2, dtype=torch.long)
+    assert count_train_flops(wl, (x, y)) == pytest.approx(reference.RESNET50_TRAIN_FLOPS, rel=0.01)
+
+
+def test_beside_puts_the_sweep_over_the_references():
+    df = pd.DataFrame({"precision": ["fp32", "bf16", "bf16"], "samples_per_s": [40.0, 10, 12],
+                       "status": ["ok", "ok", "ok"]})  # fmt: skip
+    table = reference.beside(df, "precision", "03")
+    mine = table[table["source"] == "your sweep"]
+    assert mine["value"].tolist() == [40.0, 11.0]
+    assert (table["source"] != "your sweep").sum() == len(reference.table("03"))
+
+
+def test_a_cpu_ratio_opposite_to_the_gpu_is_called_out():
+    note = reference.direction_note(0.4, "dle-a100-amp-1gpu", "dle-a100-tf32-1gpu", "bf16")
+    assert "OPPOSITE of a GPU" in note and "2.63x" in note
+    same = reference.direction_note(1.5, "dle-a100-amp-1gpu", "dle-a100-tf32-1gpu", "bf16")
+    assert "same direction" in same
+    assert "No ratio" in reference.direction_note(None, "dle-a100-amp-1gpu", "dle-a100-tf32-1gpu",
+                                                  "bf16")  # fmt: skip
+
+
+def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_the_model():
+    """The recorded figures: one CPU core decodes 265 JPEGs/s at 224 px (this project); an A100
+    trains resnet50 at 938 (TF32) to 2,470 (AMP) images/s (NVIDIA). Strict fp32 is slower than
+    TF32, so these bound every precision the lessons sweep."""
+    from workbench.notebook import workshop
+
+    decode = reference.find("wb-cpu-decode-1worker").value
+    fastest = reference.find("dle-a100-amp-1gpu").value
+    for lesson in ("03", "04", "06"):
+        plan = workshop.lesson_plan(lesson, gpu=True)
+        assert plan.teaches == "compute" and plan.workload == "resnet50"
+        assert "data-bound" not in workshop.gpu_verdicts(plan, fastest, decode), lesson
+    # what lessons 3 and 4 did before: resnet50 fed by num_workers=0 is data-bound at every point
+    old = workshop.LessonPlan("resnet50", Knobs(batch_size=64), "precision", ("fp32", "bf16"),
+                              "compute")  # fmt: skip
+    assert set(workshop.gpu_verdicts(old, fastest, decode)) == {"data-bound"}
+    # lesson 2 starts data-bound and its sweep reaches the model (TF32 rate)
+    data = workshop.gpu_verdicts(workshop.lesson_plan("02", gpu=True),
+                                 reference.find("dle-a100-tf32-1gpu").value, decode)  # fmt: skip
+    assert data[0] == "data-bound" and data[-1] == "compute-bound"
+    assert workshop.lesson_plan("03", gpu=False).workload == "cnn"
