@@ -19,6 +19,8 @@ from slurm_cluster import SlurmCluster, missing_binaries
 
 import workbench as wb
 from workbench.core.errors import InputError
+from workbench.core.nccl import NcclError
+from workbench.distributed.netcheck import check_interfaces
 from workbench.distributed.slurm import (
     LaunchError,
     SlurmLauncher,
@@ -155,6 +157,13 @@ def test_run_on_runs_on_that_node_and_names_it_when_it_fails(in_slurm, slurm):
         launcher.run_on("wb2", ["sleep", "60"], 1.0)
     assert time.monotonic() - t0 < 10
     _no_steps_left(slurm, in_slurm)
+
+
+def test_interfaces_are_checked_on_each_node_through_srun(in_slurm):
+    launcher = SlurmLauncher()
+    check_interfaces(["wb1", "wb2"], {"NCCL_SOCKET_IFNAME": "=lo"}, launcher.run_on)
+    with pytest.raises(NcclError, match=r"NCCL_SOCKET_IFNAME='=eth9'.*node wb1 .*\(.*lo.*\)"):
+        check_interfaces(["wb1", "wb2"], {"NCCL_SOCKET_IFNAME": "=eth9"}, launcher.run_on)
 
 
 def test_stop_leaves_no_step_and_no_process(in_slurm, slurm, tmp_path):
