@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import textwrap
 import warnings
 from pathlib import Path
@@ -338,6 +339,7 @@ def test_an_unknown_nccl_variable_or_allocator_option_is_a_warning(tmp_path):
     text = text.replace("    NCCL_ALGO: Tree", "    NCCL_ALGO: Tree\n    NCCL_FANCY_NEW: '1'")
     alloc = "'roundup_power2_divisions:[256:1,>:8],shiny:1'"
     text = text.replace("env:\n", f"env:\n  NCCL_FANCY_NEW: '1'\n  MY_VAR: x\n  {ALLOC}: {alloc}\n")
+    text = re.sub(r"\nlaunch:\n(  .*\n)+", "\n", text)  # its sbatch script copies env: rebuilt
     path.write_text(text)
     with pytest.warns(ConfigWarning) as caught:
         cfg = load_config(path, check_machine=False)
@@ -628,3 +630,31 @@ def test_a_hand_edited_collate_name_is_checked_on_load(tmp_path):
     path.write_text(path.read_text().replace("workloads_for_tests:pad_tokens", "'pad tokens'"))
     with pytest.raises(ConfigError, match=r"dataloader\.collate_fn: 'pad tokens' is not allowed"):
         load_config(path)
+
+
+def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path):
+    knobs = Knobs(world_size=8, nccl={"NCCL_SOCKET_IFNAME": "^docker,lo"})
+    path = save_config(knobs, tmp_path / "t.yaml", env={"OMP_NUM_THREADS": "8"})
+    launch = yaml.safe_load(path.read_text())["launch"]
+    assert launch["srun"] == (
+        "srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL "
+        "torchrun --nnodes=$SLURM_NNODES --nproc_per_node=8 --rdzv_backend=c10d "
+        "--rdzv_endpoint=$MASTER_ADDR:29500 --rdzv_id=$SLURM_JOB_ID train.py"
+    )
+    script = launch["sbatch"]
+    assert script[0] == "#!/bin/bash" and script[-1] == launch["srun"]
+    for line in ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                 "export NCCL_SOCKET_IFNAME='^docker,lo'", "export OMP_NUM_THREADS=8"]:  # fmt: skip
+        assert line in script
+    assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in script)
+    shown = load_config(path, check_machine=False).describe()
+    assert launch["srun"] in shown and "#SBATCH --gpus-per-node=8" in shown
+    # a file saved before srun and sbatch existed still loads; an edited script does not
+    text = path.read_text()
+    old = re.sub(r"  srun: .*\n  sbatch:\n(  - .*\n)+", "", text)
+    assert "  sbatch:" not in old and "  srun:" not in old
+    path.write_text(old)
+    load_config(path, check_machine=False)
+    path.write_text(text.replace("--gpus-per-node=8", "--gpus-per-node=4"))
+    with pytest.raises(ConfigError, match=r"launch\.sbatch: .* disagrees with the knobs"):
+        load_config(path, check_machine=False)

@@ -46,8 +46,11 @@ def _free_port() -> int:
 class SlurmCluster:
     """Start with :meth:`start`, stop with :meth:`stop` (which never leaves a daemon)."""
 
-    def __init__(self, base: Path, node_names: tuple[str, ...] = ("wb1", "wb2"), cpus: int = 2):
-        self.base, self.node_names, self.cpus = Path(base), node_names, cpus
+    def __init__(
+        self, base: Path, node_names: tuple[str, ...] = ("wb1", "wb2"), cpus: int = 2, gpus: int = 2
+    ):
+        assert gpus <= 2, "two character devices stand for GPUs"
+        self.base, self.node_names, self.cpus, self.gpus = Path(base), node_names, cpus, gpus
         self.conf = self.base / "slurm.conf"
         self.procs: dict[str, subprocess.Popen] = {}
         self.start_s: float | None = None
@@ -138,12 +141,19 @@ class SlurmCluster:
             "MailProg=/bin/true",
             "KillWait=2",
             "InactiveLimit=0",
+            "GresTypes=gpu",  # counted GPUs (no device files): enough for --gpus-per-node
         ]
         for name in self.node_names:
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 "
-                         f"Port={_free_port()} CPUs={self.cpus} State=UNKNOWN")  # fmt: skip
+                         f"Port={_free_port()} CPUs={self.cpus} Gres=gpu:{self.gpus} "
+                         "State=UNKNOWN")  # fmt: skip
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
+        # Counted "GPUs" for --gpus-per-node: slurmd wants one character device per GPU and
+        # every container has these two; nothing opens them (no test runs CUDA)
+        devices = ["/dev/null", "/dev/zero"][: self.gpus]
+        gres = [f"NodeName={n} Name=gpu File={d}" for n in self.node_names for d in devices]
+        (self.base / "gres.conf").write_text("AutoDetect=off\n" + "\n".join(gres) + "\n")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.base / f"{name}.out", "wb")  # noqa: SIM115 (closed with the process)

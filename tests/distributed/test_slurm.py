@@ -18,6 +18,7 @@ import pytest
 from slurm_cluster import SlurmCluster, missing_binaries
 
 import workbench as wb
+from workbench.config.saved import save_config
 from workbench.core.errors import InputError
 from workbench.core.nccl import NcclError
 from workbench.distributed.netcheck import check_interfaces
@@ -101,6 +102,38 @@ def test_allocation_reads_what_salloc_sets(slurm):
     got = json.loads(out.strip().splitlines()[-1])
     assert got["nodes"] == ["wb1", "wb2"] and got["job_id"].isdigit()
     assert got["ntasks_per_node"] == [1, 1]
+
+
+def test_the_saved_configs_sbatch_script_is_accepted_and_runs_one_agent_per_node(slurm, tmp_path):
+    # The production script, as `workbench show` prints it: sbatch --test-only accepts it, and
+    # run for real (torchrun replaced by a stand-in that reports what it was given) srun starts
+    # one agent per node with the exported variables and MASTER_ADDR set.
+    shape = {"nodes": 2} if "nodes" in wb.Knobs.__dataclass_fields__ else {}
+    knobs = wb.Knobs(world_size=2 * shape.get("nodes", 1), **shape,
+                     nccl={"NCCL_SOCKET_IFNAME": "=lo"})  # fmt: skip
+    cfg = wb.load_config(save_config(knobs, tmp_path / "tuned.yaml"), check_machine=False)
+    script = tmp_path / "train.sbatch"
+    script.write_text("\n".join(cfg.sbatch_lines("train.py")) + "\n")
+    test = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
+                          text=True, env=slurm.client_env())  # fmt: skip
+    assert test.returncode == 0 and "to start at" in test.stderr, test.stderr
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "torchrun"
+    fake.write_text('#!/bin/sh\necho "$SLURMD_NODENAME $NCCL_SOCKET_IFNAME $MASTER_ADDR $*"\n')
+    fake.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    job_id = slurm.run(["sbatch", "--parsable", f"--output={tmp_path}/job.out", str(script)],
+                       env={"PATH": path}).strip()  # fmt: skip
+    _wait_job(slurm, job_id)
+    lines = sorted((tmp_path / "job.out").read_text().splitlines())
+    nodes = shape.get("nodes", 1)
+    assert [line.split()[0] for line in lines] == ["wb1", "wb2"][:nodes]
+    for line in lines:
+        _node, ifname, master, *args = line.split()
+        assert ifname == "=lo" and master == "wb1"
+        assert f"--nnodes={nodes}" in args and "--nproc_per_node=2" in args
+        assert "--rdzv_endpoint=wb1:29500" in args and args[-1] == "train.py"
 
 
 # -- pure parts -----------------------------------------------------------------------------

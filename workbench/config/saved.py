@@ -215,7 +215,14 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         collate_fn=_saved_collate(doc.get("dataloader"), path),
     )  # fmt: skip
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
-    _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
+    _check_copy(
+        path,
+        "launch",
+        doc.get("launch"),
+        cfg.launch_lines(),
+        "knobs.world_size (the sbatch script also from env)",
+        optional=_LAUNCH_ADDED,
+    )
     return cfg, notes
 
 
@@ -345,16 +352,28 @@ def _extra_env(env: dict[str, Any], path: str | Path) -> tuple[dict[str, str], l
     return out, notes
 
 
+_LAUNCH_ADDED = ("srun", "sbatch")
+"""launch entries newer than the section: a file saved before them lacks them, and loads."""
+
+
 def _check_copy(
-    path: str | Path, section: str, found: Any, expected: dict[str, Any], source: str
+    path: str | Path,
+    section: str,
+    found: Any,
+    expected: dict[str, Any],
+    source: str,
+    optional: tuple[str, ...] = (),
 ) -> None:
-    """A section written from the knobs must still agree with them (absent: rebuilt on save)."""
+    """A section written from the knobs must still agree with them (absent: rebuilt on save;
+    an ``optional`` entry may be absent too)."""
     if found is None:
         return
     if not isinstance(found, Mapping):
         raise ConfigError(path, section, f"expected a mapping, got {type(found).__name__}")
     check_keys(path, section, found, expected)
     for key, want in expected.items():
+        if key in optional and key not in found:
+            continue
         got = found.get(key)
         if key not in found or got != want or type(got) is not type(want):
             what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
@@ -392,7 +411,9 @@ _NOTES = {
     "collate_fn, when present, is the workload's own (imported by that name), not a knob.",
     "launch": "torchrun lines (your script in place of train.py). One node: world_size "
     "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
-    "JOB_ID set.",
+    "JOB_ID set. srun: the same under SLURM, one agent per node, inside an allocation with "
+    "MASTER_ADDR set. sbatch: a minimal batch script, one line per entry (write them to a "
+    "file and submit it with sbatch).",
     "provenance": "Where these knobs came from. Loading warns when this machine differs (GPU "
     "model, torch major version): the numbers are then a starting point, not a promise.",
 }
