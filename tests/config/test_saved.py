@@ -266,7 +266,7 @@ BAD = [
     ("a list", "- 1\n- 2\n", None, "expected a mapping with schema_version and knobs, got a list"),
     ("empty", "", None, "got an empty file"),
     ("unknown keys", lambda t: t + "tuned_by: me\nextra: 1\n", "tuned_by, extra",
-     "unknown keys; known: schema_version, knobs, env, dataloader, launch, provenance"),
+     "unknown keys; known: schema_version, knobs, env, dataloader, launch, provenance, comm"),
     ("unknown knob", lambda t: t.replace("  batch_size: 256", "  batch_size: 256\n  warp: 9"),
      "knobs.warp", "unknown key; known: batch_size, num_workers"),
     ("no schema", lambda t: t.replace("schema_version: 2\n", ""), "schema_version", "missing"),

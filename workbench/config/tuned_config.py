@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from workbench.config import provenance
+from workbench.config.comm_suggestions import describe_comm
 from workbench.config.yaml_text import ConfigError
 from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
@@ -52,6 +53,9 @@ class TunedConfig:
     collate_fn: str | None = None
     """The workload's collate function, as ``module:function`` (not a knob: the measured
     pipeline's own code, imported by :meth:`dataloader`); None for torch's default collate."""
+    comm: Mapping[str, Any] | None = None
+    """A comm sweep's suggestions with their measured numbers (``workbench.analysis.
+    comm_sweep``); not knobs: None when no sweep was saved with the config."""
 
     def __post_init__(self) -> None:
         extra = MappingProxyType(dict(sorted(self.extra_env.items())))
@@ -279,6 +283,7 @@ class TunedConfig:
                 launch["srun"],
                 "# SLURM batch script (save as train.sbatch; sbatch train.sbatch)",
                 *launch["sbatch"],
+                *(describe_comm(self.comm) if self.comm else []),
             ]
         )
 
