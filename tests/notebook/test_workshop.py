@@ -169,3 +169,12 @@ def test_the_fastest_format_is_checked_per_mode_and_cache():
     assert not wrong and "data_format=lmdb" in wrong.message
     with pytest.raises(ValueError, match="cache='hot' was not measured"):
         workshop.check_format("lmdb", frame, cache="hot")
+
+
+def test_a_check_carries_its_exercise_prediction_and_measurement():
+    plain = workshop.Check(True, "right")
+    assert plain and str(plain) == "Correct: right" and plain.exercise == ""
+    assert plain.prediction is None and plain.measured is None
+    full = workshop.Check(False, "off", exercise="03-precision", prediction=2.0, measured=0.5)
+    assert not full and str(full) == "Not yet: off" and repr(full) == str(full)
+    assert (full.exercise, full.prediction, full.measured) == ("03-precision", 2.0, 0.5)

@@ -196,11 +196,20 @@ class Knobs:
     )
     world_size: int = _knob(
         1,
-        "Processes (GPUs) in a data-parallel job launched by torchrun.",
+        "Processes (GPUs) in a data-parallel job launched by torchrun, over all its nodes.",
         "dist",
         "int",
         low=1,
         high=4096,
+    )
+    nodes: int = _knob(
+        1,
+        "Machines the job spans (world_size is the total rank count and must divide by it); "
+        "more than one needs a launcher: slurm, ssh, or local for tests.",
+        "dist",
+        "int",
+        low=1,
+        high=1024,
     )
     bucket_cap_mb: float = _knob(
         25.0,
@@ -415,6 +424,13 @@ def _check_combinations(k: Knobs) -> None:
             True,
             "needs num_workers > 0 (there are no worker processes to keep alive)",
         )
+    if k.world_size % k.nodes:
+        raise KnobError(
+            "world_size",
+            k.world_size,
+            f"a multiple of nodes={k.nodes}: world_size is the total rank count, split evenly "
+            f"over the nodes (e.g. world_size={k.nodes * max(1, k.world_size // k.nodes)})",
+        )
     _check_dali_format(k)
 
 
@@ -483,9 +499,9 @@ DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
 
 
 def needs_processes(knobs: Knobs, device_type: str) -> bool:
-    """True when a burst with these knobs must run as a torchrun job: several ranks, NCCL
+    """True when a burst with these knobs must run as a torchrun job: several ranks or nodes, NCCL
     variables that only a fresh NCCL communicator reads, or allocator settings that CUDA reads
     once at start-up (a CPU has neither NCCL nor the CUDA allocator: one process will do, and
     the knobs are reported as having no effect)."""
     fresh_only = bool(knobs.nccl) or bool(knobs.alloc_conf)
-    return knobs.world_size > 1 or (fresh_only and device_type == "cuda")
+    return knobs.world_size > 1 or knobs.nodes > 1 or (fresh_only and device_type == "cuda")

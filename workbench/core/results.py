@@ -143,6 +143,9 @@ class BurstResult(Outcome):
     ranks: list[dict[str, Any]] = field(default_factory=list)
     """Per rank: steps, samples, step_ms_p50/iqr, data_wait_pct, peak_mem_mib, the NCCL_*
     variables it saw. A rank much slower than the others is a straggler."""
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    """Per node of a distributed burst: ``node`` (its name), ``host``, ``ranks``, and its ranks'
+    ``samples_per_s``, ``step_ms_p50``, ``data_wait_pct``, ``peak_mem_mib``: a slow node shows."""
     launch_s: float | None = None
     """Wall time of the whole torchrun job, start-up included."""
     nccl_flags: dict[str, str] = field(default_factory=dict)

@@ -267,11 +267,20 @@ def stop_process_tree(proc: subprocess.Popen, extra_pids: list[int] = ()) -> Non
     children, so the whole tree is collected *before* anything is signalled (a dead parent's
     children are re-parented and could not be found any more).
     """
-    tree = _collect_tree(proc.pid, extra_pids)
-    if proc.poll() is None:
+    stop_process_trees([proc], extra_pids)
+
+
+def stop_process_trees(procs: list[subprocess.Popen], extra_pids: list[int] = ()) -> None:
+    """``stop_process_tree`` for several torchrun agents (one per "node") at once: every tree
+    collected first, every agent asked to stop, one shared grace period, then SIGKILL."""
+    tree = _collect_tree([p.pid for p in procs], extra_pids)
+    asked = [p for p in procs if p.poll() is None]
+    for proc in asked:
         proc.send_signal(signal.SIGTERM)  # torchrun then stops its ranks (SIGTERM, then KILL)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in asked:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(STOP_GRACE_S)
+            proc.wait(max(0.0, deadline - time.monotonic()))
     for p in tree:
         try:
             if p.is_running():
@@ -279,21 +288,23 @@ def stop_process_tree(proc: subprocess.Popen, extra_pids: list[int] = ()) -> Non
         except psutil.Error:
             pass
     psutil.wait_procs(tree, timeout=STOP_GRACE_S)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
-def _collect_tree(root_pid: int, extra_pids: list[int]) -> list[psutil.Process]:
+def _collect_tree(root_pids: list[int], extra_pids: list[int]) -> list[psutil.Process]:
     found: dict[int, psutil.Process] = {}
-    for pid in [root_pid, *extra_pids]:
+    for pid in [*root_pids, *extra_pids]:
         try:
             p = psutil.Process(pid)
             for q in [p, *p.children(recursive=True)]:
                 found[q.pid] = q
         except psutil.Error:
             continue
-    found.pop(root_pid, None)  # the Popen object handles torchrun itself
+    for pid in root_pids:
+        found.pop(pid, None)  # the Popen objects handle the torchrun agents themselves
     return list(found.values())
 
 

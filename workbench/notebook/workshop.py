@@ -58,10 +58,22 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """The verdict on one answer: ``ok`` and a sentence that says why."""
+    """The verdict on one answer: ``ok`` and a sentence that says why.
+
+    It is true when the answer is right (``bool(check)``) and prints as its verdict. The other
+    fields are for a class board (and for the learner's own record): which exercise it was, what
+    the learner predicted before the burst ran, and what the measurement said (the right answer
+    read from this machine). They default to empty so a check built by hand stays two fields.
+    """
 
     ok: bool
     message: str
+    exercise: str = ""
+    """Which exercise this verdict is for, e.g. ``"03-precision"``; empty when not named."""
+    prediction: Any = None
+    """What the learner predicted before measuring (None: no prediction was made)."""
+    measured: Any = None
+    """What this machine measured: the value the answer is compared with (None: nothing)."""
 
     def __bool__(self) -> bool:
         return self.ok

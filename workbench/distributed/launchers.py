@@ -1,0 +1,310 @@
+"""Start one torchrun agent per node: on this machine (``local``), over ``ssh``, or with SLURM.
+
+A multi-node burst is one torchrun job whose agents meet in a c10d rendezvous
+(``workbench.distributed.multinode``). Every agent runs the *same* command line
+(:func:`agent_command`); what differs between nodes is only where it runs and the
+``WORKBENCH_NODE`` variable that names the node to its ranks. A launcher is the part that
+knows how to put one agent on each node and how to take everything down again:
+
+- ``local``: N agents on this machine, each in a session of its own: a "node" per agent, for
+  tests, laptops and the workshop (real rendezvous, real process groups, one host);
+- ``ssh``: ``ssh -o BatchMode=yes host`` per host of a list; the agent runs in this process's
+  working directory with the job's variables (the same paths must exist there: a shared
+  file system, as clusters have);
+- ``slurm``: ``srun`` with one task per node inside an allocation
+  (``workbench.distributed.slurm``, imported only when asked for).
+
+``stop`` is the part that must never fail: nothing a launcher started may survive it, on any
+node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
+
+from workbench.core.errors import InputError
+from workbench.distributed.torchrun import stop_process_trees
+
+LAUNCHERS = ("local", "ssh", "slurm")
+NODE_ENV = "WORKBENCH_NODE"
+"""The node's name, as each rank reports it (``local-0``, the ssh host, the SLURM node)."""
+NODE_INDEX_ENV = "WORKBENCH_NODE_INDEX"
+"""Set by the local launcher only: which block of this machine's GPUs the node's ranks take."""
+SSH_CONNECT_TIMEOUT_S = 10
+_HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+(?::[0-9]{1,5})?$")
+_FORWARDED_PREFIXES = ("NCCL_", "WORKBENCH_", "PYTORCH_", "TORCH_", "GLOO_", "OMP_")
+_FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER")
+
+
+class LaunchError(RuntimeError):
+    """A node could not be reached, or a command there failed; ``host`` names the node."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"node {host}: {message}")
+        self.host = host
+
+
+class Launcher(Protocol):
+    """How agents reach the nodes. Implementations take the user's host list (possibly
+    empty) as their one constructor argument: ``LocalLauncher()``, ``SshLauncher(hosts)``,
+    ``SlurmLauncher(hosts)``."""
+
+    name: str
+    """``local``, ``ssh`` or ``slurm``."""
+
+    def hosts(self, nodes: int) -> list[str]:
+        """One name per node, the first ``nodes``; InputError when there are fewer."""
+        ...
+
+    def start(
+        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+    ) -> list[subprocess.Popen]:
+        """One agent per node, running ``agent_argv`` with ``env`` plus ``WORKBENCH_NODE``;
+        each agent's output goes to a file in ``log_dir``. Returns the local processes that
+        stand for the agents (the agents themselves, or the ssh/srun clients)."""
+        ...
+
+    def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
+        """Run ``argv`` on ``host``; its stdout. LaunchError naming the host on failure."""
+        ...
+
+    def stop(self, procs: list[subprocess.Popen]) -> None:
+        """Stop what ``start`` started: nothing survives, on any node."""
+        ...
+
+
+def agent_command(
+    *,
+    nnodes: int,
+    nproc_per_node: int,
+    endpoint: str,
+    rdzv_id: str,
+    job_path: Path | str,
+    join_timeout_s: float,
+    local_addr: str | None = None,
+) -> list[str]:
+    """The torchrun agent command line, the same on every node.
+
+    ``endpoint`` is the rendezvous store that the kernel hosts (``is_host=0``: no agent tries
+    to host it, even one that runs on the kernel's machine). ``join_timeout_s``: how long an
+    agent waits for the others before it gives up by itself. ``local_addr``: the address the
+    agents advertise to each other (the local launcher's ``127.0.0.1``); unset, each agent
+    uses its own host name.
+    """
+    conf = f"is_host=0,join_timeout={max(1, int(join_timeout_s))}"
+    addr = [f"--local-addr={local_addr}"] if local_addr else []
+    return [
+        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}", *addr,
+        "--max-restarts=0", "--monitor-interval=0.1",
+        "-m", "workbench.distributed.rank", str(job_path),
+    ]  # fmt: skip
+
+
+def parse_hosts(hosts: Sequence[str] | str | None) -> list[str]:
+    """``"h1,h2"`` or ``["h1", "h2"]`` -> ``["h1", "h2"]``; ``user@host`` and ``host:port``
+    are allowed (ssh reads them). Anything else is refused, naming ``hosts``."""
+    if hosts is None:
+        return []
+    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
+    clean = [h.strip() for h in items if isinstance(h, str) and h.strip()]
+    for host in items:
+        if not isinstance(host, str) or (host.strip() and not _HOST.match(host.strip())):
+            raise InputError.not_allowed(
+                "hosts", host, "host names separated by commas, e.g. node1,node2 (user@host "
+                "and host:port allowed)"
+            )  # fmt: skip
+    if len(set(clean)) != len(clean):
+        raise InputError.not_allowed("hosts", ",".join(clean), "each host once")
+    return clean
+
+
+def pick_launcher(name: str | None, hosts: Sequence[str] | str | None = None) -> Launcher:
+    """The launcher called ``name``; None picks ``slurm`` inside an allocation (SLURM_JOB_ID
+    is set), ``ssh`` when hosts are given, else ``local``."""
+    host_list = parse_hosts(hosts)
+    if name is None:
+        name = "slurm" if os.environ.get("SLURM_JOB_ID") else "ssh" if host_list else "local"
+    if name not in LAUNCHERS:
+        raise InputError.not_allowed("launcher", name, "one of " + ", ".join(LAUNCHERS))
+    if name == "local":
+        if host_list:
+            raise InputError.not_allowed(
+                "hosts", ",".join(host_list), "no hosts with launcher=local (its nodes are "
+                "this machine); use launcher=ssh for a host list"
+            )  # fmt: skip
+        return LocalLauncher()
+    if name == "ssh":
+        if not host_list:
+            raise InputError.not_allowed(
+                "hosts", "", "one host per node with launcher=ssh, e.g. hosts=node1,node2"
+            )
+        return SshLauncher(host_list)
+    return _slurm_launcher(host_list)
+
+
+def _slurm_launcher(hosts: list[str]) -> Launcher:
+    try:
+        module = importlib.import_module("workbench.distributed.slurm")
+    except ModuleNotFoundError as exc:
+        if exc.name != "workbench.distributed.slurm":
+            raise
+        raise InputError.not_allowed(
+            "launcher", "slurm", "local or ssh: this installation has no SLURM launcher"
+        ) from None
+    return module.SlurmLauncher(hosts)
+
+
+def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a job's environment that must reach a remote node: NCCL_*, the allocator's
+    and torch's variables, thread counts, the import path. The rest (this machine's PATH,
+    display, agent sockets) stays here; the remote login provides its own."""
+    return {
+        k: v for k, v in sorted(env.items())
+        if k.startswith(_FORWARDED_PREFIXES) or k in _FORWARDED_NAMES
+    }  # fmt: skip
+
+
+class LocalLauncher:
+    """N agents on this machine, each in a session of its own: N "nodes" on one host."""
+
+    name = "local"
+
+    def hosts(self, nodes: int) -> list[str]:
+        return [f"local-{i}" for i in range(nodes)]
+
+    def start(
+        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+    ) -> list[subprocess.Popen]:
+        procs: list[subprocess.Popen] = []
+        for index, host in enumerate(self.hosts(nodes)):
+            node_env = {**env, NODE_ENV: host, NODE_INDEX_ENV: str(index)}
+            try:
+                with open(Path(log_dir) / f"{host}.log", "wb") as log:
+                    procs.append(subprocess.Popen(
+                        agent_argv, env=node_env, stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=os.getcwd(),
+                    ))  # fmt: skip
+            except OSError as exc:
+                self.stop(procs)
+                raise LaunchError(host, f"could not start its agent: {exc}") from exc
+        return procs
+
+    def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
+        return _run(host, argv, timeout_s, argv[0] if argv else "")
+
+    def stop(self, procs: list[subprocess.Popen]) -> None:
+        stop_process_trees(procs)
+
+
+class SshLauncher:
+    """One agent per host over ssh (keys, no password prompt: ``BatchMode``).
+
+    The agent runs under a pseudo-terminal (``-tt``): when the ssh client is stopped, or the
+    connection drops (``ServerAlive``), the remote side hangs up and torchrun, which handles
+    SIGHUP, stops its ranks. ``stop`` then also kills, on every host, whatever still carries
+    the job's file in its command line (agents and ranks, which run in sessions of their own).
+    """
+
+    name = "ssh"
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self._hosts = parse_hosts(hosts)
+        self._started: list[tuple[str, str]] = []  # (host, job file) per agent started
+
+    def hosts(self, nodes: int) -> list[str]:
+        if len(self._hosts) < nodes:
+            given = ",".join(self._hosts)
+            raise InputError.not_allowed("hosts", given, f"one host per node: {nodes} for "
+                                         f"nodes={nodes}, {len(self._hosts)} given")  # fmt: skip
+        return self._hosts[:nodes]
+
+    def ssh_argv(self, host: str, remote: str, *, tty: bool = False) -> list[str]:
+        """``ssh`` to ``host`` (``host:port`` becomes ``-p port``) running ``remote``."""
+        name, _, port = host.partition(":")
+        return [
+            "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            *(["-tt"] if tty else []), *(["-p", port] if port else []), name, remote,
+        ]  # fmt: skip
+
+    def agent_argv(self, host: str, agent_argv: list[str], env: Mapping[str, str]) -> list[str]:
+        """The local command that runs the agent on ``host``, in this working directory."""
+        variables = {**forwarded_env(env), NODE_ENV: node_name(host)}
+        assignments = [f"{k}={v}" for k, v in variables.items()]
+        remote = (f"cd {shlex.quote(os.getcwd())} && exec env {shlex.join(assignments)} "
+                  f"{shlex.join(agent_argv)}")  # fmt: skip
+        return self.ssh_argv(host, remote, tty=True)
+
+    def start(
+        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+    ) -> list[subprocess.Popen]:
+        procs: list[subprocess.Popen] = []
+        for host in self.hosts(nodes):
+            argv = self.agent_argv(host, agent_argv, env)
+            try:
+                with open(Path(log_dir) / f"{node_name(host)}.log", "wb") as log:
+                    procs.append(subprocess.Popen(
+                        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    ))  # fmt: skip
+            except OSError as exc:
+                self.stop(procs)
+                raise LaunchError(host, f"could not run ssh: {exc}") from exc
+            self._started.append((host, agent_argv[-1]))
+        return procs
+
+    def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
+        return _run(host, self.ssh_argv(host, shlex.join(argv)), timeout_s, argv[0] if argv else "")
+
+    def stop(self, procs: list[subprocess.Popen]) -> None:
+        stop_process_trees(procs)  # the ssh clients: the remote side hangs up
+        started, self._started = self._started, []
+        if not started:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(started))) as pool:
+            list(pool.map(lambda hj: self._kill_job_on(*hj), started))
+
+    def _kill_job_on(self, host: str, job_file: str) -> None:
+        """Kill what carries ``job_file`` in its command line on ``host`` (the pattern's first
+        character in brackets, so that pkill's own command line does not match)."""
+        escaped = re.escape(job_file)
+        pattern = f"[{escaped[0]}]{escaped[1:]}" if escaped[0] != "\\" else escaped
+        with contextlib.suppress(LaunchError):  # nothing left to kill: pkill exits 1
+            self.run_on(host, ["pkill", "-KILL", "-f", pattern], SSH_CONNECT_TIMEOUT_S + 5)
+
+
+def node_name(host: str) -> str:
+    """``user@node1:2222`` -> ``node1``: how a node is named in results."""
+    return host.rpartition("@")[2].partition(":")[0]
+
+
+def _run(host: str, argv: list[str], timeout_s: float, what: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise LaunchError(host, f"{what} did not answer within {timeout_s:g} s") from None
+    except OSError as exc:
+        raise LaunchError(host, f"could not run {what}: {exc}") from None
+    if done.returncode == 0:
+        return done.stdout
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    if argv[0] == "ssh" and done.returncode == 255:
+        raise LaunchError(host, f"cannot be reached over ssh: {last}")
+    raise LaunchError(host, f"{what} exited with code {done.returncode}: {last}")
+
+
+__all__ = ["LAUNCHERS", "NODE_ENV", "LaunchError", "Launcher", "LocalLauncher", "SshLauncher",
+           "agent_command", "forwarded_env", "parse_hosts", "pick_launcher"]  # fmt: skip
