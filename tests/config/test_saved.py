@@ -35,7 +35,7 @@ KNOBS = [
     Knobs(batch_size=256, num_workers=8, prefetch_factor=4, pin_memory=True,
           persistent_workers=True, precision="bf16", channels_last=True, compile="max-autotune",
           cudnn_benchmark=True, grad_accum=4, loader="dali", dali_decode="mixed",
-          dali_hw_decoder_load=0.9, data_format="shards", cache="cold", world_size=8,
+          dali_hw_decoder_load=0.9, data_format="shards", cache="cold", world_size=8, nodes=2,
           bucket_cap_mb=100.5,
           gradient_as_bucket_view=True, static_graph=True,
           activation_checkpointing=True, optimizer_impl="fused",
@@ -138,8 +138,11 @@ def test_the_file_reads_well_and_loads_with_plain_safe_yaml(tmp_path):
                           "NCCL_SOCKET_IFNAME": "^docker,lo", "OMP_NUM_THREADS": "8"}  # fmt: skip
     assert doc["dataloader"] == {"batch_size": 256, "num_workers": 8, "pin_memory": True,
                                  "persistent_workers": True, "prefetch_factor": 4}  # fmt: skip
-    assert doc["launch"]["single_node"] == "torchrun --standalone --nproc_per_node=8 train.py"
+    # nodes=2: one node of the tuned shape runs 8 / 2 processes
+    assert doc["launch"]["single_node"] == "torchrun --standalone --nproc_per_node=4 train.py"
     assert "--rdzv_endpoint=$MASTER_ADDR:29500" in doc["launch"]["multi_node"]
+    assert "--nnodes=2 --nproc_per_node=4" in doc["launch"]["multi_node"]
+    assert {"#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4"} <= set(doc["launch"]["sbatch"])
     prov = doc["provenance"]
     assert prov["device"] == {"type": "cuda:0", "name": "NVIDIA H200", "memory_mib": 143771.0}
     assert prov["versions"]["torch"] == "2.5.1+cu124" and prov["versions"]["cuda"] == "12.4"
@@ -299,7 +302,7 @@ BAD = [
     ("edited copy", lambda t: t.replace("  num_workers: 8\n  pin", "  num_workers: 2\n  pin"),
      "dataloader.num_workers", "2 disagrees with the knobs: this section is written from "
      "knobs.num_workers, which gives 8; change the knob"),
-    ("edited launch", lambda t: t.replace("--nproc_per_node=8 train", "--nproc_per_node=4 train"),
+    ("edited launch", lambda t: t.replace("--nproc_per_node=4 train", "--nproc_per_node=8 train"),
      "launch.single_node", "written from knobs.world_size"),
     ("edited env", lambda t: t.replace("\n  NCCL_ALGO: Ring", "\n  NCCL_ALGO: Tree"),
      "env.NCCL_ALGO", "'Tree' disagrees with knobs.nccl.NCCL_ALGO='Ring'"),
@@ -526,7 +529,7 @@ def test_describe_gives_lines_to_paste(tmp_path, same_machine):
     assert "export NCCL_PROTO='^LL128'\n" in text  # quoted for the shell
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in text
     assert "DataLoader(dataset, batch_size=256, num_workers=8, pin_memory=True," in text
-    assert "\ntorchrun --standalone --nproc_per_node=8 fit.py\n" in text
+    assert "\ntorchrun --standalone --nproc_per_node=4 fit.py\n" in text  # 8 ranks on 2 nodes
 
 
 # --------------------------------------------------------------------------- light imports

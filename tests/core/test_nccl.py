@@ -2,8 +2,8 @@
 
 import pytest
 
-from workbench.core.knobs import KnobError
 import workbench as wb
+from workbench.core.knobs import KnobError
 from workbench.core.nccl import (
     VARIABLES,
     NcclError,

@@ -21,9 +21,9 @@ import workbench as wb
 from workbench.config.saved import save_config
 from workbench.core.errors import InputError
 from workbench.core.nccl import NcclError
+from workbench.distributed.launchers import LaunchError, pick_launcher
 from workbench.distributed.netcheck import check_interfaces
 from workbench.distributed.slurm import (
-    LaunchError,
     SlurmLauncher,
     allocation,
     srun_command,
@@ -171,6 +171,7 @@ def test_hosts_come_from_the_allocation_and_too_many_nodes_is_refused(in_slurm):
     alloc = allocation()
     assert alloc.nodes == ["wb1", "wb2"] and alloc.job_id == in_slurm
     assert SlurmLauncher().hosts(2) == ["wb1", "wb2"]
+    assert isinstance(pick_launcher(None), SlurmLauncher)  # picked inside an allocation
     assert SlurmLauncher(["wb2"]).hosts(1) == ["wb2"]
     with pytest.raises(InputError, match=r"nodes=3.*at most 2.*wb1,wb2"):
         SlurmLauncher().hosts(3)

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.core.errors import InputError
+from workbench.distributed.launchers import NODE_ENV, LaunchError
 
 __all__ = [
-    "LaunchError",
     "SlurmAllocation",
     "SlurmLauncher",
     "allocation",
@@ -48,22 +48,9 @@ __all__ = [
     "srun_command",
 ]
 
-NODE_ENV = "WORKBENCH_NODE"
-"""Set per agent by launchers that choose node names themselves; under SLURM the node's own
-name (SLURMD_NODENAME) names it, so a value inherited from the kernel is dropped."""
 STOP_GRACE_S = 5.0
 _SCONTROL_TIMEOUT_S = 10.0
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-
-
-class LaunchError(RuntimeError):
-    """A node could not be reached, or a command there failed; ``host`` names the node.
-
-    The same shape as ``workbench.distributed.launchers.LaunchError`` (host, message)."""
-
-    def __init__(self, host: str, message: str) -> None:
-        super().__init__(f"node {host}: {message}")
-        self.host = host
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +228,8 @@ class SlurmLauncher:
         argv = srun_command(nodes, agent_argv, nodelist=hosts, job_name=step_name,
                             output=str(Path(log_dir) / "%N.log"),
                             cpus_per_task=_cpus_per_agent(alloc))  # fmt: skip
+        # the node's name comes from SLURMD_NODENAME, which srun sets per task; a
+        # WORKBENCH_NODE inherited from here would give every node the same name
         full_env = {k: v for k, v in {**os.environ, **env}.items() if k != NODE_ENV}
         try:
             with open(Path(log_dir) / "srun.log", "wb") as log:
