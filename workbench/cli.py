@@ -708,6 +708,7 @@ def _cmd_comm(args: argparse.Namespace) -> int:
 
 
 def _comm_sweep(args: argparse.Namespace, knobs: Any, sizes: list[int] | None) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
     from workbench.analysis.comm_sweep import comm_sweep
     from workbench.config.saved import save_config
 
