@@ -140,6 +140,15 @@ def _add_comm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="stop the job after S seconds")
     p.add_argument("--plot", metavar="FILE", help="save the busbw chart (.html, .png, .svg)")
     p.add_argument("--json", action="store_true", help="print one JSON document")  # fmt: skip
+    p.add_argument(
+        "--sweep",
+        metavar="NCCL_X=V1,V2,...",
+        help="one benchmark per value: the winner per size range and bucket_cap_mb past the knee",
+    )
+    p.add_argument(
+        "--save", metavar="FILE.yaml", help="with --sweep: save a config (knobs from --set) "
+        "with the sweep's suggestions in its comm section",
+    )  # fmt: skip
 
 
 def _add_history(p: argparse.ArgumentParser) -> None:
@@ -502,6 +511,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "knobs": cfg.knobs.to_dict(),
         "provenance": dict(cfg.provenance),
         "nccl_flags": nccl_flags(cfg.knobs.nccl),
+        "comm": dict(cfg.comm) if cfg.comm else None,
         "warnings": notes,
     }
     print(json.dumps(doc))
@@ -687,6 +697,8 @@ def _cmd_comm(args: argparse.Namespace) -> int:
         raise InputError.not_allowed("--set", not_nccl[0], "comm takes NCCL_* variables")
     knobs = Knobs().with_text(args.set)
     sizes = parse_sizes(args.sizes) if args.sizes else None
+    if args.sweep or args.save:
+        return _comm_sweep(args, knobs, sizes)
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
                      timeout_s=args.timeout)  # fmt: skip
     if args.plot and res.ok:
@@ -695,6 +707,29 @@ def _cmd_comm(args: argparse.Namespace) -> int:
         plots.save(plots.comm(res.frame()), args.plot)
     print(json.dumps(res.to_dict()) if args.json else res.table())
     return EXIT_OK if res.ok and not res.suspect else EXIT_FAILED  # a wrong sum is a failure
+
+
+def _comm_sweep(args: argparse.Namespace, knobs: Any, sizes: list[int] | None) -> int:
+    # here, not at the top: light commands (history, show, --help) never load torch
+    from workbench.analysis.comm_sweep import comm_sweep
+    from workbench.config.saved import save_config
+
+    variable, eq, values = (args.sweep or "").partition("=")
+    if not eq or not variable.strip().startswith("NCCL_") or not values.strip():
+        raise InputError.not_allowed(
+            "--sweep", args.sweep, "NCCL_X=V1,V2,... (e.g. NCCL_ALGO=Ring,Tree)"
+        )
+    sweep = comm_sweep(variable.strip(), values.split(","), knobs=knobs, world_size=args.world_size,
+                       sizes=sizes, device=args.device, timeout_s=args.timeout)  # fmt: skip
+    if args.save:
+        save_config(knobs, args.save, comm=sweep.suggestions())
+    if args.json:
+        results = {v: r.to_dict() for v, r in sweep.results.items()}
+        print(json.dumps({"suggestions": sweep.suggestions(), "results": results}))
+    else:
+        print(sweep.table())
+    ok = all(r.ok and not r.suspect for r in sweep.results.values())
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 _COMMANDS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import textwrap
 import warnings
 from pathlib import Path
@@ -34,7 +35,7 @@ KNOBS = [
     Knobs(batch_size=256, num_workers=8, prefetch_factor=4, pin_memory=True,
           persistent_workers=True, precision="bf16", channels_last=True, compile="max-autotune",
           cudnn_benchmark=True, grad_accum=4, loader="dali", dali_decode="mixed",
-          dali_hw_decoder_load=0.9, data_format="shards", cache="cold", world_size=8,
+          dali_hw_decoder_load=0.9, data_format="shards", cache="cold", world_size=8, nodes=2,
           bucket_cap_mb=100.5,
           gradient_as_bucket_view=True, static_graph=True,
           activation_checkpointing=True, optimizer_impl="fused",
@@ -137,8 +138,11 @@ def test_the_file_reads_well_and_loads_with_plain_safe_yaml(tmp_path):
                           "NCCL_SOCKET_IFNAME": "^docker,lo", "OMP_NUM_THREADS": "8"}  # fmt: skip
     assert doc["dataloader"] == {"batch_size": 256, "num_workers": 8, "pin_memory": True,
                                  "persistent_workers": True, "prefetch_factor": 4}  # fmt: skip
-    assert doc["launch"]["single_node"] == "torchrun --standalone --nproc_per_node=8 train.py"
+    # nodes=2: one node of the tuned shape runs 8 / 2 processes
+    assert doc["launch"]["single_node"] == "torchrun --standalone --nproc_per_node=4 train.py"
     assert "--rdzv_endpoint=$MASTER_ADDR:29500" in doc["launch"]["multi_node"]
+    assert "--nnodes=2 --nproc_per_node=4" in doc["launch"]["multi_node"]
+    assert {"#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4"} <= set(doc["launch"]["sbatch"])
     prov = doc["provenance"]
     assert prov["device"] == {"type": "cuda:0", "name": "NVIDIA H200", "memory_mib": 143771.0}
     assert prov["versions"]["torch"] == "2.5.1+cu124" and prov["versions"]["cuda"] == "12.4"
@@ -265,7 +269,7 @@ BAD = [
     ("a list", "- 1\n- 2\n", None, "expected a mapping with schema_version and knobs, got a list"),
     ("empty", "", None, "got an empty file"),
     ("unknown keys", lambda t: t + "tuned_by: me\nextra: 1\n", "tuned_by, extra",
-     "unknown keys; known: schema_version, knobs, env, dataloader, launch, provenance"),
+     "unknown keys; known: schema_version, knobs, env, dataloader, launch, provenance, comm"),
     ("unknown knob", lambda t: t.replace("  batch_size: 256", "  batch_size: 256\n  warp: 9"),
      "knobs.warp", "unknown key; known: batch_size, num_workers"),
     ("no schema", lambda t: t.replace("schema_version: 2\n", ""), "schema_version", "missing"),
@@ -298,7 +302,7 @@ BAD = [
     ("edited copy", lambda t: t.replace("  num_workers: 8\n  pin", "  num_workers: 2\n  pin"),
      "dataloader.num_workers", "2 disagrees with the knobs: this section is written from "
      "knobs.num_workers, which gives 8; change the knob"),
-    ("edited launch", lambda t: t.replace("--nproc_per_node=8 train", "--nproc_per_node=4 train"),
+    ("edited launch", lambda t: t.replace("--nproc_per_node=4 train", "--nproc_per_node=8 train"),
      "launch.single_node", "written from knobs.world_size"),
     ("edited env", lambda t: t.replace("\n  NCCL_ALGO: Ring", "\n  NCCL_ALGO: Tree"),
      "env.NCCL_ALGO", "'Tree' disagrees with knobs.nccl.NCCL_ALGO='Ring'"),
@@ -338,6 +342,7 @@ def test_an_unknown_nccl_variable_or_allocator_option_is_a_warning(tmp_path):
     text = text.replace("    NCCL_ALGO: Tree", "    NCCL_ALGO: Tree\n    NCCL_FANCY_NEW: '1'")
     alloc = "'roundup_power2_divisions:[256:1,>:8],shiny:1'"
     text = text.replace("env:\n", f"env:\n  NCCL_FANCY_NEW: '1'\n  MY_VAR: x\n  {ALLOC}: {alloc}\n")
+    text = re.sub(r"\nlaunch:\n(  .*\n)+", "\n", text)  # its sbatch script copies env: rebuilt
     path.write_text(text)
     with pytest.warns(ConfigWarning) as caught:
         cfg = load_config(path, check_machine=False)
@@ -524,7 +529,7 @@ def test_describe_gives_lines_to_paste(tmp_path, same_machine):
     assert "export NCCL_PROTO='^LL128'\n" in text  # quoted for the shell
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in text
     assert "DataLoader(dataset, batch_size=256, num_workers=8, pin_memory=True," in text
-    assert "\ntorchrun --standalone --nproc_per_node=8 fit.py\n" in text
+    assert "\ntorchrun --standalone --nproc_per_node=4 fit.py\n" in text  # 8 ranks on 2 nodes
 
 
 # --------------------------------------------------------------------------- light imports
@@ -628,3 +633,31 @@ def test_a_hand_edited_collate_name_is_checked_on_load(tmp_path):
     path.write_text(path.read_text().replace("workloads_for_tests:pad_tokens", "'pad tokens'"))
     with pytest.raises(ConfigError, match=r"dataloader\.collate_fn: 'pad tokens' is not allowed"):
         load_config(path)
+
+
+def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path):
+    knobs = Knobs(world_size=8, nccl={"NCCL_SOCKET_IFNAME": "^docker,lo"})
+    path = save_config(knobs, tmp_path / "t.yaml", env={"OMP_NUM_THREADS": "8"})
+    launch = yaml.safe_load(path.read_text())["launch"]
+    assert launch["srun"] == (
+        "srun --nodes=$SLURM_NNODES --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL "
+        "torchrun --nnodes=$SLURM_NNODES --nproc_per_node=8 --rdzv_backend=c10d "
+        "--rdzv_endpoint=$MASTER_ADDR:29500 --rdzv_id=$SLURM_JOB_ID train.py"
+    )
+    script = launch["sbatch"]
+    assert script[0] == "#!/bin/bash" and script[-1] == launch["srun"]
+    for line in ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                 "export NCCL_SOCKET_IFNAME='^docker,lo'", "export OMP_NUM_THREADS=8"]:  # fmt: skip
+        assert line in script
+    assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in script)
+    shown = load_config(path, check_machine=False).describe()
+    assert launch["srun"] in shown and "#SBATCH --gpus-per-node=8" in shown
+    # a file saved before srun and sbatch existed still loads; an edited script does not
+    text = path.read_text()
+    old = re.sub(r"  srun: .*\n  sbatch:\n(  - .*\n)+", "", text)
+    assert "  sbatch:" not in old and "  srun:" not in old
+    path.write_text(old)
+    load_config(path, check_machine=False)
+    path.write_text(text.replace("--gpus-per-node=8", "--gpus-per-node=4"))
+    with pytest.raises(ConfigError, match=r"launch\.sbatch: .* disagrees with the knobs"):
+        load_config(path, check_machine=False)

@@ -2,8 +2,15 @@
 
 import pytest
 
+import workbench as wb
 from workbench.core.knobs import KnobError
-from workbench.core.nccl import VARIABLES, NcclError, check_env, check_variable
+from workbench.core.nccl import (
+    VARIABLES,
+    NcclError,
+    check_env,
+    check_variable,
+    parse_interfaces,
+)
 
 GOOD = [
     ("NCCL_ALGO", "Ring"),
@@ -21,7 +28,27 @@ GOOD = [
     ("NCCL_BUFFSIZE", "8388608"),
     ("NCCL_P2P_DISABLE", "1"),
     ("NCCL_IB_DISABLE", "0"),
-    ("NCCL_SOCKET_IFNAME", "^docker,lo"),  # known, free text
+    ("NCCL_SOCKET_IFNAME", "^docker,lo"),
+    ("NCCL_SOCKET_IFNAME", "eth,ib"),
+    ("NCCL_SOCKET_IFNAME", "=eth0,eth1"),
+    ("NCCL_SOCKET_IFNAME", "^=docker0"),
+    ("NCCL_SOCKET_IFNAME", "enp1s0f0.100"),  # a VLAN interface
+    ("NCCL_IB_HCA", "mlx5_0:1,mlx5_1:1"),
+    ("NCCL_IB_HCA", "=mlx5_0"),
+    ("NCCL_IB_HCA", "^mlx5_3"),
+    ("NCCL_NET_GDR_LEVEL", "PHB"),
+    ("NCCL_NET_GDR_LEVEL", "2"),
+    ("NCCL_NET_GDR_READ", "1"),
+    ("NCCL_CROSS_NIC", "2"),
+    ("NCCL_SOCKET_NTHREADS", "4"),
+    ("NCCL_NSOCKS_PERTHREAD", "16"),
+    ("NCCL_IB_GID_INDEX", "3"),
+    ("NCCL_IB_GID_INDEX", "-1"),
+    ("NCCL_IB_TIMEOUT", "22"),
+    ("NCCL_IB_RETRY_CNT", "7"),
+    ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+    ("NCCL_NET", "Socket"),
+    ("NCCL_NET", "IB"),
 ]
 BAD = [
     ("NCCL_ALGO", "Rign"),
@@ -36,6 +63,25 @@ BAD = [
     ("NCCL_MAX_NCHANNELS", "-2"),
     ("NCCL_MAX_NCHANNELS", "many"),
     ("NCCL_P2P_DISABLE", "yes"),
+    ("NCCL_SOCKET_IFNAME", ""),
+    ("NCCL_SOCKET_IFNAME", "eth0,,eth1"),
+    ("NCCL_SOCKET_IFNAME", "eth 0"),
+    ("NCCL_SOCKET_IFNAME", "eth0:1"),  # a port belongs to HCAs only
+    ("NCCL_IB_HCA", "mlx5_0:"),
+    ("NCCL_IB_HCA", "mlx5_0:one"),
+    ("NCCL_IB_HCA", "^"),
+    ("NCCL_NET_GDR_LEVEL", "NVL"),  # a P2P level, not a GPU-NIC one
+    ("NCCL_NET_GDR_LEVEL", "6"),
+    ("NCCL_NET_GDR_READ", "2"),
+    ("NCCL_CROSS_NIC", "3"),
+    ("NCCL_SOCKET_NTHREADS", "0"),
+    ("NCCL_SOCKET_NTHREADS", "17"),
+    ("NCCL_NSOCKS_PERTHREAD", "65"),
+    ("NCCL_IB_GID_INDEX", "-2"),
+    ("NCCL_IB_TIMEOUT", "32"),
+    ("NCCL_IB_RETRY_CNT", "8"),
+    ("NCCL_SOCKET_FAMILY", "inet"),
+    ("NCCL_NET", "I B"),
 ]
 
 
@@ -62,3 +108,23 @@ def test_check_env_looks_only_at_nccl_names_and_collects_warnings():
     assert len(check_env(env)) == 1
     with pytest.raises(NcclError, match="NCCL_PROTO='LL2'"):
         check_env({"NCCL_PROTO": "LL2", "NCCL_ALGO": "Tree"})
+
+
+def test_interface_lists_select_as_nccl_does():
+    names = ["lo", "eth0", "eth1", "eth10", "docker0", "ib0"]
+    assert parse_interfaces("eth").selects(names) == ["eth0", "eth1", "eth10"]
+    assert parse_interfaces("=eth1").selects(names) == ["eth1"]  # not eth10
+    assert parse_interfaces("^docker,lo").selects(names) == ["eth0", "eth1", "eth10", "ib0"]
+    assert parse_interfaces("^=eth1").selects(names) == ["lo", "eth0", "eth10", "docker0", "ib0"]
+    hca = parse_interfaces("mlx5_0:1,mlx5_1", with_port=True)
+    assert hca.items == (("mlx5_0", 1), ("mlx5_1", None))
+    assert hca.selects(["mlx5_0", "mlx5_1", "mlx4_0"]) == ["mlx5_0", "mlx5_1"]
+    assert parse_interfaces("mlx5_0:1") is None  # ports only where asked for
+
+
+def test_socket_threads_times_sockets_is_capped_at_64_in_knobs_and_env():
+    wb.Knobs(nccl={"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "16"})  # 64: fine
+    with pytest.raises(KnobError, match=r"NCCL_NSOCKS_PERTHREAD='16'.*at most 8.*here 128"):
+        wb.Knobs(nccl={"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "16"})
+    with pytest.raises(NcclError, match="NCCL_SOCKET_NTHREADS=16"):
+        check_env({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"})

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import provenance
+from workbench.config.comm_suggestions import check_comm
 from workbench.config.tuned_config import COLLATE_NAME, TunedConfig, import_collate
 from workbench.config.yaml_text import (
     ConfigError,
@@ -47,7 +48,7 @@ __all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "col
 SCHEMA_VERSION = 2
 """2: knobs, env, dataloader, launch, provenance. 1 (knobs, measured, provenance, saved_at)
 is still read."""
-_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "provenance")
+_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "provenance", "comm")
 
 
 class ConfigWarning(UserWarning):
@@ -63,6 +64,7 @@ def save_config(
     *,
     env: Mapping[str, str] | None = None,
     collate_fn: Callable[..., Any] | str | None = None,
+    comm: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
     best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
@@ -80,6 +82,8 @@ def save_config(
     cfg = _as_config(knobs_or_result, env, target)
     if collate_fn is not None:
         cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
+    if comm is not None:  # a comm sweep's suggestions (CommSweep.suggestions())
+        cfg = replace(cfg, comm=check_comm(comm, target))
     text = config_text(cfg)
     _, notes = _parse(load_text(text, target), target)
     _warn(target, notes)
@@ -113,7 +117,7 @@ def _as_config_raw(obj: Any, env: Mapping[str, str] | None, target: Path) -> Tun
             raise ConfigError(target, f"env.{name}", problem)
     if isinstance(obj, TunedConfig):
         return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance,
-                           collate_fn=obj.collate_fn)  # fmt: skip
+                           collate_fn=obj.collate_fn, comm=obj.comm)  # fmt: skip
     if isinstance(obj, Knobs):
         return TunedConfig(obj, extra, provenance.from_knobs())
     if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
@@ -213,10 +217,18 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
     cfg = TunedConfig(
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
         collate_fn=_saved_collate(doc.get("dataloader"), path),
+        comm=check_comm(doc["comm"], path) if doc.get("comm") is not None else None,
     )  # fmt: skip
     notes += provenance.ambient_warnings(cfg.provenance)
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
-    _check_copy(path, "launch", doc.get("launch"), cfg.launch_lines(), "knobs.world_size")
+    _check_copy(
+        path,
+        "launch",
+        doc.get("launch"),
+        cfg.launch_lines(),
+        "knobs.world_size (the sbatch script also from env)",
+        optional=_LAUNCH_ADDED,
+    )
     return cfg, notes
 
 
@@ -346,16 +358,28 @@ def _extra_env(env: dict[str, Any], path: str | Path) -> tuple[dict[str, str], l
     return out, notes
 
 
+_LAUNCH_ADDED = ("srun", "sbatch")
+"""launch entries newer than the section: a file saved before them lacks them, and loads."""
+
+
 def _check_copy(
-    path: str | Path, section: str, found: Any, expected: dict[str, Any], source: str
+    path: str | Path,
+    section: str,
+    found: Any,
+    expected: dict[str, Any],
+    source: str,
+    optional: tuple[str, ...] = (),
 ) -> None:
-    """A section written from the knobs must still agree with them (absent: rebuilt on save)."""
+    """A section written from the knobs must still agree with them (absent: rebuilt on save;
+    an ``optional`` entry may be absent too)."""
     if found is None:
         return
     if not isinstance(found, Mapping):
         raise ConfigError(path, section, f"expected a mapping, got {type(found).__name__}")
     check_keys(path, section, found, expected)
     for key, want in expected.items():
+        if key in optional and key not in found:
+            continue
         got = found.get(key)
         if key not in found or got != want or type(got) is not type(want):
             what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
@@ -393,7 +417,12 @@ _NOTES = {
     "collate_fn, when present, is the workload's own (imported by that name), not a knob.",
     "launch": "torchrun lines (your script in place of train.py). One node: world_size "
     "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
-    "JOB_ID set.",
+    "JOB_ID set. srun: the same under SLURM, one agent per node, inside an allocation with "
+    "MASTER_ADDR set. sbatch: a minimal batch script, one line per entry (write them to a "
+    "file and submit it with sbatch).",
+    "comm": "A comm sweep's suggestions with the numbers measured (not knobs: set nccl or "
+    "bucket_cap_mb yourself if they fit): the fastest value per message-size range, and the "
+    "bucket size just past the knee of the busbw curve. On gloo NCCL variables had no effect.",
     "provenance": "Where these knobs came from. Loading warns when this machine differs (GPU "
     "model, torch major version): the numbers are then a starting point, not a promise.",
 }
@@ -419,6 +448,7 @@ def _sections(cfg: TunedConfig) -> list[Section]:
         Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
         Section("launch", cfg.launch_lines(), _NOTES["launch"]),
         Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
+        *([Section("comm", dict(cfg.comm), _NOTES["comm"])] if cfg.comm else []),
     ]
 
 

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from workbench.config import provenance
+from workbench.config.comm_suggestions import describe_comm
 from workbench.config.yaml_text import ConfigError
 from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
@@ -52,6 +53,9 @@ class TunedConfig:
     collate_fn: str | None = None
     """The workload's collate function, as ``module:function`` (not a knob: the measured
     pipeline's own code, imported by :meth:`dataloader`); None for torch's default collate."""
+    comm: Mapping[str, Any] | None = None
+    """A comm sweep's suggestions with their measured numbers (``workbench.analysis.
+    comm_sweep``); not knobs: None when no sweep was saved with the config."""
 
     def __post_init__(self) -> None:
         extra = MappingProxyType(dict(sorted(self.extra_env.items())))
@@ -202,12 +206,51 @@ class TunedConfig:
             words = [f"{k}={shlex.quote(v)}" for k, v in self.env().items()] + words
         return " ".join(words)
 
-    def launch_lines(self, script: str = "train.py") -> dict[str, str]:
-        """The two lines a saved config shows: one node, and several nodes ($NNODES)."""
+    def launch_lines(self, script: str = "train.py") -> dict[str, Any]:
+        """What a saved config's ``launch`` section shows, for the tuned shape: ``nodes`` (1
+        until the knob exists) x ``world_size / nodes`` processes per node.
+
+        ``single_node``: one node of it. ``multi_node``: the torchrun line for every node
+        (``$NNODES`` when tuned on one node). ``srun``: the same agents started by SLURM, one
+        task per node, inside an allocation. ``sbatch``: a minimal batch script (its lines)
+        that exports the config's variables and runs the ``srun`` line.
+        """
+        nodes = _nodes(self.knobs)
+        per_node = self.knobs.world_size // nodes
         return {
-            "single_node": self.torchrun_command(script),
-            "multi_node": self.torchrun_command(script, nnodes="$NNODES"),
+            "single_node": self.torchrun_command(script, nproc_per_node=per_node),
+            "multi_node": self.torchrun_command(
+                script, nnodes=nodes if nodes > 1 else "$NNODES", nproc_per_node=per_node
+            ),
+            "srun": self.srun_command(script),
+            "sbatch": self.sbatch_lines(script),
         }
+
+    def srun_command(self, script: str = "train.py", nnodes: int | str = "$SLURM_NNODES") -> str:
+        """``srun`` starting one torchrun agent per node of the allocation (``--export=ALL``:
+        the exported variables reach every rank; ``--kill-on-bad-exit=1``: one failed node ends
+        the step instead of leaving the others waiting in a collective)."""
+        per_node = self.knobs.world_size // _nodes(self.knobs)
+        torchrun = self.torchrun_command(script, nnodes=nnodes, nproc_per_node=per_node,
+                                         rdzv_id="$SLURM_JOB_ID")  # fmt: skip
+        return (f"srun --nodes={nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL "
+                f"{torchrun}")  # fmt: skip
+
+    def sbatch_lines(self, script: str = "train.py") -> list[str]:
+        """A minimal ``sbatch`` script for the tuned shape, one line per entry."""
+        nodes = _nodes(self.knobs)
+        per_node = self.knobs.world_size // nodes
+        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env().items()]
+        return [
+            "#!/bin/bash",
+            "#SBATCH --job-name=workbench-tuned",
+            f"#SBATCH --nodes={nodes}",
+            "#SBATCH --ntasks-per-node=1",
+            f"#SBATCH --gpus-per-node={per_node}",
+            *exports,
+            'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            self.srun_command(script),
+        ]
 
     # -- provenance -----------------------------------------------------------------------
     def machine_differences(self, here: Mapping[str, Any] | None = None) -> list[str]:
@@ -236,6 +279,11 @@ class TunedConfig:
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
                 launch["multi_node"],
+                "# SLURM, inside an allocation (salloc) with MASTER_ADDR set: one agent per node",
+                launch["srun"],
+                "# SLURM batch script (save as train.sbatch; sbatch train.sbatch)",
+                *launch["sbatch"],
+                *(describe_comm(self.comm) if self.comm else []),
             ]
         )
 
@@ -279,6 +327,11 @@ def _rendezvous_words(
         f"--rdzv_endpoint={endpoint}",
         f"--rdzv_id={rdzv_id}",
     ]
+
+
+def _nodes(knobs: Knobs) -> int:
+    """The ``nodes`` knob; 1 where this workbench has none yet."""
+    return int(getattr(knobs, "nodes", 1) or 1)
 
 
 def _device_type(device: str | None) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from workbench.core import allocconf
 from workbench.core.errors import KnobError
-from workbench.core.nccl import check_variable
+from workbench.core.nccl import check_together, check_variable
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -405,6 +405,7 @@ def _coerce_nccl(value: Any) -> Mapping[str, str]:
         clean[name] = str(text).strip()
     for name, text in clean.items():
         check_variable(name, text)  # a known variable with a bad value raises, naming both
+    check_together(clean)  # values that are fine alone but not together (socket threads)
     return MappingProxyType(clean)
 
 

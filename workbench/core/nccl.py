@@ -14,16 +14,35 @@ Lists (``NCCL_ALGO``, ``NCCL_PROTO``) follow NCCL's parser (``parseList``, NCCL 
 case-insensitive and comma-separated, ``^`` in front excludes the listed ones, and
 ``;``-separated entries after the first may be scoped to one collective
 (``Ring;allreduce:Tree``).
+
+Interface lists (``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``) follow NCCL's ``parseStringList``:
+comma-separated prefixes, ``^`` first to exclude, ``=`` next for exact names, and for HCAs an
+optional ``:port``. :func:`parse_interfaces` reads them the same way, so that
+``workbench.distributed.netcheck`` can ask each node whether the list selects anything there.
+Some limits span two variables (socket threads x sockets per thread <= 64):
+:func:`check_together`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from workbench.core.errors import KnobError
 
-__all__ = ["ON_GLOO", "VARIABLES", "NcclError", "Rule", "check_env", "check_variable", "flags"]
+__all__ = [
+    "ON_GLOO",
+    "VARIABLES",
+    "InterfaceList",
+    "NcclError",
+    "Rule",
+    "check_env",
+    "check_together",
+    "check_variable",
+    "flags",
+    "parse_interfaces",
+]
 
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -108,6 +127,66 @@ def _int_between(low: int, high: int) -> Callable[[str], bool]:
     return lambda value: at_least(value) and int(value.strip()) <= high
 
 
+@dataclass(frozen=True, slots=True)
+class InterfaceList:
+    """NCCL_SOCKET_IFNAME / NCCL_IB_HCA as NCCL's ``parseStringList`` reads them.
+
+    ``^`` first: use every interface *except* those listed; ``=`` next: names match exactly,
+    else each item is a prefix (``eth`` matches eth0, eth1). An HCA item may end in ``:port``.
+    """
+
+    exclude: bool
+    exact: bool
+    items: tuple[tuple[str, int | None], ...]
+    """(name or prefix, port or None)."""
+
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` is one of the listed ones (before ``exclude`` is applied)."""
+        return any(name == item if self.exact else name.startswith(item) for item, _ in self.items)
+
+    def selects(self, names: list[str]) -> list[str]:
+        """The names NCCL would consider, of ``names`` (a node's interfaces or HCAs)."""
+        return [n for n in names if self.matches(n) != self.exclude]
+
+
+_IFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")
+
+
+def parse_interfaces(value: str, with_port: bool = False) -> InterfaceList | None:
+    """An :class:`InterfaceList`, or None when ``value`` is not one (an empty item, a bad
+    name or port)."""
+    text = value.strip()
+    exclude = text.startswith("^")
+    text = text.removeprefix("^")
+    exact = text.startswith("=")
+    text = text.removeprefix("=")
+    items: list[tuple[str, int | None]] = []
+    for raw in text.split(","):
+        name, colon, port = raw.strip().partition(":")
+        if not _IFACE_NAME.match(name) or (colon and not with_port):
+            return None
+        if colon and not (port.isdigit() and int(port) >= 1):
+            return None
+        items.append((name, int(port) if colon else None))
+    return InterfaceList(exclude, exact, tuple(items))
+
+
+def _interfaces(with_port: bool) -> Callable[[str], bool]:
+    return lambda value: parse_interfaces(value, with_port) is not None
+
+
+def _int_at_least_or(low: int, *also: int) -> Callable[[str], bool]:
+    at_least = _int_at_least(low)
+
+    def check(value: str) -> bool:
+        try:
+            return at_least(value) or int(value.strip()) in also
+        except ValueError:
+            return False
+
+    return check
+
+
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 _ZERO_ONE = _choice(("0", "1"))
@@ -135,9 +214,45 @@ VARIABLES: dict[str, Rule] = {
     "NCCL_P2P_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
     "NCCL_SHM_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
     "NCCL_IB_DISABLE": Rule("0 or 1 (1 disables)", _ZERO_ONE, debug_only=True),
+    # Multi-node: which network, which interfaces, how many sockets (NCCL's env page).
+    "NCCL_SOCKET_IFNAME": Rule(
+        "comma-separated interface name prefixes (eth,ib); ^ first excludes them (^docker,lo); "
+        "= makes names exact (=eth0, ^=docker0)",
+        _interfaces(with_port=False),
+    ),
+    "NCCL_IB_HCA": Rule(
+        "comma-separated HCA name prefixes, each with an optional :port (mlx5_0:1,mlx5_1); "
+        "^ first excludes them; = makes names exact (=mlx5_0)",
+        _interfaces(with_port=True),
+    ),
+    "NCCL_NET_GDR_READ": Rule("0 or 1 (1: send data read directly from GPU memory)", _ZERO_ONE),
+    "NCCL_CROSS_NIC": Rule(
+        "0 (each ring/tree on one NIC), 1 (may cross NICs) or 2 (decide per system)",
+        _choice(("0", "1", "2")),
+    ),
+    "NCCL_SOCKET_NTHREADS": Rule(
+        "an integer 1-16 (CPU helper threads per socket connection; with "
+        "NCCL_NSOCKS_PERTHREAD their product at most 64)",
+        _int_between(1, 16),
+    ),
+    "NCCL_NSOCKS_PERTHREAD": Rule(
+        "a positive integer (sockets per helper thread; with NCCL_SOCKET_NTHREADS their "
+        "product at most 64)",
+        _int_between(1, 64),
+    ),
+    "NCCL_IB_GID_INDEX": Rule(
+        "an integer >= 0 (the GID table entry; RoCE v2 is often 3), or -1 to let NCCL pick",
+        _int_at_least_or(0, -1),
+    ),
+    "NCCL_IB_RETRY_CNT": Rule(
+        "an integer 0-7 (InfiniBand's 3-bit retry count)", _int_between(0, 7)
+    ),
+    "NCCL_SOCKET_FAMILY": Rule("AF_INET or AF_INET6", _choice(("AF_INET", "AF_INET6"))),
+    "NCCL_NET": Rule(
+        "the network module's name: IB, Socket, or a net plugin's own name",
+        lambda value: bool(_IFACE_NAME.match(value.strip())),
+    ),
     # Known, but their values depend on the system or the NCCL release: any text.
-    "NCCL_SOCKET_IFNAME": Rule("interface name prefixes, e.g. eth or ^docker"),
-    "NCCL_IB_HCA": Rule("InfiniBand HCA names, e.g. mlx5_0:1"),
     "NCCL_DEBUG_SUBSYS": Rule("subsystem names, e.g. INIT,COLL"),
     "NCCL_DEBUG_FILE": Rule("a file name pattern"),
     "NCCL_TOPO_FILE": Rule("a file path"),
@@ -179,4 +294,23 @@ def check_variable(name: str, value: str) -> str | None:
 def check_env(env: Mapping[str, str]) -> list[str]:
     """Check every ``NCCL_*`` entry of ``env``; other names are left alone. Returns warnings."""
     notes = [check_variable(k, v) for k, v in sorted(env.items()) if k.startswith("NCCL_")]
+    check_together(env)
     return [n for n in notes if n is not None]
+
+
+MAX_SOCKETS = 64
+"""NCCL caps NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD at 64 sockets per connection."""
+
+
+def check_together(env: Mapping[str, str]) -> None:
+    """Refuse values that pass one by one but not together (each already checked alone)."""
+    threads, socks = env.get("NCCL_SOCKET_NTHREADS"), env.get("NCCL_NSOCKS_PERTHREAD")
+    if threads is None or socks is None:
+        return
+    product = int(threads) * int(socks)
+    if product > MAX_SOCKETS:
+        raise NcclError(
+            "NCCL_NSOCKS_PERTHREAD", socks,
+            f"with NCCL_SOCKET_NTHREADS={threads}, at most {MAX_SOCKETS // int(threads)}: NCCL "
+            f"allows {MAX_SOCKETS} sockets per connection (threads x sockets, here {product})",
+        )  # fmt: skip
