@@ -47,6 +47,61 @@ def test_panel_has_a_control_for_every_knob_with_tooltips(store_path):
     assert not controls["static_graph"].disabled
 
 
+def test_nodes_is_a_slider_up_to_the_local_launchers_reach(store_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    bench = _bench(store_path)
+    bench.panel(autorun=False)
+    nodes = bench._ui.controls.controls["nodes"]
+    assert not nodes.disabled  # local "nodes" on this CPU's cores
+    assert (nodes.min, nodes.max) == (1, os.cpu_count())
+
+
+def test_nodes_is_greyed_with_the_reason_where_no_launcher_reaches_a_second_node(monkeypatch):
+    from workbench.notebook.ui import controls
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(controls.torch.cuda, "device_count", lambda: 1)
+    reason = controls.disabled_reasons("cuda")["nodes"]
+    assert "one GPU" in reason and "salloc" in reason
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "4")
+    assert "nodes" not in controls.disabled_reasons("cuda")
+    assert controls.max_nodes("cuda") == 4
+
+
+def test_a_multi_node_result_lists_its_nodes_and_marks_the_slowest():
+    from workbench.notebook.ui.status import nodes_html
+
+    nodes = [
+        {"node": "local-0", "ranks": [0, 1], "samples_per_s": 80.0, "step_ms_p50": 40.0,
+         "data_wait_pct": 5.0, "peak_mem_mib": 900.0},
+        {"node": "local-1", "ranks": [2, 3], "samples_per_s": 50.0, "step_ms_p50": 64.0,
+         "data_wait_pct": 31.0, "peak_mem_mib": None},
+    ]  # fmt: skip
+    table = nodes_html(nodes)
+    assert table.count("<tr>") == 3 and "2,3" in table
+    row_of_slow = table.split("local-1")[1].split("</tr>")[0]
+    assert "slowest" in row_of_slow and "64.0" in row_of_slow
+    assert "slowest" not in table.split("local-1")[0]
+    assert nodes_html(nodes[:1]) == ""  # one node: the burst's own line says it all
+
+
+def test_comm_summary_names_the_peak_within_and_across_nodes():
+    from types import SimpleNamespace
+
+    from workbench.notebook.ui.status import comm_summary
+
+    rows = [
+        {"scope": "intra", "size_bytes": 1 << 20, "busbw_gbps": 9.0},
+        {"scope": "inter", "size_bytes": 1 << 20, "busbw_gbps": 1.5},
+        {"scope": "inter", "size_bytes": 1 << 24, "busbw_gbps": 2.5},
+    ]
+    res = SimpleNamespace(world_size=4, rows=rows, backend="gloo")
+    text = comm_summary(res)
+    assert "peak inter-node busbw 2.50 GB/s at 16,777,216" in text
+    assert "peak intra-node busbw 9.00 GB/s" in text
+
+
 def test_first_burst_then_a_knob_move_adds_a_point(store_path):
     bench = _bench(store_path)
     bench.panel()  # autorun: the first burst starts

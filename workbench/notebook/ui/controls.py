@@ -37,6 +37,9 @@ def disabled_reasons(device_type: str) -> dict[str, str]:
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
         reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
         reasons["dali_hw_decoder_load"] = "the hardware JPEG decoder is on the GPU: needs CUDA"
+    no_nodes = nodes_unavailable(device_type)
+    if no_nodes:
+        reasons["nodes"] = no_nodes
     no_dali = dali_available()  # loader=dali stays selectable: its burst error says the same
     if no_dali:
         reasons["dali_decode"] = reasons["dali_hw_decoder_load"] = no_dali
@@ -50,6 +53,35 @@ def max_ranks(device_type: str) -> int:
     return os.cpu_count() or 1
 
 
+def in_slurm_allocation() -> bool:
+    """Inside ``salloc``/``sbatch``: the slurm launcher can put an agent on every node."""
+    return bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def max_nodes(device_type: str) -> int:
+    """Nodes the panel's launcher can reach: the allocation's inside SLURM, else "nodes" on
+    this machine (the local launcher), each needing at least one GPU or core of its own."""
+    if in_slurm_allocation():
+        return max(
+            1, int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+        )
+    return max_ranks(device_type)
+
+
+def nodes_unavailable(device_type: str) -> str:
+    """Why ``nodes`` cannot go above 1 here ("" when it can). The panel launches with the
+    slurm launcher inside an allocation and the local one elsewhere (host lists for ssh are
+    for ``run_burst``/the CLI); local nodes on a GPU need a GPU each."""
+    if not torch.distributed.is_available():
+        return "this torch was built without torch.distributed: no launcher can run ranks"
+    if max_nodes(device_type) > 1:
+        return ""
+    if device_type == "cuda":
+        return ("one GPU and no SLURM allocation: local nodes need a GPU each; run inside "
+                "salloc, or run_burst(..., launcher='ssh', hosts=[...])")  # fmt: skip
+    return "one CPU core: local nodes need a core each"
+
+
 def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.ValueWidget:
     """The widget for one knob, showing ``value``, with the knob's doc as tooltip."""
     common = {"description": spec.name, "tooltip": spec.doc, "style": _STYLE, "layout": _LAYOUT}
@@ -60,6 +92,9 @@ def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.Valu
         control = w.SelectionSlider(options=labeled, value=value, continuous_update=False, **common)
     elif spec.name == "world_size":
         top = max(max_ranks(device_type), value)
+        control = w.IntSlider(value=value, min=1, max=top, continuous_update=False, **common)
+    elif spec.name == "nodes":
+        top = max(max_nodes(device_type), value)
         control = w.IntSlider(value=value, min=1, max=top, continuous_update=False, **common)
     elif spec.name == "num_workers":
         top = max(os.cpu_count() or 1, value)

@@ -103,7 +103,40 @@ def result_html(r: BurstResult) -> str:
         return html.escape(f"burst #{r.id}: {knobs} -> {r.status}") + ambient_html(r.ambient_notes)
     tail = f"{r.samples_per_s:,.1f} samples/s, step {r.step_ms_p50:.1f} ms, "
     tail += f"data wait {r.data_wait_pct:.0f}%, peak {r.peak_mem_mib or 0:,.0f} MiB"
-    return html.escape(f"burst #{r.id}: {knobs} -> {tail}") + ambient_html(r.ambient_notes)
+    return (
+        html.escape(f"burst #{r.id}: {knobs} -> {tail}")
+        + nodes_html(r.nodes)
+        + ambient_html(r.ambient_notes)
+    )
+
+
+def nodes_html(nodes: list[dict[str, Any]]) -> str:
+    """A row per node under a multi-node burst's line, the slowest node marked: one slow node
+    holds every rank back at each all-reduce, and the total alone does not show which."""
+    if len(nodes) < 2:
+        return ""
+    steps = [n.get("step_ms_p50") for n in nodes if n.get("step_ms_p50") is not None]
+    slowest = max(steps) if steps else None
+    cells = ["node", "ranks", "samples/s", "step p50 ms", "data wait %", "peak MiB"]
+    head = "".join(f"<th style='{_CELL}'>{c}</th>" for c in cells)
+    body = "".join(_node_row(n, n.get("step_ms_p50") == slowest) for n in nodes)
+    return (f"<table class='wb-nodes' style='border-collapse:collapse;font-size:90%'>"
+            f"<tr>{head}</tr>{body}</table>")  # fmt: skip
+
+
+def _node_row(node: dict[str, Any], slowest: bool) -> str:
+    def num(key: str, fmt: str) -> str:
+        value = node.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    name = html.escape(str(node.get("node", "?"))) + (" &#8592; slowest" if slowest else "")
+    ranks = html.escape(",".join(str(r) for r in node.get("ranks", [])))
+    cells = [name, ranks, num("samples_per_s", ",.1f"), num("step_ms_p50", ".1f"),
+             num("data_wait_pct", ".0f"), num("peak_mem_mib", ",.0f")]  # fmt: skip
+    return "<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in cells) + "</tr>"
+
+
+_CELL = "padding:1px 8px;text-align:right;border-bottom:1px solid #ddd"
 
 
 def ambient_html(notes: list[str]) -> str:
@@ -141,6 +174,12 @@ def comm_label(res: Any) -> str:
 def comm_summary(res: Any) -> str:
     if res.world_size == 1:
         return "comm: one rank, so nothing crosses a link (busbw 0); set world_size to 2+"
-    best = max(res.rows, key=lambda r: r["busbw_gbps"])
-    return (f"comm: peak busbw {best['busbw_gbps']:.2f} GB/s at {best['size_bytes']:,} bytes "
-            f"over {res.world_size} ranks ({res.backend})")  # fmt: skip
+    scopes = sorted({r.get("scope", "intra") for r in res.rows})
+    parts = []
+    for scope in scopes:  # within a node and across nodes: which link limits
+        rows = [r for r in res.rows if r.get("scope", "intra") == scope]
+        best = max(rows, key=lambda r: r["busbw_gbps"])
+        where = f" {scope}-node" if len(scopes) > 1 else ""
+        parts.append(f"peak{where} busbw {best['busbw_gbps']:.2f} GB/s at "
+                     f"{best['size_bytes']:,} bytes")  # fmt: skip
+    return f"comm: {'; '.join(parts)} over {res.world_size} ranks ({res.backend})"
