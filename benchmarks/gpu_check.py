@@ -16,6 +16,11 @@ Needs only the engine's dependencies (torch, nvidia-ml-py, pyyaml, psutil, panda
 packages, no DALI, no network. Usage:
     python benchmarks/gpu_check.py [--budget-s S] [--seconds S] [--json FILE] [--plan]
 ``--plan`` prints the rows in order with their estimates (docs/development.md's table), exits.
+``--resume`` (with ``--json``) continues a check whose process died (a segfault in a library:
+the first GPU session lost every row after ``compile=max-autotune`` that way): the rows in the
+file are kept, the row it was in is recorded as failed ("the process died in this row"), and
+the rows not yet run get the new ``--budget-s``. ``faulthandler`` prints the Python stack of
+such a crash to stderr.
 Exit code 0 when no row failed (skipped rows are listed, not failed), 1 otherwise.
 """
 
@@ -26,6 +31,7 @@ import time
 _STARTED = time.monotonic()  # the budget counts the imports too
 
 import argparse  # noqa: E402
+import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -87,14 +93,17 @@ def run_rows(
     clock: Clock = time.monotonic,
     started: float | None = None,
     say: Callable[[str], None] = print,
+    done: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Run ``rows`` in order within ``budget_s`` (counted from ``started``); returns a record
-    per row. Before each row, one whose estimate exceeds what is left is skipped and says so.
+    per row. ``done``: records of an earlier run (``resumed``), kept; their rows are not
+    rerun. Before each row, one whose estimate exceeds what is left is skipped and says so.
     ``write(records, running)`` gets every record so far before a row starts (``running`` =
     its label) and after it ends (``running`` = None): a run killed mid-row keeps the rest."""
     started = clock() if started is None else started
-    records: list[dict[str, Any]] = []
-    for row in rows:
+    records: list[dict[str, Any]] = list(done)
+    finished = {r["label"] for r in records}
+    for row in (r for r in rows if r.label not in finished):
         left_s = budget_s - (clock() - started)
         if row.est_s > left_s:
             reason = f"would not fit (est {row.est_s:.0f} s, {max(left_s, 0):.0f} s left)"
@@ -161,6 +170,27 @@ def json_writer(path: str | os.PathLike[str] | None, meta: dict[str, Any]) -> Wr
     return write
 
 
+def resumed(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of an earlier run's JSON file, the row it died in recorded as failed; empty
+    when there is no such file (nothing ran: start from the first row)."""
+    target = Path(path)
+    if not target.exists():
+        return []
+    doc = json.loads(target.read_text())
+    records = list(doc.get("rows", []))
+    running = doc.get("running")
+    if running:
+        rows = {r.label: r for r in ROWS}
+        row = rows.get(running)
+        records.append({
+            "label": running, "risk": row.risk if row else None,
+            "est_s": row.est_s if row else None, "status": "failed", "wall_s": None,
+            "reason": "the process died in this row (a crash, not a timeout: see the log for "
+                      "faulthandler's stack)",
+        })  # fmt: skip
+    return records
+
+
 def summary(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for rec in records:
@@ -201,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=SECONDS, help="each burst's window")
     ap.add_argument("--json", help="rewritten after every row with every row so far")
     ap.add_argument("--plan", action="store_true", help="print the plan and its estimates")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows in --json; the row it died in is failed")  # fmt: skip
     args = ap.parse_args(argv)
     if args.plan:
         print(plan_table(plan()))
@@ -225,12 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     print("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|---")
     tools = Tools()
+    done = resumed(args.json) if args.resume and args.json else []
+    for rec in done:
+        print(f"= {rec['label']}: {rec['status']} (earlier run)"
+              + (f": {rec['reason']}" if rec.get("reason") else ""))  # fmt: skip
     records = run_rows(rows, args.budget_s, json_writer(args.json, meta),
                        make_run=lambda: RowRun(paths.root, args.seconds, tools),
-                       started=_STARTED)  # fmt: skip
+                       started=_STARTED, done=done)  # fmt: skip
     print(summary_line(records, time.monotonic() - _STARTED))
     return 1 if summary(records)["failed"] else 0
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # a segfault in a library prints the Python stack it happened in
     sys.exit(main())

@@ -47,6 +47,18 @@ echo "# session: check budget ${budget} s (timeout ${check_timeout} s), then pyt
 timeout -k 5 "$check_timeout" "$py" benchmarks/gpu_check.py --budget-s "$budget" \
     --json "$out/gpu_check.json" 2>&1 | tee "$out/gpu_check.txt"
 check_rc=${PIPESTATUS[0]}
+# A crash (a signal other than timeout's: 139 is a segfault in a library) keeps the rows the
+# JSON holds; the rest run in a fresh process with what is left of the check's time.
+if [ "$check_rc" -gt 128 ] && [ "$check_rc" != 137 ]; then
+    left=$((session_s - pytest_s - SECONDS))
+    if [ "$left" -gt $((grace_s + 20)) ]; then
+        echo "# gpu_check died (exit $check_rc): resuming with ${left} s"
+        timeout -k 5 "$left" "$py" benchmarks/gpu_check.py --resume \
+            --budget-s $((left - grace_s)) --json "$out/gpu_check.json" 2>&1 |
+            tee -a "$out/gpu_check.txt"
+        check_rc=${PIPESTATUS[0]}
+    fi
+fi
 
 files=""
 for f in $(grep -rl --include="test_*.py" "pytest.mark.gpu" tests); do

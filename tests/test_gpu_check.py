@@ -155,6 +155,37 @@ def test_a_killed_run_keeps_the_rows_it_measured(tmp_path):
     assert list(tmp_path.iterdir()) == [path]
 
 
+def test_a_crashed_run_resumes_after_the_row_it_died_in(gpu_check, tmp_path):
+    """A segfault in the second row (as compile=max-autotune gave on the first H200 session):
+    resumed, the first row is kept, the second is failed with the reason, the third runs."""
+    path = tmp_path / "check.json"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(_BENCH)!r})
+        import gpu_check as g
+        rows = [g.Row("first", 1, 1, "", lambda r: None),
+                g.Row("second", 2, 1, "", lambda r: os.kill(os.getpid(), signal.SIGSEGV))]
+        g.run_rows(rows, 100, g.json_writer({str(path)!r}, {{"device": "cpu"}}))
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -11, p.stderr
+    done = gpu_check.resumed(path)
+    assert [(r["label"], r["status"]) for r in done] == [("first", "passed"), ("second", "failed")]
+    assert "died in this row" in done[1]["reason"]
+    ran = []
+    rows = [_row(gpu_check, name, 1, lambda r, n=name: ran.append(n))
+            for name in ("first", "second", "third")]  # fmt: skip
+    records = gpu_check.run_rows(rows, 100, gpu_check.json_writer(path, {"device": "cpu"}),
+                                 say=lambda s: None, done=done)  # fmt: skip
+    assert ran == ["third"]
+    assert [r["status"] for r in records] == ["passed", "failed", "passed"]
+    assert json.loads(path.read_text())["summary"] == {"passed": 2, "failed": 1, "skipped": 0}
+
+
+def test_nothing_to_resume_starts_from_the_first_row(gpu_check, tmp_path):
+    assert gpu_check.resumed(tmp_path / "absent.json") == []
+
+
 # -- the checks every burst gets, on CPU results -----------------------------------------------
 
 

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from workbench.engine import failures
-from workbench.engine.failures import cuda_health, is_oom_error, is_sticky_cuda_error, note_failure
+from workbench.engine.failures import (
+    compile_hint,
+    cuda_health,
+    describe_error,
+    is_oom_error,
+    is_sticky_cuda_error,
+    note_failure,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +74,36 @@ def test_a_burst_after_a_fault_is_an_error_that_says_restart(monkeypatch):
     monkeypatch.setattr(burst, "cuda_health", lambda dev: failures.restart_advice("x"))
     r = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, record=False)
     assert r.status == "error" and "Restart the kernel" in r.error and r.steps == 0
+
+
+def _raise_from(path: str, src: str) -> BaseException:
+    """The exception ``src`` raises, as if the code lived at ``path`` (its traceback says so)."""
+    try:
+        exec(compile(src, path, "exec"), {})
+    except Exception as exc:
+        return exc
+    raise AssertionError("src did not raise")
+
+
+def test_an_error_without_a_message_names_where_it_was_raised():
+    exc = _raise_from("/venv/lib/python3.12/site-packages/torch/_inductor/graph.py",
+                      "def run():\n    assert False\nrun()\n")  # fmt: skip
+    assert describe_error(exc) == "AssertionError at torch/_inductor/graph.py:2 in run"
+
+
+def test_an_error_with_a_message_is_its_message():
+    exc = _raise_from("/x/y.py", "raise ValueError('batch too big')\n")
+    assert describe_error(exc) == "ValueError: batch too big"
+
+
+def test_an_error_inside_the_compiler_says_so_and_names_the_other_modes():
+    exc = _raise_from("/venv/site-packages/torch/_inductor/select_algorithm.py", "assert False\n")
+    hint = compile_hint(exc, "max-autotune")
+    assert "inside torch.compile" in hint and "compile=default or off" in hint
+    assert "compile=off measures" in compile_hint(exc, "default")
+    assert compile_hint(exc, "off") == ""
+
+
+def test_an_error_in_the_model_gets_no_compiler_hint():
+    exc = _raise_from("/home/me/model.py", "raise RuntimeError('shape mismatch')\n")
+    assert compile_hint(exc, "max-autotune") == ""

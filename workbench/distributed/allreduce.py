@@ -196,7 +196,9 @@ class CommResult:
                 f"{r['busbw_gbps']:>11.3f}  {'yes' if r['correct'] else 'NO'}"
             )
         if self.world_size == 1:
-            lines.append("one rank: nothing crosses a link, so busbw is 0 (as nccl-tests shows)")
+            lines.append("one rank: nothing crosses a link: busbw is 0, and algbw only times "
+                         "the call itself (NCCL moves no data), as nccl-tests shows; a link "
+                         "needs 2 or more ranks")  # fmt: skip
         lines += [f"SUSPECT: {note}" for note in self.suspect]
         return "\n".join(lines)
 

@@ -49,7 +49,7 @@ from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.engine.coordinator import Coordinator, Solo
-from workbench.engine.failures import cuda_health, is_oom_error, note_failure
+from workbench.engine.failures import compile_hint, cuda_health, is_oom_error, note_failure
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
@@ -280,7 +280,7 @@ def _guarded(
         raise
     except Exception as exc:  # a failed burst is a result; the traceback frames die here
         result.status = "oom" if is_oom_error(exc) else "error"
-        result.error = note_failure(exc)
+        result.error = note_failure(exc) + compile_hint(exc, knobs.compile)
         return None
 
 

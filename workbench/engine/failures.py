@@ -55,7 +55,53 @@ def describe_error(exc: BaseException) -> str:
     last = lines[-1] if lines else ""
     if len(lines) > 1 and ": " in last and " " not in last.split(": ", 1)[0]:
         return last  # already "Type: message" from a worker's traceback
-    return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
+    if last:
+        return f"{type(exc).__name__}: {last}"
+    where = raised_at(exc)
+    return f"{type(exc).__name__} at {where}" if where else type(exc).__name__
+
+
+def raised_at(exc: BaseException) -> str:
+    """``torch/_inductor/graph.py:812 in run``: where ``exc`` was raised, for an exception
+    with no message (a bare ``assert`` deep in a library says nothing else). Paths inside a
+    ``site-packages`` folder are shown from the package on; empty without a traceback.
+
+    Why: the GPU session met ``compile=max-autotune`` failing with a bare AssertionError; the
+    result said "AssertionError" and nothing a user could search for or report."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    path = code.co_filename.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            path = path.rsplit(marker, 1)[1]
+            break
+    return f"{path}:{tb.tb_lineno} in {code.co_name}"
+
+
+def compile_hint(exc: BaseException, compile_mode: str) -> str:
+    """A sentence for an error raised inside torch.compile (Dynamo or Inductor), or "".
+
+    Such an error is the compiler's, not the model's: the same step runs eagerly, and often
+    under another mode (``max-autotune`` adds Triton GEMM templates and CUDA graphs to
+    ``default``). Saying so spares the user a hunt through their own code."""
+    if compile_mode == "off":
+        return ""
+    tb, inside = exc.__traceback__, False
+    while tb is not None and not inside:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        inside = "/torch/_inductor/" in path or "/torch/_dynamo/" in path
+        tb = tb.tb_next
+    if not inside:
+        return ""
+    others = "off" if compile_mode == "default" else "default or off"
+    return (
+        f" (raised inside torch.compile, mode {compile_mode}: the compiler failed, not "
+        f"the model; compile={others} measures the same step without it)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
