@@ -132,7 +132,9 @@ class Knobs:
     )
     compile: str = _knob(
         "off",
-        "torch.compile mode; compile time is reported as compile_s, outside the measured window.",
+        "torch.compile mode; compile time is reported as compile_s, outside the measured window. "
+        "max-autotune times Triton matmul kernels: minutes on a cold start (past 140 s for gpt "
+        "on an H200); reduce-overhead adds CUDA graphs without that search.",
         "compute",
         "choice",
         choices=COMPILE_MODES,
