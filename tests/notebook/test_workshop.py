@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from workbench.config.saved import load_config, save_config
 from workbench.core.knobs import Knobs
+from workbench.core.results import BurstResult
 from workbench.notebook import workshop
 
 
@@ -247,3 +248,35 @@ def test_a_predicted_operator_may_name_a_family():
     assert not workshop.check_top_operator(None, p, prediction="add")
     empty = SimpleNamespace(operators=pd.DataFrame(), status="error", error="no kineto")
     assert not workshop.check_top_operator("aten::add_", empty)
+
+
+def _scaled(samples_per_s, launch_s=3.0, status="ok"):
+    return BurstResult(status=status, samples_per_s=samples_per_s, launch_s=launch_s,
+                       error=None if status == "ok" else "rank 1 on local-1 exited")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ratio", "right", "wrong"),
+    [(1.0, "same", "faster"), (1.3, "faster", "same"), (0.7, "slower", "same")],
+)
+def test_check_scale_out_reads_the_ratio_of_two_nodes_to_one(ratio, right, wrong):
+    one, two = _scaled(100.0, 3.0), _scaled(100.0 * ratio, 5.5)
+    ok = workshop.check_scale_out(right, one, two, exercise="06-scale-out")
+    assert ok and ok.measured == right and ok.exercise == "06-scale-out"
+    assert "5.5 s against 3.0 s" in ok.message
+    assert not workshop.check_scale_out(wrong, one, two)
+
+
+def test_check_scale_out_accepts_both_answers_at_the_edge():
+    one, two = _scaled(100.0), _scaled(111.0)  # 1.11x: just past "same"
+    assert workshop.check_scale_out("faster", one, two)
+    assert workshop.check_scale_out("same", one, two)
+    assert not workshop.check_scale_out("slower", one, two)
+
+
+def test_check_scale_out_never_raises_on_a_failed_burst_or_no_prediction():
+    failed = workshop.check_scale_out("same", _scaled(100.0), _scaled(None, status="error"))
+    assert not failed and "two nodes burst measured nothing" in failed.message
+    assert "rank 1 on local-1" in failed.message
+    none = workshop.check_scale_out(None, _scaled(100.0), _scaled(100.0))
+    assert not none and "prediction" in none.message

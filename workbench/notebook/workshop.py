@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
     from workbench.analysis.profiling import ProfileResult
     from workbench.config.tuned_config import TunedConfig
+    from workbench.core.results import BurstResult
     from workbench.distributed.allreduce import CommResult
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "check_knee",
     "check_loader",
     "check_prediction",
+    "check_scale_out",
     "check_speedup",
     "check_top_operator",
     "check_verdict",
@@ -561,6 +563,53 @@ def check_comm_peak(
     frame = result.frame().assign(status="ok")
     return check_best(answer, frame, "size_bytes", metric="busbw_gbps", tolerance=tolerance,
                       prediction=prediction, exercise=exercise)  # fmt: skip
+
+
+SCALE_OUT_SAME = 0.10
+"""Two nodes within 10% of one node's samples/s read as "same"; 3 points either side of that
+edge accept both neighbouring answers (two short bursts on a shared machine can land on
+either side)."""
+
+
+def scale_out_label(ratio: float) -> str:
+    """``faster``, ``same`` or ``slower`` for two nodes' samples/s over one node's."""
+    if ratio > 1 + SCALE_OUT_SAME:
+        return "faster"
+    return "slower" if ratio < 1 - SCALE_OUT_SAME else "same"
+
+
+def check_scale_out(
+    prediction: Any, one_node: BurstResult, two_nodes: BurstResult, *, exercise: str = ""
+) -> Check:
+    """Did two "nodes" of the same total ranks run ``faster``, the ``same`` or ``slower`` than
+    one? Both results are ``wb.run_burst``'s (the second with ``nodes=2``). A failed burst, or
+    no prediction, ends in a verdict that says what to do, never an exception."""
+    fields: dict[str, Any] = {"exercise": exercise, "prediction": prediction}
+    for name, r in (("one node", one_node), ("two nodes", two_nodes)):
+        if r is None or not getattr(r, "ok", False) or not r.samples_per_s:
+            why = getattr(r, "error", None) or "no result"
+            return Check(False, f"the {name} burst measured nothing ({why}); run it again",
+                         **fields)  # fmt: skip
+    ratio = two_nodes.samples_per_s / one_node.samples_per_s
+    measured = scale_out_label(ratio)
+    fields["measured"] = measured
+    near = {scale_out_label(ratio - EDGE_BAND), scale_out_label(ratio + EDGE_BAND)}
+    said = f"two nodes ran at {ratio:.2f}x one node's samples/s ({measured})"
+    start = _start_cost(one_node, two_nodes)
+    if prediction is None:
+        return _no_answer('"faster", "same" or "slower"', "prediction", **fields)
+    right = str(prediction).strip().lower() in near
+    note = prediction_note(prediction, measured, right=right, choice=True)
+    return Check(right, f"{said}; {start} {note}", **fields)
+
+
+def _start_cost(one_node: BurstResult, two_nodes: BurstResult) -> str:
+    """The rendezvous shows in the job's start, not in its window."""
+    a, b = one_node.launch_s, two_nodes.launch_s
+    if a is None or b is None:
+        return "the window excludes start-up, so the rendezvous does not count in samples/s."
+    return (f"starting took {b:.1f} s against {a:.1f} s: the rendezvous of the agents is paid "
+            "once, before the window, never in samples/s.")  # fmt: skip
 
 
 # -- diagnosis, profile, config ----------------------------------------------------------------
