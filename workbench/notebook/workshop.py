@@ -13,11 +13,15 @@ median: a short burst cannot tell those apart, and the check says so.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import shlex
 import statistics
 import subprocess
 import sys
+import threading
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Check",
+    "ClassBoardWarning",
     "LessonPlan",
     "ceilings",
     "check_best",
@@ -52,12 +57,14 @@ __all__ = [
     "check_speedup",
     "check_top_operator",
     "check_verdict",
+    "class_mode",
     "example_script",
     "gpu_verdicts",
     "lesson_plan",
     "loader_ceiling_estimate",
     "on_gpu",
     "prediction_note",
+    "record",
     "run_example",
     "sample_dataset",
     "start",
@@ -82,6 +89,8 @@ class Check:
     """What the learner predicted before measuring (None: no prediction was made)."""
     measured: Any = None
     """What this machine measured: the value the answer is compared with (None: nothing)."""
+    answered: bool = True
+    """False for "set `answer` first": no answer was given, so nothing goes to a class board."""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -93,28 +102,84 @@ class Check:
 
 
 def _no_answer(what: str, variable: str = "answer", **fields: Any) -> Check:
-    return Check(False, f"set `{variable}` to {what}, then run this cell again", **fields)
+    return Check(False, f"set `{variable}` to {what}, then run this cell again", answered=False,
+                 **fields)  # fmt: skip
 
 
-def _never_raises(check: Callable[..., Check]) -> Callable[..., Check]:
+def _never_raises(check: Callable[..., Check] | None = None, /, *, exercise: str = "") -> Any:
     """A check in a room full of learners ends in a verdict, never a traceback: a measurement
     that cannot be checked (no successful burst, one rank, a frame without the column) becomes
-    a ``Check`` that says so and what to do."""
+    a ``Check`` that says so and what to do. In class mode the verdict is also recorded for the
+    instructor's board (:func:`record`), once: by the outermost check when checks nest.
+
+    ``@_never_raises(exercise="10-frees-most")`` names the exercise of a check that takes no
+    ``exercise`` argument (a verdict's own name wins)."""
+    if check is None:
+        return functools.partial(_never_raises, exercise=exercise)
 
     @functools.wraps(check)
     def wrapper(*args: Any, **kwargs: Any) -> Check:
+        name = str(kwargs.get("exercise") or exercise)
+        outermost = not getattr(_NESTING, "depth", 0)
+        _NESTING.depth = getattr(_NESTING, "depth", 0) + 1
         try:
-            return check(*args, **kwargs)
+            verdict = check(*args, **kwargs)
         except Exception as exc:  # the point: any failure becomes a verdict
-            return Check(
+            verdict = Check(
                 False,
                 f"this measurement cannot be checked ({exc}); run the measuring cell again, "
                 "or ask the instructor",
-                exercise=str(kwargs.get("exercise", "")),
+                exercise=name,
                 prediction=kwargs.get("prediction"),
             )
+        finally:
+            _NESTING.depth -= 1
+        if name and not verdict.exercise:
+            verdict = dataclasses.replace(verdict, exercise=name)
+        if outermost:
+            record(verdict)
+        return verdict
 
     return wrapper
+
+
+_NESTING = threading.local()
+"""How deep in nested checks this thread is (``check_format`` calls ``check_best``)."""
+
+
+def class_mode() -> bool:
+    """True where learners' answers go to a class store: ``WORKBENCH_STORE`` is set."""
+    return bool(os.environ.get("WORKBENCH_STORE", "").strip())
+
+
+def record(check: Check, *, store: Any = None) -> int | None:
+    """Record an answered check with an exercise name on the class board, in class mode (or
+    into ``store`` when one is given); returns the answer's id, or None when not recorded.
+
+    Never raises: a class store that is down costs the board one answer, never the lesson. The
+    learner gets one readable warning (the verdict still shows) and the lesson goes on.
+    """
+    if not check.exercise or not check.answered or (store is None and not class_mode()):
+        return None
+    answer = {"exercise": check.exercise, "ok": check.ok, "message": check.message,
+              "prediction": check.prediction, "measured": check.measured}  # fmt: skip
+    try:
+        # history's class-mode module, only when an answer is recorded
+        from workbench.history import classroom
+
+        return classroom.record_answer(answer, store=store)
+    except Exception as exc:  # the point: recording never breaks a lesson
+        warnings.warn(
+            f"your answer to {check.exercise} was not sent to the class board ({exc}); your "
+            "verdict below is unaffected. Tell the instructor if this repeats.",
+            ClassBoardWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+class ClassBoardWarning(UserWarning):
+    """An answer could not be recorded on the class board (the store is down or refused it)."""
 
 
 def _says(value: Any) -> str:
