@@ -68,7 +68,8 @@ def store_note(store: Any) -> tuple[str, bool]:
         return (f"Local SQLite file {store.path}: not a class store. It holds this machine's "
                 "bursts only; for a room, set WORKBENCH_STORE=postgresql://... in every kernel "
                 "(notebooks/README.md, \"The class board\").", False)  # fmt: skip
-    safe = _PASSWORD.sub(r"\1***@", repr(store))
+    where = store.where() if callable(getattr(store, "where", None)) else repr(store)
+    safe = _PASSWORD.sub(r"\1***@", str(where))  # where() has no password; a repr may
     return f"Class store: {safe}.", True
 
 
@@ -103,6 +104,8 @@ class Board:
         if self.refresh_s <= 0:
             raise ValueError(f"refresh_s must be > 0 seconds, got {refresh_s}")
         self.view: BoardView | None = None
+        self.reads = 0
+        """Successful reads of the store so far (the status line counts them)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
@@ -129,7 +132,7 @@ class Board:
                 self.ui.status.value = _red(f"could not read the store at "
                                             f"{time.strftime('%H:%M:%S')}: {exc}")  # fmt: skip
                 return None
-            self.view = view
+            self.view, self.reads = view, self.reads + 1
             self.ui.draw(view, self)
             return view
 
@@ -193,8 +196,9 @@ class _BoardWidgets:
         ]), "wb-board")  # fmt: skip
 
     def draw(self, view: BoardView, board: Board) -> None:
-        self.status.value = _para(f"read at {view.read_at}: {len(view.answers)} answer(s) from "
-                                  f"{view.answers['learner'].nunique()} learner(s), "
+        learners = view.answers["learner"].nunique()
+        self.status.value = _para(f"read {board.reads} at {view.read_at}: "
+                                  f"{len(view.answers)} answer(s) from {learners} learner(s), "
                                   f"{view.bursts} burst(s)")  # fmt: skip
         self.answers.value = _table(view.summary, _SUMMARY, "no answers yet")
         self.charts["correct"].chart = board_charts.correct(view.summary)
