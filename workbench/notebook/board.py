@@ -28,6 +28,7 @@ import pandas as pd
 from workbench.analysis import board as figures
 from workbench.analysis.sweeps import sweep
 from workbench.core.knobs import Knobs
+from workbench.history import classroom
 from workbench.history.store import HistoryStore, open_store
 from workbench.notebook import board_charts, workshop
 
@@ -76,8 +77,6 @@ def store_note(store: Any) -> tuple[str, bool]:
 def _visibility_note(store: Any) -> str:
     """Who sees what: the board is the room's only when it reads every learner's rows."""
     try:
-        from workbench.history import classroom  # class mode's rules live in the history layer
-
         shared, instructor = bool(store.board_shared()), classroom.is_instructor()
     except Exception as exc:  # a board that cannot tell still shows what it reads
         return f"Cannot tell whether the board is shared ({exc})."
@@ -130,7 +129,8 @@ class Board:
                 view = read_board(self.store, self.knob, self.new, self.old)
             except Exception as exc:  # the point: the board stays up when the store is not
                 self.ui.status.value = _red(f"could not read the store at "
-                                            f"{time.strftime('%H:%M:%S')}: {exc}")  # fmt: skip
+                                            f"{time.strftime('%H:%M:%S')}: "
+                                            f"{workshop.scrubbed(str(exc))}")  # fmt: skip
                 return None
             self.view, self.reads = view, self.reads + 1
             self.ui.draw(view, self)

@@ -36,6 +36,8 @@ from workbench.config.saved import load_config
 from workbench.core.knobs import Knobs
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
+from workbench.history import classroom
+from workbench.history.dsn import scrub
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -164,18 +166,22 @@ def record(check: Check, *, store: Any = None) -> int | None:
     answer = {"exercise": check.exercise, "ok": check.ok, "message": check.message,
               "prediction": check.prediction, "measured": check.measured}  # fmt: skip
     try:
-        # history's class-mode module, only when an answer is recorded
-        from workbench.history import classroom
-
         return classroom.record_answer(answer, store=store)
     except Exception as exc:  # the point: recording never breaks a lesson
         warnings.warn(
-            f"your answer to {check.exercise} was not sent to the class board ({exc}); your "
+            f"your answer to {check.exercise} was not sent to the class board "
+            f"({scrubbed(str(exc))}); your "
             "verdict below is unaffected. Tell the instructor if this repeats.",
             ClassBoardWarning,
             stacklevel=3,
         )
         return None
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with the class store's password masked (a driver's message may quote it)."""
+    url = os.environ.get("WORKBENCH_STORE", "").strip()
+    return scrub(text, url) if url else text
 
 
 class ClassBoardWarning(UserWarning):
