@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -268,6 +269,7 @@ def class_store(monkeypatch, tmp_path):
         return real(answer, store=store or sqlite)
 
     monkeypatch.setattr(classroom, "record_answer", to_sqlite)
+    monkeypatch.setattr(workshop, "_down_until", [0.0])  # no pause left by another test
     monkeypatch.setenv("WORKBENCH_STORE", CLASS_URL)
     monkeypatch.setenv("WORKBENCH_LEARNER", "ann")
     return sqlite
@@ -313,11 +315,24 @@ def test_lesson_ten_checks_carry_their_exercise_names(class_store):
 
 def test_a_store_that_is_down_costs_one_warning_never_the_verdict(monkeypatch):
     """The real path: WORKBENCH_STORE names a PostgreSQL server where none listens (or whose
-    driver is not installed): the verdict shows, with one warning that hides the password."""
+    driver is not installed): the verdict shows, with one warning that hides the password, and
+    the next checks do not try (and wait for) the store again for a while."""
     monkeypatch.setenv("WORKBENCH_STORE", CLASS_URL)
+    monkeypatch.setattr(workshop, "_down_until", [0.0])
     with pytest.warns(workshop.ClassBoardWarning, match="02-workers was not sent") as said:
         verdict = workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
-    assert verdict and "the most in this sweep" in verdict.message
+        again = workshop.check_best(0, WORKERS, "num_workers", exercise="02-workers")
+    assert verdict and "the most in this sweep" in verdict.message and not again
     assert len(said) == 1 and "s3cret" not in str(said[0].message)
-    with pytest.warns(workshop.ClassBoardWarning):  # even a store object that is no store
+    assert "not sent for the next 60 s" in str(said[0].message)
+    with pytest.warns(workshop.ClassBoardWarning):  # a store passed in is always tried
         assert workshop.record(verdict, store=object()) is None
+
+
+def test_the_class_store_is_tried_again_after_the_pause(class_store, monkeypatch):
+    monkeypatch.setattr(workshop, "_down_until", [time.monotonic() + 60])
+    workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+    assert class_store.answers() == []  # within the pause: not tried
+    monkeypatch.setattr(workshop, "_down_until", [time.monotonic() - 1])
+    workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+    assert [a["exercise"] for a in class_store.answers()] == ["02-workers"]

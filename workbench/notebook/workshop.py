@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -158,24 +159,36 @@ def record(check: Check, *, store: Any = None) -> int | None:
     """Record an answered check with an exercise name on the class board, in class mode (or
     into ``store`` when one is given); returns the answer's id, or None when not recorded.
 
-    Never raises: a class store that is down costs the board one answer, never the lesson. The
-    learner gets one readable warning (the verdict still shows) and the lesson goes on.
+    Never raises: a class store that is down costs the board answers, never the lesson. The
+    learner gets one readable warning (the verdict still shows); for ``RETRY_S`` after it, the
+    checks do not try the store again, so a store that times out (``connect_timeout``) does not
+    make every later verdict wait for it.
     """
     if not check.exercise or not check.answered or (store is None and not class_mode()):
+        return None
+    if store is None and time.monotonic() < _down_until[0]:
         return None
     answer = {"exercise": check.exercise, "ok": check.ok, "message": check.message,
               "prediction": check.prediction, "measured": check.measured}  # fmt: skip
     try:
         return classroom.record_answer(answer, store=store)
     except Exception as exc:  # the point: recording never breaks a lesson
+        if store is None:
+            _down_until[0] = time.monotonic() + RETRY_S
         warnings.warn(
             f"your answer to {check.exercise} was not sent to the class board "
-            f"({scrubbed(str(exc))}); your "
-            "verdict below is unaffected. Tell the instructor if this repeats.",
+            f"({scrubbed(str(exc))}); your verdict below is unaffected. Answers are not sent "
+            f"for the next {RETRY_S:.0f} s; tell the instructor if this repeats.",
             ClassBoardWarning,
             stacklevel=3,
         )
         return None
+
+
+RETRY_S = 60.0
+"""After the class store failed, checks leave it alone this long (their verdicts still show)."""
+_down_until = [0.0]
+"""``time.monotonic()`` before which the class store is not tried again (one list: mutable)."""
 
 
 def scrubbed(text: str) -> str:
