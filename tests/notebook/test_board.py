@@ -119,3 +119,19 @@ def test_a_refresh_interval_must_be_positive(room):
     with pytest.raises(ValueError, match="refresh_s must be > 0"):
         Board(room, refresh_s=0)
     assert board_module.DEFAULT_REFRESH_S == 10.0
+
+
+def test_the_preview_store_holds_real_bursts_and_checked_answers(tmp_path, tiny_data, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # replayed batches: one is read
+    store = board_module.fill_demo_store(tmp_path / "preview.sqlite", seconds=0.2)
+    bursts = store.frame()
+    assert list(bursts["batch_size"]) == [4, 8] and (bursts["status"] == "ok").all()
+    assert (bursts["samples_per_s"] > 0).all() and (bursts["steps"] >= 3).all()
+    answers = store.answers()
+    assert [a["exercise"] for a in answers] == ["demo-best-batch", "demo-speedup"]
+    speedup = answers[1]
+    measured = bursts["samples_per_s"].iloc[1] / bursts["samples_per_s"].iloc[0]
+    assert speedup["prediction"] == 1.5 and speedup["measured"] == pytest.approx(measured, 0.01)
+    view = Board(store, knob="batch_size", new=8, old=4).view
+    assert view.spread.machines == 1
+    assert view.spread.ratio_median == pytest.approx(measured)
