@@ -24,7 +24,8 @@ from workbench.history.dsn import Secret, is_postgres_url, password_of, redact_d
         ),
         ("host=h user=ada password=s3cret dbname=x", "host=h user=ada password=*** dbname=x"),
         ("host=h password='s3 cret' dbname=x", "host=h password=*** dbname=x"),
-        ("postgresql://ada:s3cret@host:notaport/db", "postgresql://***"),
+        ("postgresql://ada:s3cret@host:notaport/db", "postgresql://ada:***@host:notaport/db"),
+        ("postgresql://ada:s3cret@[::1/db", "postgresql://***"),
     ],
 )
 def test_redact_dsn(dsn: str, shown: str) -> None:

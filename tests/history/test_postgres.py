@@ -209,3 +209,17 @@ def test_pgpassfile_instead_of_a_password_in_the_url(
     store.append(burst())
     assert len(store) == 1
     assert "***" not in repr(store)  # nothing to hide: the URL has no password
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://ada:Pw-Malformed-9f@127.0.0.1:notaport/class",
+        "postgresql://ada:Pw-Malformed-9f@127.0.0.1:1/class?nosuchoption=1",
+    ],
+)
+def test_malformed_url_error_hides_it(url: str) -> None:
+    with pytest.raises(StoreError) as info:
+        PostgresStore(url)
+    assert "Pw-Malformed-9f" not in _everything_shown(info.value)
+    assert "ada:***@127.0.0.1" in str(info.value)
