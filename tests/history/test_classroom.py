@@ -1,56 +1,20 @@
-"""Tests for workbench.history.classroom: who is measuring, the instructor's role, answers."""
+"""Tests for workbench.history.classroom: exercise answers, stamped with learner and host."""
 
 from __future__ import annotations
 
-import getpass
 import socket
 from pathlib import Path
 
 import pytest
 
-from workbench.core.errors import InputError
-from workbench.history.classroom import host_name, is_instructor, learner_name, record_answer
+from workbench.history import classroom, identity
+from workbench.history.classroom import record_answer
 from workbench.history.store import HistoryStore
 
 
-def test_learner_name_from_the_variable_else_the_login(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert learner_name() == getpass.getuser()
-    monkeypatch.setenv("WORKBENCH_LEARNER", "  ada ")
-    assert learner_name() == "ada"
-    monkeypatch.setenv("WORKBENCH_LEARNER", "")  # empty counts as unset
-    assert learner_name() == getpass.getuser()
-
-
-@pytest.mark.parametrize("bad", ["a\nb", "x" * 65])
-def test_learner_name_refuses_unprintable_or_long(
-    monkeypatch: pytest.MonkeyPatch, bad: str
-) -> None:
-    monkeypatch.setenv("WORKBENCH_LEARNER", bad)
-    with pytest.raises(InputError, match="WORKBENCH_LEARNER"):
-        learner_name()
-
-
-def test_learner_name_without_a_passwd_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_user() -> str:
-        raise KeyError("getpwuid(): uid not found: 4242")
-
-    monkeypatch.setattr(getpass, "getuser", no_user)
-    assert learner_name().startswith("uid")
-
-
-def test_host_name() -> None:
-    assert host_name() == socket.gethostname()
-
-
-def test_is_instructor(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not is_instructor()
-    monkeypatch.setenv("WORKBENCH_ROLE", "Instructor")
-    assert is_instructor()
-    monkeypatch.setenv("WORKBENCH_ROLE", "learner")
-    assert not is_instructor()
-    monkeypatch.setenv("WORKBENCH_ROLE", "teacher")
-    with pytest.raises(InputError, match=r"WORKBENCH_ROLE.*learner or instructor"):
-        is_instructor()
+def test_classroom_offers_the_identity_functions() -> None:
+    assert classroom.learner_name is identity.learner_name
+    assert classroom.is_instructor is identity.is_instructor
 
 
 def test_record_answer_goes_to_the_default_store(
