@@ -51,17 +51,27 @@ def missing(what: str) -> None:
     pytest.skip(message)
 
 
+_SEARCHED = ("/usr/local/bin",)
+_VERSIONED = "/usr/lib/postgresql/*/bin"  # Debian's postgresql package (CI)
+
+
 def pg_bin_dir() -> Path | None:
-    """Where initdb and pg_ctl are: PATH, /usr/local/bin, then Debian's versioned folders."""
+    """Where initdb and pg_ctl are: PATH, /usr/local/bin, then Debian's versioned folders
+    (newest first)."""
     on_path = shutil.which("initdb")
     candidates = [Path(on_path).parent] if on_path else []
-    candidates.append(Path("/usr/local/bin"))
-    debian = glob.glob("/usr/lib/postgresql/*/bin")
-    candidates += sorted((Path(d) for d in debian), key=lambda d: int(d.parent.name), reverse=True)
+    candidates += [Path(folder) for folder in _SEARCHED]
+    versioned = [Path(folder) for folder in glob.glob(_VERSIONED)]
+    candidates += sorted(versioned, key=_version, reverse=True)
     for folder in candidates:
         if (folder / "initdb").is_file() and (folder / "pg_ctl").is_file():
             return folder
     return None
+
+
+def _version(folder: Path) -> int:
+    name = folder.parent.name
+    return int(name) if name.isdigit() else -1
 
 
 def free_port() -> int:

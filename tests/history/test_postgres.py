@@ -209,3 +209,47 @@ def test_pgpassfile_instead_of_a_password_in_the_url(
     store.append(burst())
     assert len(store) == 1
     assert "***" not in repr(store)  # nothing to hide: the URL has no password
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://ada:Pw-Malformed-9f@127.0.0.1:notaport/class",
+        "postgresql://ada:Pw-Malformed-9f@127.0.0.1:1/class?nosuchoption=1",
+    ],
+)
+def test_malformed_url_error_hides_it(url: str) -> None:
+    with pytest.raises(StoreError) as info:
+        PostgresStore(url)
+    assert "Pw-Malformed-9f" not in _everything_shown(info.value)
+    assert "ada:***@127.0.0.1" in str(info.value)
+
+
+def test_a_burst_in_class_mode_reaches_the_room_and_shows_no_password(
+    pg_db: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """End to end: WORKBENCH_STORE set, a real burst lands in PostgreSQL with the learner's
+    name; its result, the history frame and the saved config never contain the password."""
+    import json
+
+    from workloads_for_tests import tensor_workload
+
+    from workbench import Knobs, history, run_burst, save_config
+
+    monkeypatch.setenv("WORKBENCH_STORE", pg_db.url())
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ada")
+    result = run_burst(tensor_workload(), Knobs(batch_size=8), seconds=0.2, warmup_steps=1)
+    assert result.status == "ok"
+
+    row = PostgresStore(pg_db.url()).get(result.id)
+    assert row["learner"] == "ada" and row["samples_per_s"] == result.samples_per_s
+    saved = save_config(result, tmp_path / "tuned.yaml").read_text()
+    shown = [
+        json.dumps(result.to_dict()),
+        history().to_json(date_format="iso"),
+        saved,
+        repr(result),
+    ]
+    for text in shown:
+        assert pg_db.password not in text
+        assert "WORKBENCH_STORE" not in text

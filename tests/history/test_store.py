@@ -419,6 +419,56 @@ def test_directory_refused(tmp_path: Path) -> None:
         HistoryStore(tmp_path)
 
 
+# The schema of version 1 as it was released: the file a learner's earlier workbench wrote.
+SCHEMA_V1 = (
+    """CREATE TABLE bursts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        device TEXT,
+        status TEXT NOT NULL,
+        samples_per_s REAL,
+        peak_mem_mib REAL,
+        record TEXT NOT NULL
+    )""",
+    "CREATE INDEX bursts_workload ON bursts (workload, id)",
+    "CREATE INDEX bursts_device ON bursts (device, id)",
+    "CREATE INDEX bursts_status ON bursts (status, id)",
+    "CREATE INDEX bursts_created_at ON bursts (created_at)",
+)
+
+
+def test_a_version_1_store_upgrades_and_keeps_its_rows(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Class mode (schema 2) adds learner and host: an older file keeps every row, readable
+    by its owner under any learner name (rows without a learner are the file owner's)."""
+    rows = [burst(i=i, samples_per_s=100.0 + i) for i in range(3)]
+    inserts = [
+        "INSERT INTO bursts (created_at, workload, device, status, samples_per_s, peak_mem_mib,"
+        f" record) VALUES ('2026-11-0{i + 1}T10:00:00.000000+00:00', 'cnn', 'cpu', 'ok',"
+        f" {100.0 + i}, 512.0, '{json.dumps(row)}')"
+        for i, row in enumerate(rows)
+    ]
+    sql(db, *SCHEMA_V1, *inserts, "PRAGMA user_version = 1")
+
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ada")
+    upgraded = HistoryStore(db)
+    assert sql(db, "PRAGMA user_version") == [(store_mod.SCHEMA_VERSION,)]
+    got = upgraded.records()
+    assert [r["i"] for r in got] == [0, 1, 2]
+    assert [(r["learner"], r["host"]) for r in got] == [(None, None)] * 3
+    assert [r["samples_per_s"] for r in got] == [100.0, 101.0, 102.0]
+    assert got[0]["created_at"] == "2026-11-01T10:00:00.000000+00:00"
+    assert len(upgraded) == 3 and upgraded.answers() == [] and not upgraded.board_shared()
+
+    new_id = upgraded.append(burst(i=3))
+    assert upgraded.get(new_id)["learner"] == "ada"
+    monkeypatch.setenv("WORKBENCH_LEARNER", "bob")  # another name: the old rows, not ada's new one
+    assert [r["i"] for r in HistoryStore(db).records()] == [0, 1, 2]
+    assert sql(db, "PRAGMA integrity_check") == [("ok",)]
+
+
 NOW = store_mod.SCHEMA_VERSION
 NEXT = NOW + 1  # a future version, for the migration machinery's own tests
 

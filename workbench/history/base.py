@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.core.results import utc_now
-from workbench.history.classroom import host_name, is_instructor, learner_name
+from workbench.history.identity import host_name, is_instructor, learner_name
 from workbench.history.records import (
     answer_row,
     burst_row,

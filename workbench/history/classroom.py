@@ -13,16 +13,12 @@ give learners their own database roles where that matters.
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workbench.core.errors import InputError
-
-if TYPE_CHECKING:
-    from workbench.history.base import Store
+from workbench.history.base import Store
+from workbench.history.identity import host_name, is_instructor, learner_name
+from workbench.history.store import open_store
 
 __all__ = [
     "ANSWER_KEYS",
@@ -35,40 +31,6 @@ __all__ = [
 ANSWER_KEYS = ("exercise", "ok", "message", "prediction", "measured")
 """What an exercise's checker hands to :func:`record_answer`; ``learner`` and ``host`` are added."""
 
-_ROLES = ("learner", "instructor")
-_MAX_NAME = 64
-
-
-def learner_name() -> str:
-    """Who is measuring: ``$WORKBENCH_LEARNER``, else the login name (empty counts as unset)."""
-    name = os.environ.get("WORKBENCH_LEARNER", "").strip()
-    if name:
-        return check_name("WORKBENCH_LEARNER", name)
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # a container uid without a passwd entry
-        return f"uid{os.getuid()}"
-
-
-def host_name() -> str:
-    """The machine the burst ran on, as the room's board shows it."""
-    return socket.gethostname() or "unknown"
-
-
-def is_instructor() -> bool:
-    """Whether this process sees every learner's rows (``WORKBENCH_ROLE=instructor``)."""
-    role = os.environ.get("WORKBENCH_ROLE", "").strip().lower()
-    if role and role not in _ROLES:
-        raise InputError.not_allowed("WORKBENCH_ROLE", role, " or ".join(_ROLES) + " (or unset)")
-    return role == "instructor"
-
-
-def check_name(knob: str, name: str) -> str:
-    """A learner or host name as stored: printable, at most 64 characters."""
-    if not name.isprintable() or len(name) > _MAX_NAME:
-        raise InputError.not_allowed(knob, name, f"printable text of at most {_MAX_NAME} chars")
-    return name
-
 
 def record_answer(answer: Mapping[str, Any], *, store: Store | str | None = None) -> int:
     """Store one checked exercise answer (the learner and host are filled in); return its id.
@@ -77,6 +39,4 @@ def record_answer(answer: Mapping[str, Any], *, store: Store | str | None = None
     verdict), ``message`` (what the learner was told), ``prediction`` (what they committed to
     before the burst) and ``measured`` (what the burst gave). ``store`` as in ``open_store``.
     """
-    from workbench.history.store import open_store  # the store imports this module
-
     return open_store(store).record_answer(answer)

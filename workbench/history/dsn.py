@@ -34,9 +34,8 @@ def redact_dsn(dsn: str) -> str:
     if not is_postgres_url(dsn):
         return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + MASK, dsn)
     try:
-        parts = urlsplit(dsn.strip())
-        _ = parts.port  # a malformed port raises here
-    except ValueError:
+        parts = urlsplit(dsn.strip())  # the port is not checked: shown as written
+    except ValueError:  # e.g. an unclosed IPv6 bracket
         return "postgresql://" + MASK
     netloc = parts.netloc
     if "@" in netloc:

@@ -37,6 +37,7 @@ from typing import Any
 
 from workbench.history.base import Store, StoreError
 from workbench.history.dsn import is_postgres_url
+from workbench.history.postgres import PostgresStore  # its driver is imported when used
 from workbench.history.records import records_frame
 
 __all__ = [
@@ -282,8 +283,6 @@ def open_store(store: Store | str | os.PathLike[str] | None = None) -> Store:
                 "store); for a local file use WORKBENCH_HISTORY or WORKBENCH_HOME instead"
             )
     if is_postgres_url(store):
-        from workbench.history.postgres import PostgresStore  # the driver only when used
-
         return PostgresStore(str(store))
     return HistoryStore(store)
 
