@@ -28,7 +28,7 @@ import pandas as pd
 from workbench.analysis import board as figures
 from workbench.analysis.sweeps import sweep
 from workbench.core.knobs import Knobs
-from workbench.history import classroom
+from workbench.history.identity import is_instructor
 from workbench.history.store import HistoryStore, open_store
 from workbench.notebook import board_charts, workshop
 
@@ -77,7 +77,7 @@ def store_note(store: Any) -> tuple[str, bool]:
 def _visibility_note(store: Any) -> str:
     """Who sees what: the board is the room's only when it reads every learner's rows."""
     try:
-        shared, instructor = bool(store.board_shared()), classroom.is_instructor()
+        shared, instructor = bool(store.board_shared()), is_instructor()
     except Exception as exc:  # a board that cannot tell still shows what it reads
         return f"Cannot tell whether the board is shared ({exc})."
     if shared:

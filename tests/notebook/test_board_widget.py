@@ -1,5 +1,8 @@
 """The instructor's board over a store: it shows the room's figures, says what it reads, keeps
-going when the store does not answer, and refreshes on a timer without holding the kernel."""
+going when the store does not answer, and refreshes on a timer without holding the kernel.
+
+Tests workbench/notebook/board.py; not named test_board.py because tests/analysis/ has one
+(pytest's default import mode refuses two test modules of the same name)."""
 
 from __future__ import annotations
 
