@@ -23,6 +23,9 @@ def _isolated_home(tmp_path, monkeypatch):
     """No test reads or writes the user's ~/.workbench."""
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "wbhome"))
     monkeypatch.delenv("WORKBENCH_HISTORY", raising=False)
+    # nor a class store a developer's shell names (its bursts would land in the room's store)
+    for name in ("WORKBENCH_STORE", "WORKBENCH_ROLE", "WORKBENCH_LEARNER"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -155,7 +155,11 @@ def _add_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", help="only bursts of this workload (its name, e.g. cnn)")
     p.add_argument("--status", choices=["ok", "oom", "error", "cancelled"])
     p.add_argument("--limit", type=int, help="only the newest N")
-    p.add_argument("--store", help="history file (default: $WORKBENCH_HISTORY, $WORKBENCH_HOME)")
+    p.add_argument(
+        "--store",
+        help="history file or postgresql:// URL (default: $WORKBENCH_STORE, $WORKBENCH_HISTORY, "
+        "$WORKBENCH_HOME)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list of bursts")
 
 
@@ -256,7 +260,11 @@ def _add_run_args(
 
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="history file (default: $WORKBENCH_HISTORY, $WORKBENCH_HOME)")
+    p.add_argument(
+        "--store",
+        help="history file or postgresql:// URL (default: $WORKBENCH_STORE, $WORKBENCH_HISTORY, "
+        "$WORKBENCH_HOME)",
+    )
     p.add_argument("--no-record", action="store_true", help="do not append to the history")
 
 

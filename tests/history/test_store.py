@@ -99,7 +99,8 @@ def test_append_records_round_trip(history: HistoryStore) -> None:
     (got,) = history.records()
     expected = {**record, "step_ms_iqr": None}
     expected["extra"] = {"nested": {"deep": [1, 2.5, None, None, [3, 4]]}}
-    assert {k: v for k, v in got.items() if k not in ("id", "created_at")} == expected
+    row_fields = ("id", "created_at", "learner", "host")
+    assert {k: v for k, v in got.items() if k not in row_fields} == expected
     assert got["id"] == burst_id
     assert history.get(burst_id) == got
     assert len(history) == 1
@@ -223,8 +224,9 @@ def test_old_rows_read_renamed_fields_under_their_new_names(
 
 def test_store_renames_what_results_renames() -> None:
     from workbench.core import results
+    from workbench.history import records
 
-    assert store_mod.RENAMED is results.RENAMED  # one table: the store reads the results'
+    assert records.RENAMED is results.RENAMED  # one table: the store reads the results'
     assert set(results.RENAMED.values()) <= {f.name for f in dataclasses.fields(BurstResult)}
 
 
@@ -324,6 +326,19 @@ def test_threads_appending_at_once(history: HistoryStore) -> None:
     assert sorted(ids) == [r["id"] for r in history.records()]
 
 
+def test_thirty_processes_appending_at_once(db: Path) -> None:
+    """30 spawned processes append at the same moment: every row lands once, ids unique."""
+    from store_writers import run_writers
+
+    writers, per_writer = 30, 10
+    ids = run_writers(str(db), writers, per_writer)
+    rows = HistoryStore(db).records()
+    assert len(rows) == len(ids) == writers * per_writer
+    assert sorted(ids) == [r["id"] for r in rows]
+    for tag in range(writers):
+        assert [r["i"] for r in rows if r["writer"] == tag] == list(range(per_writer))
+
+
 def test_writer_killed_mid_burst_keeps_earlier_rows(tmp_path: Path, db: Path) -> None:
     history = HistoryStore(db)
     go = tmp_path / "go"
@@ -358,7 +373,7 @@ def test_newer_schema_refused_and_untouched(history: HistoryStore, db: Path) -> 
     before = db.read_bytes()
 
     expected = (
-        f"history store {db} has schema version 3; this workbench knows up to 1. "
+        f"history store {db} has schema version 3; this workbench knows up to 2. "
         "Upgrade workbench, or point WORKBENCH_HISTORY at another file."
     )
     with pytest.raises(StoreError) as info:
@@ -404,6 +419,60 @@ def test_directory_refused(tmp_path: Path) -> None:
         HistoryStore(tmp_path)
 
 
+# The schema of version 1 as it was released: the file a learner's earlier workbench wrote.
+SCHEMA_V1 = (
+    """CREATE TABLE bursts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        device TEXT,
+        status TEXT NOT NULL,
+        samples_per_s REAL,
+        peak_mem_mib REAL,
+        record TEXT NOT NULL
+    )""",
+    "CREATE INDEX bursts_workload ON bursts (workload, id)",
+    "CREATE INDEX bursts_device ON bursts (device, id)",
+    "CREATE INDEX bursts_status ON bursts (status, id)",
+    "CREATE INDEX bursts_created_at ON bursts (created_at)",
+)
+
+
+def test_a_version_1_store_upgrades_and_keeps_its_rows(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Class mode (schema 2) adds learner and host: an older file keeps every row, readable
+    by its owner under any learner name (rows without a learner are the file owner's)."""
+    rows = [burst(i=i, samples_per_s=100.0 + i) for i in range(3)]
+    inserts = [
+        "INSERT INTO bursts (created_at, workload, device, status, samples_per_s, peak_mem_mib,"
+        f" record) VALUES ('2026-11-0{i + 1}T10:00:00.000000+00:00', 'cnn', 'cpu', 'ok',"
+        f" {100.0 + i}, 512.0, '{json.dumps(row)}')"
+        for i, row in enumerate(rows)
+    ]
+    sql(db, *SCHEMA_V1, *inserts, "PRAGMA user_version = 1")
+
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ada")
+    upgraded = HistoryStore(db)
+    assert sql(db, "PRAGMA user_version") == [(store_mod.SCHEMA_VERSION,)]
+    got = upgraded.records()
+    assert [r["i"] for r in got] == [0, 1, 2]
+    assert [(r["learner"], r["host"]) for r in got] == [(None, None)] * 3
+    assert [r["samples_per_s"] for r in got] == [100.0, 101.0, 102.0]
+    assert got[0]["created_at"] == "2026-11-01T10:00:00.000000+00:00"
+    assert len(upgraded) == 3 and upgraded.answers() == [] and not upgraded.board_shared()
+
+    new_id = upgraded.append(burst(i=3))
+    assert upgraded.get(new_id)["learner"] == "ada"
+    monkeypatch.setenv("WORKBENCH_LEARNER", "bob")  # another name: the old rows, not ada's new one
+    assert [r["i"] for r in HistoryStore(db).records()] == [0, 1, 2]
+    assert sql(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+NOW = store_mod.SCHEMA_VERSION
+NEXT = NOW + 1  # a future version, for the migration machinery's own tests
+
+
 def _add_note_column(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE bursts ADD COLUMN note TEXT")
     conn.execute("UPDATE bursts SET note = 'migrated'")
@@ -420,15 +489,15 @@ def test_registered_migration_runs_and_keeps_rows(
         history.append(burst(i=i))
     before = history.records()
 
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(store_mod._MIGRATIONS, 1, _add_note_column)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", NEXT)
+    monkeypatch.setitem(store_mod._MIGRATIONS, NOW, _add_note_column)
     migrated = HistoryStore(db)
 
-    assert sql(db, "PRAGMA user_version") == [(2,)]
+    assert sql(db, "PRAGMA user_version") == [(NEXT,)]
     assert sql(db, "SELECT DISTINCT note FROM bursts") == [("migrated",)]
     assert migrated.records() == before
-    HistoryStore(db)  # already at version 2: opening again migrates nothing
-    assert sql(db, "PRAGMA user_version") == [(2,)]
+    HistoryStore(db)  # already at the next version: opening again migrates nothing
+    assert sql(db, "PRAGMA user_version") == [(NEXT,)]
 
 
 def test_failing_migration_rolls_back(
@@ -442,24 +511,26 @@ def test_failing_migration_rolls_back(
         _add_note_column(conn)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(store_mod._MIGRATIONS, 1, half_done)
-    with pytest.raises(StoreError, match=r"from schema version 1 to 2 .*boom.*rolled back"):
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", NEXT)
+    monkeypatch.setitem(store_mod._MIGRATIONS, NOW, half_done)
+    with pytest.raises(
+        StoreError, match=rf"from schema version {NOW} to {NEXT} .*boom.*rolled back"
+    ):
         HistoryStore(db)
 
-    assert sql(db, "PRAGMA user_version") == [(1,)]
+    assert sql(db, "PRAGMA user_version") == [(NOW,)]
     assert _columns(db) == before_columns
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", NOW)
     assert HistoryStore(db).records() == before_rows
 
 
 def test_missing_migration_refused(
     monkeypatch: pytest.MonkeyPatch, history: HistoryStore, db: Path
 ) -> None:
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", NEXT)
     with pytest.raises(StoreError, match="no migration from it"):
         HistoryStore(db)
-    assert sql(db, "PRAGMA user_version") == [(1,)]
+    assert sql(db, "PRAGMA user_version") == [(NOW,)]
 
 
 def test_import_needs_only_stdlib() -> None:

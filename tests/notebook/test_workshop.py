@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from workbench.config.saved import load_config, save_config
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.notebook import workshop
+from workbench.history import classroom
+from workbench.history.store import HistoryStore
+from workbench.notebook import workshop, workshop_memory
 
 
 def _sweep(knob, rows):
@@ -280,3 +283,89 @@ def test_check_scale_out_never_raises_on_a_failed_burst_or_no_prediction():
     assert "rank 1 on local-1" in failed.message
     none = workshop.check_scale_out(None, _scaled(100.0), _scaled(100.0))
     assert not none and "prediction" in none.message
+
+
+# -- class mode: verdicts go to the class board ------------------------------------------------
+
+
+CLASS_URL = "postgresql://board:s3cret@127.0.0.1:1/class"  # port 1: nothing listens
+
+
+@pytest.fixture
+def class_store(monkeypatch, tmp_path):
+    """Class mode (WORKBENCH_STORE set) with the answers going to a real SQLite store: the
+    class store's PostgreSQL is tested in tests/history; here, what the checks send."""
+    sqlite = HistoryStore(tmp_path / "class.sqlite")
+    real = classroom.record_answer
+
+    def to_sqlite(answer, *, store=None):
+        return real(answer, store=store or sqlite)
+
+    monkeypatch.setattr(classroom, "record_answer", to_sqlite)
+    monkeypatch.setattr(workshop, "_down_until", [0.0])  # no pause left by another test
+    monkeypatch.setenv("WORKBENCH_STORE", CLASS_URL)
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ann")
+    return sqlite
+
+
+def _stored(store):
+    return [{k: a[k] for k in ("learner", "exercise", "ok", "message", "prediction", "measured")}
+            for a in store.answers()]  # fmt: skip
+
+
+def test_a_named_verdict_is_recorded_once_in_class_mode(class_store):
+    verdict = workshop.check_best(2, WORKERS, "num_workers", prediction=1, exercise="02-workers")
+    assert verdict and _stored(class_store) == [
+        {"learner": "ann", "exercise": "02-workers", "ok": True, "message": verdict.message,
+         "prediction": 1, "measured": 2}]  # fmt: skip
+    formats = pd.DataFrame([
+        {"mode": "loader", "cache": "cold", "data_format": f, "samples_per_s": s, "status": "ok"}
+        for f, s in (("files", 10.0), ("shards", 30.0))])  # fmt: skip
+    workshop.check_format("shards", formats, exercise="09-format")  # calls check_best inside
+    assert [a["exercise"] for a in _stored(class_store)] == ["02-workers", "09-format"]
+
+
+def test_no_answer_no_name_or_no_class_mode_records_nothing(class_store, monkeypatch):
+    workshop.check_best(None, WORKERS, "num_workers", exercise="02-workers")  # nothing set yet
+    workshop.check_best(2, WORKERS, "num_workers")  # no exercise name
+    monkeypatch.delenv("WORKBENCH_STORE")
+    assert not workshop.class_mode()
+    workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+    assert class_store.answers() == []
+
+
+def test_a_failed_measurement_is_recorded_with_its_exercise(class_store):
+    verdict = workshop.check_best(2, pd.DataFrame(), "num_workers", exercise="02-workers")
+    assert not verdict and "cannot be checked" in verdict.message
+    assert [(a["exercise"], a["ok"]) for a in _stored(class_store)] == [("02-workers", False)]
+
+
+def test_lesson_ten_checks_carry_their_exercise_names(class_store):
+    verdict = workshop_memory.check_monthly_saving("lots", None, None, 2.0, 100)
+    assert verdict.exercise == "10-monthly-saving" and not verdict
+    assert _stored(class_store)[-1]["exercise"] == "10-monthly-saving"
+
+
+def test_a_store_that_is_down_costs_one_warning_never_the_verdict(monkeypatch):
+    """The real path: WORKBENCH_STORE names a PostgreSQL server where none listens (or whose
+    driver is not installed): the verdict shows, with one warning that hides the password, and
+    the next checks do not try (and wait for) the store again for a while."""
+    monkeypatch.setenv("WORKBENCH_STORE", CLASS_URL)
+    monkeypatch.setattr(workshop, "_down_until", [0.0])
+    with pytest.warns(workshop.ClassBoardWarning, match="02-workers was not sent") as said:
+        verdict = workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+        again = workshop.check_best(0, WORKERS, "num_workers", exercise="02-workers")
+    assert verdict and "the most in this sweep" in verdict.message and not again
+    assert len(said) == 1 and "s3cret" not in str(said[0].message)
+    assert "not sent for the next 60 s" in str(said[0].message)
+    with pytest.warns(workshop.ClassBoardWarning):  # a store passed in is always tried
+        assert workshop.record(verdict, store=object()) is None
+
+
+def test_the_class_store_is_tried_again_after_the_pause(class_store, monkeypatch):
+    monkeypatch.setattr(workshop, "_down_until", [time.monotonic() + 60])
+    workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+    assert class_store.answers() == []  # within the pause: not tried
+    monkeypatch.setattr(workshop, "_down_until", [time.monotonic() - 1])
+    workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
+    assert [a["exercise"] for a in class_store.answers()] == ["02-workers"]

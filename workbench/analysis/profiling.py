@@ -70,7 +70,7 @@ from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
-from workbench.history.store import HistoryStore, record_result
+from workbench.history.store import Store, record_result
 
 if TYPE_CHECKING:
     import altair as alt
@@ -209,7 +209,7 @@ def profile_burst(
 
 
 def _run_profiled(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, store: HistoryStore | None
+    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, store: Store | None
 ) -> BurstResult:
     """``run_in_process`` with ``plan``'s coordinator telling the profiler where the window
     opens and closes: the same loop (``measure_here``), burst slot, Ctrl-C handling and

@@ -21,7 +21,7 @@ import torch
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs
 from workbench.engine import hardware
-from workbench.history.store import HistoryStore, open_store
+from workbench.history.store import Store, open_store
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,7 +94,7 @@ class BurstSetup:
     device: torch.device
     data_dir: str | Path | None
     record: bool
-    store: HistoryStore | None
+    store: Store | None
     """The opened history store; None when nothing is recorded."""
     cancel: threading.Event
 

@@ -1,1 +1,2 @@
-"""The burst store: every burst appended to one SQLite file (imports only ``core``)."""
+"""The burst store: every burst appended to one SQLite file, or in class to one PostgreSQL
+server shared by the room (imports only ``core``)."""

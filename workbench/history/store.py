@@ -1,5 +1,9 @@
 """Burst history: every burst the workbench runs, appended to one SQLite file.
 
+This is the embedded default; a room shares one PostgreSQL server instead
+(``WORKBENCH_STORE=postgresql://...``, ``workbench/history/postgres.py``). What both do alike
+(reading, filters, the learner's view, answers, the board switch) is in ``base.py``.
+
 Why it is built this way:
 
 - **JSON blob + indexed columns.** Each burst is stored whole, as the JSON text of its
@@ -24,23 +28,22 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workbench.core.jsonsafe import jsonable
-from workbench.core.results import RENAMED, BurstResult, utc_now
-
-if TYPE_CHECKING:
-    import pandas
+from workbench.history.base import Store, StoreError
+from workbench.history.dsn import is_postgres_url
+from workbench.history.postgres import PostgresStore  # its driver is imported when used
+from workbench.history.records import records_frame
 
 __all__ = [
     "SCHEMA_VERSION",
     "HistoryStore",
+    "Store",
     "StoreError",
     "default_store_path",
     "open_store",
@@ -48,18 +51,42 @@ __all__ = [
     "records_frame",
 ]
 
-SCHEMA_VERSION = 1
-"""The schema this library writes. Bump it together with a new entry in ``_MIGRATIONS``."""
+SCHEMA_VERSION = 2
+"""The schema this library writes. Bump it together with a new entry in ``_MIGRATIONS``.
+
+1: bursts. 2: bursts gain ``learner`` and ``host``; ``answers`` and ``board`` (class mode)."""
 
 _BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLE = "bursts"
-_REQUIRED = ("workload", "status")
 _ADVICE = (
     "Check the path and its permissions; 'locked' means another process held the write lock "
     f"for over {_BUSY_TIMEOUT_S:.0f} s; 'malformed' means the file is damaged: move it away."
 )
-_FRONT = ("id", "created_at", "workload", "device", "status")
+
+# Class mode's tables (schema 2), the same in a new file and in a migrated one.
+_CLASS_TABLES = (
+    """CREATE TABLE answers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        learner TEXT NOT NULL,
+        host TEXT,
+        exercise TEXT NOT NULL,
+        ok INTEGER,
+        message TEXT,
+        prediction TEXT,
+        measured TEXT
+    )""",
+    "CREATE INDEX answers_exercise ON answers (exercise, id)",
+    "CREATE INDEX answers_learner ON answers (learner, id)",
+    """CREATE TABLE board (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        learner TEXT NOT NULL,
+        host TEXT,
+        shared INTEGER NOT NULL
+    )""",
+)
 
 # The latest schema, used as is for a new file. Plain statements, run one by one with
 # ``execute`` inside our own transaction (``executescript`` would commit on its own).
@@ -72,28 +99,36 @@ _SCHEMA = (
         status TEXT NOT NULL,
         samples_per_s REAL,
         peak_mem_mib REAL,
-        record TEXT NOT NULL
+        record TEXT NOT NULL,
+        learner TEXT,
+        host TEXT
     )""",
     f"CREATE INDEX {_TABLE}_workload ON {_TABLE} (workload, id)",
     f"CREATE INDEX {_TABLE}_device ON {_TABLE} (device, id)",
     f"CREATE INDEX {_TABLE}_status ON {_TABLE} (status, id)",
     f"CREATE INDEX {_TABLE}_created_at ON {_TABLE} (created_at)",
+    f"CREATE INDEX {_TABLE}_learner ON {_TABLE} (learner, id)",
+    *_CLASS_TABLES,
 )
 
 Migration = Callable[[sqlite3.Connection], None]
 
-_MIGRATIONS: dict[int, Migration] = {}
+
+def _add_class_mode(conn: sqlite3.Connection) -> None:
+    """1 -> 2: learner and host on every burst (null on older rows: they are the file
+    owner's), and the answers and board tables."""
+    conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN learner TEXT")
+    conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN host TEXT")
+    conn.execute(f"CREATE INDEX {_TABLE}_learner ON {_TABLE} (learner, id)")
+    for statement in _CLASS_TABLES:
+        conn.execute(statement)
+
+
+_MIGRATIONS: dict[int, Migration] = {1: _add_class_mode}
 """``{from_version: step}``: ``step(conn)`` brings a file from ``from_version`` to
 ``from_version + 1``. Steps run inside one ``BEGIN IMMEDIATE`` transaction that also sets the
 new ``user_version``; a step must use ``conn.execute`` (never ``executescript`` or ``commit``).
-
-Empty for now: version 1 is the first released schema, so there is nothing older to migrate.
-The machinery is kept (and tested with a fake step) so the first real change is one function.
 """
-
-
-class StoreError(RuntimeError):
-    """The history store file cannot be used as it is; the message says why and what to do."""
 
 
 def default_store_path() -> Path:
@@ -109,7 +144,7 @@ def default_store_path() -> Path:
     return Path.home() / ".workbench" / "history.sqlite"
 
 
-class HistoryStore:
+class HistoryStore(Store):
     """Append-only burst history in one SQLite file, safe from several threads and processes."""
 
     path: Path
@@ -129,70 +164,18 @@ class HistoryStore:
     def __repr__(self) -> str:
         return f"HistoryStore({str(self.path)!r})"
 
-    def __len__(self) -> int:
+    def where(self) -> str:
+        return str(self.path)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._connect() as conn:
-            return int(conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0])
+            return conn.execute(sql, tuple(params)).fetchall()
 
-    # -- writing -----------------------------------------------------------------------------
-
-    def append(self, record: Mapping[str, Any]) -> int:
-        """Store one burst result (a JSON-serializable dict) and return its new id.
-
-        NaN and infinite floats are stored as null. ``id`` is assigned here; ``created_at`` is
-        the record's own (a result's, set once when it was made), or now for a record without
-        one; read back, both come from the row's columns.
-        """
-        row = _row(record)
+    def _insert(self, sql: str, params: Sequence[Any]) -> int:
         with self._connect() as conn, _transaction(conn):
-            cursor = conn.execute(
-                f"INSERT INTO {_TABLE} (created_at, workload, device, status, samples_per_s,"
-                " peak_mem_mib, record) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
+            cursor = conn.execute(sql, tuple(params))
         assert cursor.lastrowid is not None
         return cursor.lastrowid
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def records(
-        self,
-        *,
-        workload: str | None = None,
-        status: str | None = None,
-        device: str | None = None,
-        limit: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Stored bursts, oldest first, each as appended plus ``id`` and ``created_at``.
-
-        Filters are exact matches; ``limit`` keeps the newest ``limit`` of the matches.
-        """
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        where, params = _where(workload=workload, status=status, device=device)
-        sql = f"SELECT id, created_at, record FROM {_TABLE}{where} ORDER BY id DESC LIMIT ?"
-        with self._connect() as conn:
-            rows = conn.execute(sql, (*params, -1 if limit is None else limit)).fetchall()
-        return [_decode(*row) for row in reversed(rows)]
-
-    def get(self, burst_id: int) -> dict[str, Any]:
-        """One burst by id; ``KeyError`` if there is none."""
-        with self._connect() as conn:
-            row = conn.execute(
-                f"SELECT id, created_at, record FROM {_TABLE} WHERE id = ?", (burst_id,)
-            ).fetchone()
-        if row is None:
-            raise KeyError(f"no burst with id {burst_id} in history store {self.path}")
-        return _decode(*row)
-
-    def frame(self, **filters: Any) -> pandas.DataFrame:
-        """One row per burst (filters as in ``records``), ready for plots.
-
-        Columns: ``id, created_at`` (UTC timestamps), ``workload, device, status``, then one
-        column per knob (``knob_<name>`` where a knob shares a result field's name) and one per
-        NCCL variable (``NCCL_ALGO`` ...), then the other result fields (``knobs`` kept whole).
-        An empty history has the same columns (but no NCCL ones).
-        """
-        return records_frame(self.records(**filters))
 
     # -- connections and schema --------------------------------------------------------------
 
@@ -286,9 +269,22 @@ class HistoryStore:
                 ) from exc
 
 
-def open_store(store: HistoryStore | str | os.PathLike[str] | None = None) -> HistoryStore:
-    """Accept what callers pass around: a store (returned as is), a path, or None (default)."""
-    return store if isinstance(store, HistoryStore) else HistoryStore(store)
+def open_store(store: Store | str | os.PathLike[str] | None = None) -> Store:
+    """Accept what callers pass around: a store (returned as is), a path, a PostgreSQL URL, or
+    None: ``$WORKBENCH_STORE`` (a ``postgresql://`` URL: the room's shared store) if set, else
+    the SQLite file at ``default_store_path()``."""
+    if isinstance(store, Store):
+        return store
+    if store is None:
+        store = os.environ.get("WORKBENCH_STORE", "").strip() or None
+        if store is not None and not is_postgres_url(store):
+            raise StoreError(
+                "WORKBENCH_STORE must be a postgresql://user@host:port/db URL (the class "
+                "store); for a local file use WORKBENCH_HISTORY or WORKBENCH_HOME instead"
+            )
+    if is_postgres_url(store):
+        return PostgresStore(str(store))
+    return HistoryStore(store)
 
 
 def record_result(result: Any, record: bool, store: object) -> None:
@@ -300,30 +296,6 @@ def record_result(result: Any, record: bool, store: object) -> None:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def records_frame(records: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:
-    """Burst dicts (stored records or ``BurstResult.to_dict()``) as a frame shaped like ``frame()``.
-
-    Sweeps and tunes return their bursts this way, so the same plots read them.
-    """
-    # pandas (~0.5 s) only for frames: workbench history --json stays light
-    import pandas as pd
-
-    rows = [_flatten(record) for record in records]
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=_burst_columns())
-    frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, format="ISO8601")
-    return frame
-
-
-def _burst_columns() -> list[str]:
-    """The columns of a frame of bursts, for a frame with none (an empty history, a sweep
-    cancelled before its first burst): code that selects columns works on it unchanged.
-
-    Those of a default BurstResult's row, so a result field or knob added later is a column
-    here too; NCCL variable columns exist only where a burst set them.
-    """
-    return list(_flatten(BurstResult().to_dict()))
 
 
 @contextmanager
@@ -365,68 +337,3 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
         return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
     except sqlite3.OperationalError:
         return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-
-
-def _row(record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Validate a record and turn it into the INSERT parameters."""
-    if not isinstance(record, Mapping):
-        raise TypeError(f"a burst record must be a dict, got {type(record).__name__}")
-    for key in _REQUIRED:
-        if not isinstance(record.get(key), str):
-            raise ValueError(f"burst record has no {key!r} (a string is required): {record!r}")
-    clean = jsonable(dict(record), "record")
-    created = clean.get("created_at")  # the result's own clock, set once when it was made
-    return (
-        created if isinstance(created, str) and created else utc_now(),
-        clean["workload"],
-        clean.get("device") if isinstance(clean.get("device"), str) else None,
-        clean["status"],
-        _number(clean.get("samples_per_s")),
-        _number(clean.get("peak_mem_mib")),
-        json.dumps(clean, allow_nan=False, separators=(",", ":")),
-    )
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
-    used = {column: value for column, value in filters.items() if value is not None}
-    if not used:
-        return "", ()
-    return " WHERE " + " AND ".join(f"{column} = ?" for column in used), tuple(used.values())
-
-
-def _decode(row_id: int, created_at: str, text: str) -> dict[str, Any]:
-    return {**_current_names(json.loads(text)), "id": row_id, "created_at": created_at}
-
-
-def _current_names(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` with renamed fields under their current names, in the same place.
-
-    Where a row has both names (written by a version in between), the current one wins.
-    """
-    renamed: dict[str, Any] = {}
-    for key, value in record.items():
-        new = RENAMED.get(key)
-        if new is None:
-            renamed[key] = value
-        elif new not in record:
-            renamed[new] = value
-    return renamed
-
-
-def _flatten(record: Mapping[str, Any]) -> dict[str, Any]:
-    """One frame row: the front columns, then knobs and NCCL variables, then the rest."""
-    record = _current_names(record)  # also for dicts that never went through the store
-    head = {column: record.get(column) for column in _FRONT}
-    knobs = record.get("knobs")
-    flat: dict[str, Any] = {}
-    for name, value in (knobs if isinstance(knobs, Mapping) else {}).items():
-        if name == "nccl" and isinstance(value, Mapping):
-            flat.update(value)
-        else:
-            flat[f"knob_{name}" if name in record else name] = value
-    rest = {key: value for key, value in record.items() if key not in head}
-    return {**head, **flat, **rest}

@@ -13,11 +13,16 @@ median: a short burst cannot tell those apart, and the check says so.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import shlex
 import statistics
 import subprocess
 import sys
+import threading
+import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +37,8 @@ from workbench.config.saved import load_config
 from workbench.core.knobs import Knobs
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
+from workbench.history import classroom
+from workbench.history.dsn import scrub
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -42,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Check",
+    "ClassBoardWarning",
     "LessonPlan",
     "ceilings",
     "check_best",
@@ -54,12 +62,14 @@ __all__ = [
     "check_speedup",
     "check_top_operator",
     "check_verdict",
+    "class_mode",
     "example_script",
     "gpu_verdicts",
     "lesson_plan",
     "loader_ceiling_estimate",
     "on_gpu",
     "prediction_note",
+    "record",
     "run_example",
     "sample_dataset",
     "start",
@@ -84,6 +94,8 @@ class Check:
     """What the learner predicted before measuring (None: no prediction was made)."""
     measured: Any = None
     """What this machine measured: the value the answer is compared with (None: nothing)."""
+    answered: bool = True
+    """False for "set `answer` first": no answer was given, so nothing goes to a class board."""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -95,28 +107,100 @@ class Check:
 
 
 def _no_answer(what: str, variable: str = "answer", **fields: Any) -> Check:
-    return Check(False, f"set `{variable}` to {what}, then run this cell again", **fields)
+    return Check(False, f"set `{variable}` to {what}, then run this cell again", answered=False,
+                 **fields)  # fmt: skip
 
 
-def _never_raises(check: Callable[..., Check]) -> Callable[..., Check]:
+def _never_raises(check: Callable[..., Check] | None = None, /, *, exercise: str = "") -> Any:
     """A check in a room full of learners ends in a verdict, never a traceback: a measurement
     that cannot be checked (no successful burst, one rank, a frame without the column) becomes
-    a ``Check`` that says so and what to do."""
+    a ``Check`` that says so and what to do. In class mode the verdict is also recorded for the
+    instructor's board (:func:`record`), once: by the outermost check when checks nest.
+
+    ``@_never_raises(exercise="10-frees-most")`` names the exercise of a check that takes no
+    ``exercise`` argument (a verdict's own name wins)."""
+    if check is None:
+        return functools.partial(_never_raises, exercise=exercise)
 
     @functools.wraps(check)
     def wrapper(*args: Any, **kwargs: Any) -> Check:
+        name = str(kwargs.get("exercise") or exercise)
+        outermost = not getattr(_NESTING, "depth", 0)
+        _NESTING.depth = getattr(_NESTING, "depth", 0) + 1
         try:
-            return check(*args, **kwargs)
+            verdict = check(*args, **kwargs)
         except Exception as exc:  # the point: any failure becomes a verdict
-            return Check(
+            verdict = Check(
                 False,
                 f"this measurement cannot be checked ({exc}); run the measuring cell again, "
                 "or ask the instructor",
-                exercise=str(kwargs.get("exercise", "")),
+                exercise=name,
                 prediction=kwargs.get("prediction"),
             )
+        finally:
+            _NESTING.depth -= 1
+        if name and not verdict.exercise:
+            verdict = dataclasses.replace(verdict, exercise=name)
+        if outermost:
+            record(verdict)
+        return verdict
 
     return wrapper
+
+
+_NESTING = threading.local()
+"""How deep in nested checks this thread is (``check_format`` calls ``check_best``)."""
+
+
+def class_mode() -> bool:
+    """True where learners' answers go to a class store: ``WORKBENCH_STORE`` is set."""
+    return bool(os.environ.get("WORKBENCH_STORE", "").strip())
+
+
+def record(check: Check, *, store: Any = None) -> int | None:
+    """Record an answered check with an exercise name on the class board, in class mode (or
+    into ``store`` when one is given); returns the answer's id, or None when not recorded.
+
+    Never raises: a class store that is down costs the board answers, never the lesson. The
+    learner gets one readable warning (the verdict still shows); for ``RETRY_S`` after it, the
+    checks do not try the store again, so a store that times out (``connect_timeout``) does not
+    make every later verdict wait for it.
+    """
+    if not check.exercise or not check.answered or (store is None and not class_mode()):
+        return None
+    if store is None and time.monotonic() < _down_until[0]:
+        return None
+    answer = {"exercise": check.exercise, "ok": check.ok, "message": check.message,
+              "prediction": check.prediction, "measured": check.measured}  # fmt: skip
+    try:
+        return classroom.record_answer(answer, store=store)
+    except Exception as exc:  # the point: recording never breaks a lesson
+        if store is None:
+            _down_until[0] = time.monotonic() + RETRY_S
+        warnings.warn(
+            f"your answer to {check.exercise} was not sent to the class board "
+            f"({scrubbed(str(exc))}); your verdict below is unaffected. Answers are not sent "
+            f"for the next {RETRY_S:.0f} s; tell the instructor if this repeats.",
+            ClassBoardWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+RETRY_S = 60.0
+"""After the class store failed, checks leave it alone this long (their verdicts still show)."""
+_down_until = [0.0]
+"""``time.monotonic()`` before which the class store is not tried again (one list: mutable)."""
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with the class store's password masked (a driver's message may quote it)."""
+    url = os.environ.get("WORKBENCH_STORE", "").strip()
+    return scrub(text, url) if url else text
+
+
+class ClassBoardWarning(UserWarning):
+    """An answer could not be recorded on the class board (the store is down or refused it)."""
 
 
 def _says(value: Any) -> str:
@@ -578,6 +662,7 @@ def scale_out_label(ratio: float) -> str:
     return "slower" if ratio < 1 - SCALE_OUT_SAME else "same"
 
 
+@_never_raises
 def check_scale_out(
     prediction: Any, one_node: BurstResult, two_nodes: BurstResult, *, exercise: str = ""
 ) -> Check:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from workbench.engine import hardware
-from workbench.notebook.workshop import Check
+from workbench.notebook.workshop import Check, _never_raises
 
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
@@ -126,6 +126,7 @@ EXERCISES = ("11-compile-break-even", "11-channels-last", "11-share-of-peak")
 """The exercise names lesson 11's checks give their verdicts (``Check.exercise``), for the board."""
 
 
+@_never_raises(exercise=EXERCISES[0])
 def check_break_even(prediction: Any, be: BreakEven, *, factor: float = GUESS_FACTOR) -> Check:
     """Is ``prediction`` (a step count, or ``"never"``) the measured break-even point?
 
@@ -195,6 +196,7 @@ def _band(base: BurstResult, changed: BurstResult, tolerance: float) -> tuple[fl
     return ratio, max(tolerance, noise)
 
 
+@_never_raises(exercise=EXERCISES[1])
 def check_layout(
     prediction: str | None,
     base: BurstResult | None,
@@ -289,6 +291,7 @@ def busy_and_useful(result: BurstResult, ceiling_flops: float | None = None) -> 
             "samples_per_s": result.samples_per_s}  # fmt: skip
 
 
+@_never_raises(exercise=EXERCISES[2])
 def check_share_of_peak(
     prediction: Any, result: BurstResult | None, ceiling_flops: float | None = None,
     *, factor: float = GUESS_FACTOR, points: float = 5.0,

@@ -51,7 +51,7 @@ def memory_table(results: Mapping[str, BurstResult], baseline: str = "baseline")
     return frame.sort_values("freed_mib", ascending=False, na_position="last", ignore_index=True)
 
 
-@_never_raises
+@_never_raises(exercise="10-frees-most")
 def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: float = 0.05) -> Check:
     """Is ``answer`` the change that freed the most memory in ``table`` (``memory_table``)?
     A change within ``tolerance`` of the baseline's memory of the best counts too."""
@@ -75,7 +75,7 @@ def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: floa
     return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}")
 
 
-@_never_raises
+@_never_raises(exercise="10-monthly-saving")
 def check_monthly_saving(
     answer: float | None,
     start: BurstResult,

@@ -56,7 +56,7 @@ from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
-from workbench.history.store import HistoryStore
+from workbench.history.store import Store
 from workbench.tuning import noise as tune_noise
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
@@ -330,7 +330,7 @@ class _StoredBursts:
 
     def __init__(
         self, wl: Workload, dev: torch.device, stop: threading.Event,
-        target: HistoryStore | None, window: BurstWindow,
+        target: Store | None, window: BurstWindow,
         progress: Callable[[BurstProgress], None] | None, money: dict[str, Any],
     ) -> None:  # fmt: skip
         self.wl, self.dev, self.stop, self.window, self.target = wl, dev, stop, window, target

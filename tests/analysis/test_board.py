@@ -1,0 +1,154 @@
+"""The class board's figures, on hand-built answers and bursts whose right numbers are known."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from workbench.analysis import board
+from workbench.history.store import records_frame
+
+
+def _answer(i, learner, exercise, ok, prediction=None, measured=None, host="gpu1"):
+    return {"id": i, "created_at": f"2026-12-04T10:{i:02d}:00+00:00", "learner": learner,
+            "host": host, "exercise": exercise, "ok": ok, "message": f"verdict {i}",
+            "prediction": prediction, "measured": measured}  # fmt: skip
+
+
+ANSWERS = board.answers_frame(
+    [
+        # 03-precision: a ratio; ann retries (first wrong, then right), bob wrong, cy right
+        _answer(1, "ann", "03-precision", False, prediction=2.0, measured=1.6),
+        _answer(2, "bob", "03-precision", False, prediction=0.5, measured=2.4, host="gpu2"),
+        _answer(3, "ann", "03-precision", True, prediction=2.0, measured=1.6),
+        _answer(4, "cy", "03-precision", True, measured=2.0, host="gpu3"),
+        # 05-verdict: a choice
+        _answer(5, "ann", "05-verdict", True, prediction="data-bound", measured="data-bound"),
+        _answer(6, "bob", "05-verdict", True, prediction="balanced", measured="data-bound"),
+        _answer(7, "cy", "05-verdict", False, prediction="Data-bound", measured="compute-bound"),
+    ]
+)
+
+
+def test_latest_answers_keep_one_verdict_per_learner_and_exercise():
+    latest = board.latest_answers(ANSWERS)
+    assert len(latest) == 6
+    ann = latest[(latest["learner"] == "ann") & (latest["exercise"] == "03-precision")]
+    assert ann["id"].tolist() == [3] and ann["ok"].tolist() == [True]
+
+
+def test_exercise_summary_counts_the_room_and_reads_its_measurements():
+    summary = board.exercise_summary(ANSWERS).set_index("exercise")
+    assert list(summary.index) == ["03-precision", "05-verdict"]
+    p = summary.loc["03-precision"]
+    assert (p["answers"], p["learners"], p["correct"]) == (4, 3, 2)
+    assert p["correct_pct"] == pytest.approx(66.7)
+    assert p["measured"] == pytest.approx(2.0)  # median of 1.6, 2.4, 2.0
+    assert (p["measured_min"], p["measured_max"]) == (1.6, 2.4)
+    assert p["spread_pct"] == pytest.approx(40.0)  # (2.4 - 1.6) / 2.0
+    # ann 2.0 vs 1.6 is 25% over: at the band's edge, close; bob 0.5 vs 2.4 is not; cy none
+    assert p["predicted"] == 2 and p["prediction"] == pytest.approx(1.25)
+    assert p["close_pct"] == pytest.approx(50.0)
+    v = summary.loc["05-verdict"]
+    assert (v["learners"], v["correct"], v["measured"]) == (3, 2, "data-bound")
+    assert pd.isna(v["measured_min"]) and pd.isna(v["spread_pct"])
+    # ann matches; bob said balanced; cy's "Data-bound" is not what cy measured
+    assert v["predicted"] == 3 and v["close_pct"] == pytest.approx(33.3)
+    assert v["prediction"] == "data-bound"
+
+
+def test_exercise_answers_list_each_learner_with_how_far_the_prediction_was():
+    rows = board.exercise_answers(ANSWERS, "03-precision")
+    assert rows["learner"].tolist() == ["ann", "bob", "cy"]
+    assert rows["off_pct"].tolist()[:2] == [25.0, pytest.approx(-79.2)]
+    assert rows["off_pct"].isna().tolist()[2]
+    assert rows["close"].tolist() == [True, False, None]
+    assert rows["host"].tolist() == ["gpu1", "gpu2", "gpu3"]
+
+
+def test_an_empty_room_gives_empty_tables_with_their_columns():
+    empty = board.answers_frame([])
+    assert list(empty.columns) == list(board.ANSWER_COLUMNS)
+    assert board.exercise_summary(empty).empty
+    assert list(board.exercise_answers(empty, "03-precision").columns)[:2] == ["learner", "host"]
+    bursts = records_frame([])
+    assert board.best_configs(bursts).empty
+    effects = board.knob_effect(bursts, "precision", "bf16", "fp32")
+    assert effects.empty and board.effect_spread(effects).machines == 0
+    assert "nothing to compare" in board.effect_spread(effects).sentence(
+        "precision", "bf16", "fp32"
+    )
+
+
+def _burst(i, learner, host, sps, status="ok", workload="cnn", **knobs):
+    return {"id": i, "created_at": f"2026-12-04T10:{i:02d}:00+00:00", "workload": workload,
+            "device": "cuda:0", "device_name": f"GPU of {host}", "status": status,
+            "samples_per_s": sps, "peak_mem_mib": 100.0 + i, "learner": learner, "host": host,
+            "knobs": {"batch_size": 32, "precision": "fp32", "nccl": {}, **knobs}}  # fmt: skip
+
+
+BURSTS = records_frame(
+    [
+        _burst(1, "ann", "gpu1", 100.0),
+        _burst(2, "ann", "gpu1", 250.0, precision="bf16"),
+        _burst(3, "ann", "gpu1", 230.0, precision="bf16"),
+        _burst(4, "ann", "gpu1", 300.0, batch_size=64),
+        _burst(5, "ann", "gpu1", None, status="oom", batch_size=512),
+        _burst(6, "bob", "gpu2", 200.0),
+        _burst(7, "bob", "gpu2", 180.0, precision="bf16"),
+        _burst(8, "bob", "gpu2", 90.0, precision="bf16", batch_size=64),  # no fp32 at 64
+        _burst(9, "bob", "gpu2", 50.0, workload="gpt"),
+        _burst(10, "cy", "gpu3", 400.0, precision="bf16", status="error"),
+    ]
+)
+
+
+def test_best_configs_pick_each_learners_fastest_ok_burst_with_its_knobs():
+    best = board.best_configs(BURSTS)
+    assert best[["learner", "workload"]].values.tolist() == [
+        ["ann", "cnn"], ["bob", "cnn"], ["bob", "gpt"]]  # fmt: skip
+    ann = best.iloc[0]
+    assert (ann["samples_per_s"], ann["id"], ann["knobs"]) == (300.0, 4, "batch_size=64")
+    assert ann["bursts"] == 4 and ann["device_name"] == "GPU of gpu1"
+    assert best.iloc[1]["knobs"] == "defaults" and best.iloc[1]["samples_per_s"] == 200.0
+    assert "cy" not in set(best["learner"])  # cy's only burst failed
+
+
+def test_knob_effect_pairs_bursts_on_one_machine_with_the_other_knobs_held():
+    effects = board.knob_effect(BURSTS, "precision", "bf16", "fp32")
+    assert effects[["learner", "host"]].values.tolist() == [["ann", "gpu1"], ["bob", "gpu2"]]
+    ann = effects.iloc[0]
+    assert (ann["new_per_s"], ann["old_per_s"]) == (240.0, 100.0)  # median of 250 and 230
+    assert ann["ratio"] == pytest.approx(2.4) and ann["bursts_new"] == 2
+    assert ann["held"] == "defaults"
+    assert effects.iloc[1]["ratio"] == pytest.approx(0.9)
+    spread = board.effect_spread(effects)
+    assert (spread.machines, spread.faster) == (2, 1)
+    assert spread.ratio_median == pytest.approx(1.65)
+    assert (spread.ratio_min, spread.ratio_max) == (pytest.approx(0.9), pytest.approx(2.4))
+    assert "median 1.65x, from 0.90x to 2.40x; faster on 1 of 2" in spread.sentence(
+        "precision", "bf16", "fp32"
+    )
+
+
+def test_knob_effect_names_a_knob_that_does_not_exist():
+    with pytest.raises(ValueError, match="'precison' is not a knob"):
+        board.knob_effect(BURSTS, "precison", "bf16", "fp32")
+
+
+def test_bursts_from_before_class_mode_have_no_learner_and_still_count():
+    old = records_frame([{k: v for k, v in _burst(1, "x", "y", 10.0).items()
+                          if k not in ("learner", "host")}])  # fmt: skip
+    best = board.best_configs(old)
+    assert best["learner"].tolist() == [""] and best["samples_per_s"].tolist() == [10.0]
+
+
+def test_knob_columns_without_a_knobs_dict_are_read_too():
+    flat = pd.DataFrame([
+        {"id": 1, "workload": "cnn", "status": "ok", "samples_per_s": 10.0, "learner": "a",
+         "host": "h", "precision": "fp32", "batch_size": 8},
+        {"id": 2, "workload": "cnn", "status": "ok", "samples_per_s": 30.0, "learner": "a",
+         "host": "h", "precision": "bf16", "batch_size": 8},
+    ])  # fmt: skip
+    effects = board.knob_effect(flat, "precision", "bf16", "fp32")
+    assert effects["ratio"].tolist() == [3.0] and effects["held"].tolist() == ["batch_size=8"]

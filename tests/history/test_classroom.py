@@ -1,0 +1,51 @@
+"""Tests for workbench.history.classroom: exercise answers, stamped with learner and host."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from workbench.history import classroom, identity
+from workbench.history.classroom import record_answer
+from workbench.history.store import HistoryStore
+
+
+def test_classroom_offers_the_identity_functions() -> None:
+    assert classroom.learner_name is identity.learner_name
+    assert classroom.is_instructor is identity.is_instructor
+
+
+def test_record_answer_goes_to_the_default_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("WORKBENCH_HISTORY", str(tmp_path / "h.sqlite"))
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ada")
+    answer = {
+        "exercise": "03.precision",
+        "ok": True,
+        "message": "bf16 was 1.8x faster, as you predicted",
+        "prediction": {"speedup": 1.5},
+        "measured": {"speedup": 1.8},
+    }
+    answer_id = record_answer(answer)
+    (got,) = HistoryStore(tmp_path / "h.sqlite").answers()
+    assert got == {
+        **answer,
+        "id": answer_id,
+        "created_at": got["created_at"],
+        "learner": "ada",
+        "host": socket.gethostname(),
+    }
+
+
+def test_record_answer_refuses_what_is_not_an_answer(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h.sqlite")
+    with pytest.raises(ValueError, match="'exercise'"):
+        record_answer({"ok": True}, store=store)
+    with pytest.raises(ValueError, match="unknown keys \\['score'\\]"):
+        record_answer({"exercise": "x", "score": 3}, store=store)
+    with pytest.raises(ValueError, match="'ok' must be True, False or None"):
+        record_answer({"exercise": "x", "ok": "yes"}, store=store)
+    assert store.answers() == []

@@ -1,0 +1,82 @@
+"""The board's charts, read from their Vega-Lite specs: the room's numbers reach the marks."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from workbench.analysis import board as figures
+from workbench.notebook import board_charts
+
+
+def _values(chart, layer: int = -1) -> list[dict]:
+    """The rows of one layer (the last: the marks over the rules), wherever Altair put them."""
+    spec = chart.to_dict()
+    data = spec.get("layer", [spec])[layer].get("data", spec.get("data", {}))
+    return data["values"] if "values" in data else spec["datasets"][data["name"]]
+
+
+ANSWERS = figures.answers_frame([
+    {"id": 1, "learner": "ann", "host": "h1", "exercise": "03-precision", "ok": True,
+     "message": "", "prediction": 2.0, "measured": 1.6},
+    {"id": 2, "learner": "bob", "host": "h2", "exercise": "03-precision", "ok": False,
+     "message": "", "prediction": None, "measured": 2.4},
+    {"id": 3, "learner": "ann", "host": "h1", "exercise": "05-verdict", "ok": True,
+     "message": "", "prediction": "balanced", "measured": "data-bound"},
+])  # fmt: skip
+
+
+def test_correct_chart_has_one_bar_per_exercise_with_its_share():
+    chart = board_charts.correct(figures.exercise_summary(ANSWERS))
+    rows = {r["exercise"]: r["correct_pct"] for r in _values(chart)}
+    assert rows == {"03-precision": 50.0, "05-verdict": 100.0}
+    assert chart.to_dict()["mark"]["type"] == "bar"
+
+
+def test_answers_chart_shows_numbers_as_points_and_choices_as_counts():
+    numbers = board_charts.answers(figures.exercise_answers(ANSWERS, "03-precision"), "03")
+    points = sorted((r["learner"], r["kind"], r["value"]) for r in _values(numbers))
+    assert points == [("ann", "measured", 1.6), ("ann", "prediction", 2.0),
+                      ("bob", "measured", 2.4)]  # fmt: skip
+    choices = board_charts.answers(figures.exercise_answers(ANSWERS, "05-verdict"), "05")
+    counts = sorted((r["value"], r["kind"], r["learners"]) for r in _values(choices))
+    assert counts == [("balanced", "prediction", 1), ("data-bound", "measured", 1)]
+
+
+def test_empty_views_say_what_fills_them():
+    empty = figures.exercise_summary(figures.answers_frame([]))
+    assert "no answers yet" in str(board_charts.correct(empty).to_dict())
+    assert "no successful burst" in str(board_charts.best(pd.DataFrame()).to_dict())
+    none = pd.DataFrame(columns=["learner", "host", "ratio"])
+    assert "both bf16 and fp32" in str(
+        board_charts.effect(none, "precision", "bf16", "fp32").to_dict()
+    )
+    for name in ("correct", "answers", "best", "effect"):
+        assert board_charts.waiting_chart(name).to_dict()["layer"]
+
+
+def test_effect_chart_plots_each_machine_on_a_log_axis_with_a_rule_at_one():
+    effects = pd.DataFrame([
+        {"learner": "ann", "host": "h1", "device_name": "H100", "workload": "cnn",
+         "held": "defaults", "ratio": 2.4, "new_per_s": 240.0, "old_per_s": 100.0},
+        {"learner": "bob", "host": "h2", "device_name": "T4", "workload": "cnn",
+         "held": "defaults", "ratio": 0.9, "new_per_s": 180.0, "old_per_s": 200.0},
+    ])  # fmt: skip
+    chart = board_charts.effect(effects, "precision", "bf16", "fp32")
+    assert _values(chart, 0) == [{"ratio": 1.0}]
+    assert chart.to_dict()["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
+    assert [r["machine"] for r in _values(chart, 1)] == ["ann @ h1", "bob @ h2"]
+
+
+def test_best_chart_shows_the_workload_most_learners_ran():
+    best = pd.DataFrame([
+        {"learner": "ann", "host": "h1", "workload": "cnn", "device_name": "x",
+         "samples_per_s": 300.0, "knobs": "batch_size=64", "id": 4},
+        {"learner": "bob", "host": "h2", "workload": "cnn", "device_name": "y",
+         "samples_per_s": 200.0, "knobs": "defaults", "id": 6},
+        {"learner": "bob", "host": "h2", "workload": "gpt", "device_name": "y",
+         "samples_per_s": 50.0, "knobs": "defaults", "id": 9},
+    ])  # fmt: skip
+    chart = board_charts.best(best)
+    assert [r["samples_per_s"] for r in _values(chart)] == [300.0, 200.0]
+    assert "cnn" in chart.to_dict()["title"]["text"]
+    assert [r["learner"] for r in _values(board_charts.best(best, "gpt"))] == ["bob"]

@@ -1,0 +1,42 @@
+"""Class mode: who is measuring, who may see what, and the exercises' answers.
+
+In a room, every learner's bursts can go to one shared store (``WORKBENCH_STORE=postgresql://...``).
+Each row then carries its ``learner`` and ``host``, so the instructor's board can show the room
+and the spread of one knob across machines. A learner sees only their own rows, unless
+``WORKBENCH_ROLE=instructor`` or the instructor has shared the board (``store.share_board()``,
+kept in the store itself so that every learner's kernel sees it without a restart).
+
+This is a courtesy between people in a room, not access control: everyone who can connect
+with the room's credentials can read every row with ``psql``. docs/class-mode.md says how to
+give learners their own database roles where that matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from workbench.history.base import Store
+from workbench.history.identity import host_name, is_instructor, learner_name
+from workbench.history.store import open_store
+
+__all__ = [
+    "ANSWER_KEYS",
+    "host_name",
+    "is_instructor",
+    "learner_name",
+    "record_answer",
+]
+
+ANSWER_KEYS = ("exercise", "ok", "message", "prediction", "measured")
+"""What an exercise's checker hands to :func:`record_answer`; ``learner`` and ``host`` are added."""
+
+
+def record_answer(answer: Mapping[str, Any], *, store: Store | str | None = None) -> int:
+    """Store one checked exercise answer (the learner and host are filled in); return its id.
+
+    ``answer`` has ``exercise`` (a name such as ``"03.precision"``), ``ok`` (the checker's
+    verdict), ``message`` (what the learner was told), ``prediction`` (what they committed to
+    before the burst) and ``measured`` (what the burst gave). ``store`` as in ``open_store``.
+    """
+    return open_store(store).record_answer(answer)
