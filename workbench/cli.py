@@ -156,6 +156,9 @@ def _add_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=["ok", "oom", "error", "cancelled"])
     p.add_argument("--limit", type=int, help="only the newest N")
     p.add_argument(
+        "--learner", help="only this learner's bursts (class mode; an instructor's view)"
+    )
+    p.add_argument(
         "--store",
         help="history file or postgresql:// URL (default: $WORKBENCH_STORE, $WORKBENCH_HISTORY, "
         "$WORKBENCH_HOME)",
@@ -426,16 +429,21 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError.not_allowed("limit", args.limit, "an integer >= 1")
     rows = open_store(args.store).records(
-        workload=args.workload, status=args.status, limit=args.limit
+        workload=args.workload, status=args.status, learner=args.learner, limit=args.limit
     )
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
-    print(f"{'id':>5} {'created_at':<25} {'workload':<9} {'status':<9} {'samples/s':>10} knobs")
+    room = len({r.get("learner") for r in rows}) > 1  # an instructor's view: say whose row
+    who = f" {'learner':<12}" if room else ""
+    print(
+        f"{'id':>5} {'created_at':<25}{who} {'workload':<9} {'status':<9} {'samples/s':>10} knobs"
+    )
     for r in rows:
         knobs = {k: v for k, v in (r.get("knobs") or {}).items() if v not in (None, {}, False)}
         sps = _fmt(r.get("samples_per_s"))
-        print(f"{r['id']:>5} {r['created_at']:<25} {r['workload']:<9} {r['status']:<9} "
+        who = f" {r.get('learner') or '-':<12}" if room else ""
+        print(f"{r['id']:>5} {r['created_at']:<25}{who} {r['workload']:<9} {r['status']:<9} "
               f"{sps:>10} {knobs}")  # fmt: skip
     return EXIT_OK
 

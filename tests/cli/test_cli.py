@@ -153,6 +153,25 @@ def test_history_of_an_empty_store(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_history_of_a_room_names_each_learner(tmp_path, capsys, monkeypatch):
+    from workbench.history.store import HistoryStore
+
+    store = tmp_path / "h.sqlite"
+    for learner in ("ada", "bob"):
+        monkeypatch.setenv("WORKBENCH_LEARNER", learner)
+        HistoryStore(store).append({"workload": "cnn", "status": "ok", "samples_per_s": 10.0})
+    assert main(["history", "--store", str(store)]) == 0  # bob, a learner: his row only
+    out = capsys.readouterr().out
+    assert "learner" not in out and len(out.splitlines()) == 2
+
+    monkeypatch.setenv("WORKBENCH_ROLE", "instructor")
+    assert main(["history", "--store", str(store)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "learner" in lines[0] and " ada " in lines[1] and " bob " in lines[2]
+    assert main(["history", "--store", str(store), "--learner", "ada", "--json"]) == 0
+    assert [r["learner"] for r in json.loads(capsys.readouterr().out)] == ["ada"]
+
+
 def test_oom_is_a_result_with_exit_0(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(__file__)))
     from workloads_for_tests import hungry_workload

@@ -1,5 +1,6 @@
 """Fixtures of the history tests: a real PostgreSQL started once per session and stopped at
-the end (postgres_server.py says how), a fresh database per test, no class-mode variables."""
+the end (postgres_server.py says how), a fresh database per test
+(tests/conftest.py unsets the class-mode variables for every test)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from postgres_server import (
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """One PostgreSQL for the session; each test gets its own database from ``pg_url``."""
+    """One PostgreSQL for the session (each test gets its own database from ``pg_db``)."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
@@ -41,23 +42,23 @@ def pg_server() -> Iterator[PgServer]:
     (root / "pwfile").write_text(password + "\n")
     sudo = as_server_user(root)
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
-    run(
-        [str(bin_dir / "initdb"), "-D", str(data), "-U", user, "--pwfile", str(root / "pwfile"),
-         "--auth=scram-sha-256", "--encoding=UTF8", "--no-sync"],
-        root, env=env, **sudo,
-    )  # fmt: skip
-    port = free_port()
-    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=100 -F"
-    run(
-        [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
-         "-w", "-t", str(START_TIMEOUT_S), "start"],
-        root, env=env, **sudo,
-    )  # fmt: skip
+    pg_ctl = [str(bin_dir / "pg_ctl"), "-D", str(data)]
     try:
+        run(
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", user, "--pwfile",
+             str(root / "pwfile"), "--auth=scram-sha-256", "--encoding=UTF8", "--no-sync"],
+            root, env=env, **sudo,
+        )  # fmt: skip
+        port = free_port()
+        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -F"
+        run(
+            [*pg_ctl, "-l", str(log), "-o", options, "-w", "-t", str(START_TIMEOUT_S), "start"],
+            root, env=env, **sudo,
+        )  # fmt: skip
         yield PgServer(user=user, password=password, port=port)
-    finally:
+    finally:  # stopped (if it started) and its folder removed, whatever happened
         subprocess.run(
-            [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+            [*pg_ctl, "-m", "fast", "-w", "stop"],
             capture_output=True, timeout=START_TIMEOUT_S, cwd=root, env=env, **sudo,
         )  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
@@ -75,10 +76,3 @@ def pg_db(pg_server: PgServer) -> Iterator[PgServer]:
     yield PgServer(pg_server.user, pg_server.password, pg_server.port, name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
-
-
-@pytest.fixture(autouse=True)
-def _no_class_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A developer's shell may be in class mode; these tests set what they need."""
-    for name in ("WORKBENCH_STORE", "WORKBENCH_ROLE", "WORKBENCH_LEARNER"):
-        monkeypatch.delenv(name, raising=False)

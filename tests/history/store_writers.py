@@ -9,9 +9,10 @@ from workbench.history.store import open_store
 
 
 def write_rows(where: str, tag: int, count: int, ready: Any) -> list[int]:
-    """Wait until every writer is ready (a barrier), then append ``count`` bursts; their ids."""
-    store = open_store(where)
+    """Wait until every writer is ready (a barrier), then open the store (all at once: a new
+    store's schema is created by one of them) and append ``count`` bursts; their ids."""
     ready.wait(timeout=240)
+    store = open_store(where)
     return [
         store.append({"workload": "cnn", "status": "ok", "writer": tag, "i": i})
         for i in range(count)
