@@ -95,10 +95,14 @@ def _run(venv: dict, *cmd: str, timeout: float = 300, **env: str) -> subprocess.
 
 
 def test_the_wheel_carries_every_lesson_and_the_sdist_the_folder_it_maps(built):
-    lessons = {p.name for p in (REPO / "notebooks").iterdir() if p.suffix in (".ipynb", ".md")}
-    lessons |= {p.name for p in (REPO / "notebooks" / "reference").glob("*.json")}  # cited figures
-    in_wheel = {n.split("/")[-1] for n in zipfile.ZipFile(built["wheel"]).namelist()
-                if n.startswith("workbench/lessons/")}  # fmt: skip
+    notebooks = REPO / "notebooks"
+    lessons = {p.relative_to(notebooks).as_posix() for p in notebooks.iterdir()
+               if p.suffix in (".ipynb", ".md")}  # fmt: skip
+    lessons |= {p.relative_to(notebooks).as_posix()
+                for p in (notebooks / "reference").glob("*.json")}  # cited figures # fmt: skip
+    in_wheel = {n.removeprefix("workbench/lessons/")
+                for n in zipfile.ZipFile(built["wheel"]).namelist()
+                if n.startswith("workbench/lessons/") and not n.endswith("/")}  # fmt: skip
     assert lessons == in_wheel and "01_quickstart.ipynb" in in_wheel
     assert "workbench/examples/train.py" in zipfile.ZipFile(built["wheel"]).namelist()  # lesson 08
     assert built["wheel"].name.startswith("throughput_workbench-")
