@@ -95,6 +95,17 @@ class MultiNodeJob(TorchrunJob):
         """Host the store, start the agents, follow, and always stop every node."""
         job_id = f"wb-{uuid.uuid4().hex[:12]}"
         self._host = StoreHost(rendezvous_address(self.launcher), job_id, self.nproc)
+        try:
+            status, elapsed_s = self._run_agents(job_id, cancel, on_event)
+        finally:
+            self._host.close()  # a rank still running sees the store gone and exits
+        if status == "launch":
+            return JobOutcome("error", None, self._launch_error, elapsed_s, "", self.events)
+        code = 0 if status == "exited" and self._agent_exit is None else self._exit_code()
+        return self._outcome(status, code, elapsed_s)
+
+    def _run_agents(self, job_id: str, cancel, on_event) -> tuple[str, float]:
+        assert self._host is not None
         self._host.put_spec(self.spec)
         argv = agent_command(
             nnodes=self.nodes, nproc_per_node=self.nproc_per_node, endpoint=self._host.endpoint,
@@ -111,12 +122,7 @@ class MultiNodeJob(TorchrunJob):
         finally:
             self._stop(procs)
         self._poll_events(None)  # what the ranks wrote while they were being stopped
-        self._host.close()
-        elapsed_s = time.monotonic() - start
-        if status == "launch":
-            return JobOutcome("error", None, self._launch_error, elapsed_s, "", self.events)
-        code = 0 if status == "exited" and self._agent_exit is None else self._exit_code()
-        return self._outcome(status, code, elapsed_s)
+        return status, time.monotonic() - start
 
     def _follow_agents(self, procs: list, start: float, cancel, on_event) -> str:
         while True:
