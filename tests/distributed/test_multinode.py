@@ -214,3 +214,12 @@ def _wait_for_ranks(count: int, deadline_s: float) -> list[psutil.Process]:
             return ranks
         time.sleep(0.2)
     raise AssertionError(f"{count} ranks did not start within {deadline_s:g} s")
+
+
+def test_a_knob_refused_on_one_node_is_still_bad_input():
+    from workbench.core.results import BurstResult
+
+    error = "node local-1, rank 1: KnobError: batch_size=32 is not allowed: only 18 samples"
+    r = BurstResult(status="error", error=error)
+    assert r.bad_knob == "batch_size"
+    assert r.bad_knob_message == "batch_size=32 is not allowed: only 18 samples"

@@ -81,6 +81,7 @@ class MultiNodeJob(TorchrunJob):
         self._host: StoreHost | None = None
         self._agent_exit: tuple[int, int] | None = None  # (agent index, exit code) first seen
         self._launch_error = ""
+        self._one_per_node = True
 
     def check_nodes(self, nccl: dict[str, str]) -> None:
         """Every node has the interfaces the NCCL knobs name (NcclError naming the node);
@@ -125,6 +126,7 @@ class MultiNodeJob(TorchrunJob):
         return status, time.monotonic() - start
 
     def _follow_agents(self, procs: list, start: float, cancel, on_event) -> str:
+        self._one_per_node = len(procs) == self.nodes  # srun: one client for every node
         while True:
             self._poll_events(on_event)
             codes = [p.poll() for p in procs]
@@ -188,7 +190,7 @@ class MultiNodeJob(TorchrunJob):
         if has_errors or self._agent_exit is None:
             return super()._first_error(returncode, tail)
         index, code = self._agent_exit
-        node = self.hosts[index] if len(self.hosts) > index else ",".join(self.hosts)
+        node = self.hosts[index] if self._one_per_node else ",".join(self.hosts)
         log = self.log_dir / f"{node}.log"
         if not log.exists():
             log = self.log_dir / "srun.log"
