@@ -41,9 +41,11 @@ def main() -> None:
     args = parser(__doc__, seconds=3.0, repeats=3, batch=16, world_size=2, nodes=2).parse_args()
     ensure_datasets()
     rows: dict[int, list[dict]] = {1: [], args.nodes: []}
+    order = list(rows)
     for _ in range(args.repeats):  # interleaved: drift on a shared machine hits both alike
-        for nodes in rows:
+        for nodes in order:
             rows[nodes].append(burst_row(nodes, args))
+        order.reverse()  # and neither always goes first
     print(f"cnn, {args.world_size} ranks, batch {args.batch} per rank, gloo on the CPU, "
           f"{args.seconds:g} s windows, {args.repeats} runs each (median)")  # fmt: skip
     print(f"{'nodes':>5} {'samples/s (each)':>28} {'median':>8} {'launch_s (each)':>22} "
