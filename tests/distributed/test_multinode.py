@@ -16,9 +16,11 @@ import pytest
 import workbench as wb
 from workbench.core.errors import InputError
 from workbench.core.nccl import NcclError
-from workbench.distributed.jobs import comm_bench, run_distributed_burst
-from workbench.distributed.multinode import node_rows
+from workbench.distributed.jobs import comm_bench, run_distributed_burst, worker_env
+from workbench.distributed.launchers import LocalLauncher
+from workbench.distributed.multinode import MultiNodeJob, node_rows
 from workbench.distributed.storejob import SCHEME
+from workbench.distributed.torchrun import JobSpec
 from workbench.engine.window import BurstWindow
 
 WINDOW = BurstWindow(seconds=0.5, warmup_steps=1, min_steps=3)
@@ -97,12 +99,19 @@ def test_comm_across_two_local_nodes_has_inter_rows():
     _nothing_left()
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 4, reason="4 ranks need 4 cores (one per rank)")
-def test_comm_on_two_nodes_of_two_ranks_measures_within_and_across():
-    r = comm_bench(4, nodes=2, launcher="local", sizes=[65536], timeout_s=120)
-    assert r.status == "ok", r.error
-    assert sorted((row["scope"], row["ranks"]) for row in r.rows) == [("inter", 2), ("intra", 2)]
-    assert all(row["correct"] for row in r.rows)
+def test_comm_on_two_nodes_of_two_ranks_measures_within_and_across(tmp_path):
+    # Four ranks: comm_bench refuses more ranks than this CPU's cores (CI has 2), so the job
+    # is run one level down, as comm_bench runs it; the rows are what comm_bench returns.
+    spec = JobSpec(mode="comm", out_dir=str(tmp_path), device="cpu", parent_pid=0,
+                   timeout_s=120, sizes_bytes=[65536], nodes=2)  # fmt: skip
+    job = MultiNodeJob(spec, LocalLauncher(), 2, 2, worker_env({}, 4))
+    outcome = job.run()
+    assert outcome.status == "ok", outcome.error
+    rows = outcome.result["rows"]
+    assert sorted((row["scope"], row["ranks"]) for row in rows) == [("inter", 2), ("intra", 2)]
+    assert all(row["correct"] and row["busbw_gbps"] > 0 for row in rows)
+    starts = {r: next(e for e in evs if e["event"] == "start") for r, evs in job.events.items()}
+    assert [starts[r]["node"] for r in range(4)] == ["local-0", "local-0", "local-1", "local-1"]
     _nothing_left()
 
 
