@@ -777,7 +777,8 @@ def _comm_sweep(args: argparse.Namespace, knobs: Any, sizes: list[int] | None) -
             "--sweep", args.sweep, "NCCL_X=V1,V2,... (e.g. NCCL_ALGO=Ring,Tree)"
         )
     sweep = comm_sweep(variable.strip(), values.split(","), knobs=knobs, world_size=args.world_size,
-                       sizes=sizes, device=args.device, timeout_s=args.timeout)  # fmt: skip
+                       sizes=sizes, device=args.device, timeout_s=args.timeout,
+                       nodes=args.nodes, launcher=args.launcher, hosts=args.hosts)  # fmt: skip
     if args.save:
         save_config(knobs, args.save, comm=sweep.suggestions())
     if args.json:
