@@ -233,3 +233,23 @@ def test_a_knob_refused_on_one_node_is_still_bad_input():
     r = BurstResult(status="error", error=error)
     assert r.bad_knob == "batch_size"
     assert r.bad_knob_message == "batch_size=32 is not allowed: only 18 samples"
+
+
+def test_ctrl_c_in_the_cli_stops_every_node(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]),
+                                                        *sys.path]))  # fmt: skip
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "burst", "--workload",
+         "workloads_for_tests:rank1_hangs", "--set", "batch_size=4", "--set", "world_size=2",
+         "--set", "nodes=2", "--launcher", "local", "--no-record", "--timeout", "600"],
+        env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_ranks(2, deadline_s=60)
+        cli.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends
+        _, err = cli.communicate(timeout=30)
+    finally:
+        cli.kill()
+        cli.wait()
+    assert cli.returncode == 130 and "interrupted" in err, err[-2000:]
+    assert _job_processes() == []
