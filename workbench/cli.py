@@ -33,6 +33,8 @@ _OPTION_OF = {
     "price_per_hour": "--price-per-hour",
     "epoch_samples": "--epoch-samples",
     "hours_per_month": "--hours-per-month",
+    "launcher": "--launcher",
+    "hosts": "--hosts",
 }
 """Arguments whose errors name them as the Python API does, shown as the CLI's options."""
 
@@ -78,7 +80,39 @@ def _add_burst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-steps", type=int, default=5, help="minimum steps in the window")
     p.add_argument("--warmup-steps", type=int, default=3, help="steps before the window")
     p.add_argument("--timeout", type=float, help="stop a distributed job after S seconds")
+    _add_launch_args(p)
     _add_money(p)
+
+
+def _add_launch_args(p: argparse.ArgumentParser) -> None:
+    """Where the agents of a multi-node job (nodes > 1) run: burst and comm."""
+    p.add_argument(
+        "--launcher", choices=["local", "slurm", "ssh"],
+        help="with nodes > 1: one torchrun agent per node via srun (default inside a SLURM "
+        "allocation), ssh (default with --hosts) or local (this machine's \"nodes\")",
+    )  # fmt: skip
+    p.add_argument("--hosts", metavar="H1,H2", type=_hosts,
+                   help="with --launcher ssh: one host per node")  # fmt: skip
+
+
+def _hosts(text: str) -> str:
+    from workbench.distributed.launchers import parse_hosts
+
+    try:
+        parse_hosts(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: {exc.allowed}") from None
+    return text
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a whole number, 1 or more")
+    return value
 
 
 def _add_money(p: argparse.ArgumentParser, tune: bool = False) -> None:
@@ -138,6 +172,9 @@ def _add_comm(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     p.add_argument("--timeout", type=float, default=300.0, help="stop the job after S seconds")
+    p.add_argument("--nodes", type=_count, default=1,
+                   help="nodes (world size divides by it): rows within, across nodes")  # fmt: skip
+    _add_launch_args(p)
     p.add_argument("--plot", metavar="FILE", help="save the busbw chart (.html, .png, .svg)")
     p.add_argument("--json", action="store_true", help="print one JSON document")  # fmt: skip
     p.add_argument(
@@ -358,6 +395,8 @@ def _cmd_burst(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         price_per_hour=args.price_per_hour,
         epoch_samples=args.epoch_samples,
+        launcher=args.launcher,
+        hosts=args.hosts,
     )
     if result.bad_knob:  # a knob that does not suit this workload's data: as for --set
         print(f"workbench burst: error: {result.bad_knob_message}", file=sys.stderr)
@@ -406,8 +445,25 @@ def _format_result(d: dict[str, Any]) -> str:
         lines.append(
             f"{'rank ' + str(row['rank']):<18} step {_fmt(row['step_ms_p50'])} ms, data wait "
             f"{_fmt(row['data_wait_pct'])}%, peak mem {_fmt(row['peak_mem_mib'])} MiB"
+            + (f", node {row['node']}" if d.get("nodes") and row.get("node") else "")
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _node_table(d.get("nodes") or []))
+
+
+def _node_table(nodes: list[dict[str, Any]]) -> list[str]:
+    """A multi-node burst's row per node: a slow node shows beside the others."""
+    if not nodes:
+        return []
+    head = f"{'node':<18} {'ranks':<8} {'samples/s':>10} {'step p50 ms':>12} {'data wait %':>12} "
+    lines = [head + f"{'peak MiB':>10}"]
+    for n in nodes:
+        ranks = ",".join(str(r) for r in n.get("ranks", []))
+        lines.append(
+            f"{n.get('node')!s:<18} {ranks:<8} {_fmt(n.get('samples_per_s')):>10} "
+            f"{_fmt(n.get('step_ms_p50')):>12} {_fmt(n.get('data_wait_pct')):>12} "
+            f"{_fmt(n.get('peak_mem_mib')):>10}"
+        )
+    return lines
 
 
 _COST_SHOWN = ("price_per_hour", "per_million_samples", "per_million_tokens", "per_epoch",
@@ -716,7 +772,8 @@ def _cmd_comm(args: argparse.Namespace) -> int:
     if args.sweep or args.save:
         return _comm_sweep(args, knobs, sizes)
     res = comm_bench(args.world_size, sizes=sizes, knobs=knobs, device=args.device,
-                     timeout_s=args.timeout)  # fmt: skip
+                     timeout_s=args.timeout, nodes=args.nodes, launcher=args.launcher,
+                     hosts=args.hosts)  # fmt: skip
     if args.plot and res.ok:
         from workbench.notebook import plots  # Altair: only when a chart file is asked for
 
@@ -736,7 +793,8 @@ def _comm_sweep(args: argparse.Namespace, knobs: Any, sizes: list[int] | None) -
             "--sweep", args.sweep, "NCCL_X=V1,V2,... (e.g. NCCL_ALGO=Ring,Tree)"
         )
     sweep = comm_sweep(variable.strip(), values.split(","), knobs=knobs, world_size=args.world_size,
-                       sizes=sizes, device=args.device, timeout_s=args.timeout)  # fmt: skip
+                       sizes=sizes, device=args.device, timeout_s=args.timeout,
+                       nodes=args.nodes, launcher=args.launcher, hosts=args.hosts)  # fmt: skip
     if args.save:
         save_config(knobs, args.save, comm=sweep.suggestions())
     if args.json:

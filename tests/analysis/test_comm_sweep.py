@@ -1,5 +1,7 @@
 """The comm sweep: winners per size range, the bucket past the knee, saved and shown."""
 
+import json
+
 import pytest
 import yaml
 
@@ -8,6 +10,7 @@ from workbench.analysis.comm_sweep import (
     KNEE_SHARE,
     bucket_suggestion,
     comm_sweep,
+    sweep_rows,
     winners_by_size,
 )
 from workbench.cli import main
@@ -84,3 +87,22 @@ def test_the_cli_refuses_a_sweep_it_cannot_read(capsys):
     assert main(["comm", "--sweep", "NCCL_ALGO=Ring,Rign"]) == 2
     err = capsys.readouterr().err
     assert "--sweep='NCCL_ALGO' is not allowed: NCCL_X=V1,V2" in err and "'Rign'" in err
+
+
+def test_across_nodes_a_sweep_ranks_values_by_the_inter_node_rows():
+    one_node = [{"size_bytes": 8, "busbw_gbps": 1.0}]
+    assert sweep_rows(one_node) == one_node
+    rows = [{"size_bytes": 8, "busbw_gbps": 9.0, "scope": "intra"},
+            {"size_bytes": 8, "busbw_gbps": 1.0, "scope": "inter"}]  # fmt: skip
+    assert sweep_rows(rows) == [rows[1]]
+
+
+def test_a_sweep_across_two_local_nodes_names_winners_from_the_inter_rows(capsys):
+    args = ["comm", "--sweep", "NCCL_ALGO=Ring,Tree", "--world-size", "2", "--nodes", "2",
+            "--launcher", "local", "--sizes", "8K,64K", "--json"]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for result in doc["results"].values():
+        assert result["nodes"] == 2 and [r["scope"] for r in result["rows"]] == ["inter"] * 2
+    covered = [size for w in doc["suggestions"]["winners"] for size in w["sizes_bytes"]]
+    assert covered == [8192, 65536]

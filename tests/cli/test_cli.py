@@ -381,3 +381,57 @@ def test_the_text_output_prints_the_ambient_environment_as_warnings():
     stamp(r, r.knobs, "cpu", {"NCCL_ALGO": "Tree", "PATH": "/bin"})
     lines = [line for line in _format_result(r.to_dict()).splitlines() if "ENVIRONMENT" in line]
     assert len(lines) == 1 and "NCCL_ALGO=Tree came from the environment, not a knob" in lines[0]
+
+
+def test_a_burst_on_two_local_nodes_shows_each_node_in_json_and_text(tiny_data, capsys):
+    from workbench.cli import _format_result
+
+    args = ["--data", str(tiny_data), "--seconds", "0.5", "--min-steps", "3", "--warmup-steps",
+            "1", "--set", "batch_size=4", "--set", "world_size=2", "--set", "nodes=2",
+            "--launcher", "local", "--no-record", "--json"]  # fmt: skip
+    assert main(["burst", *args]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "ok", doc["error"]
+    assert [(n["node"], n["ranks"]) for n in doc["nodes"]] == [("local-0", [0]), ("local-1", [1])]
+    assert all(n["step_ms_p50"] > 0 and n["peak_mem_mib"] > 0 for n in doc["nodes"])
+    assert all(n["data_wait_pct"] is not None and n["samples_per_s"] > 0 for n in doc["nodes"])
+    text = _format_result(doc).splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith("node "))
+    assert "samples/s" in text[head] and "step p50 ms" in text[head]
+    assert text[head + 1].split()[:2] == ["local-0", "0"]
+    assert text[head + 2].split()[:2] == ["local-1", "1"]
+
+
+def test_comm_across_two_local_nodes_has_a_scope_column_and_field(capsys):
+    from workbench.distributed.allreduce import CommResult
+
+    args = ["--world-size", "2", "--nodes", "2", "--launcher", "local", "--sizes", "8K"]
+    assert main(["comm", *args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nodes"] == 2 and [r["scope"] for r in doc["rows"]] == ["inter"]
+    table = CommResult(**doc).table().splitlines()
+    assert table[1].split()[:3] == ["size", "scope", "ranks"]
+    assert table[2].split()[2:4] == ["inter", "2"]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "words"),
+    [
+        ("burst", ["--launcher", "pbs"], "argument --launcher: invalid choice: 'pbs'"),
+        ("comm", ["--launcher", "pbs"], "argument --launcher: invalid choice: 'pbs'"),
+        ("burst", ["--hosts", "a b"], "argument --hosts: 'a b' is not allowed: host names"),
+        ("comm", ["--hosts", "a,a"], "argument --hosts: 'a,a' is not allowed: each host once"),
+        ("comm", ["--nodes", "0"], "argument --nodes: '0' is not allowed: a whole number"),
+        ("comm", ["--hosts", "a,b"], "--hosts='a,b' is not allowed: no hosts with nodes=1"),
+        ("comm", ["--nodes", "2", "--world-size", "3"], "world_size=3 is not allowed: a multiple"),
+        ("burst", ["--set", "nodes=2", "--set", "world_size=2", "--launcher", "ssh"],
+         "--hosts='' is not allowed: one host per node with launcher=ssh"),
+        ("burst", ["--set", "nodes=2", "--set", "world_size=2", "--launcher", "local",
+                   "--hosts", "a,b"], "--hosts='a,b' is not allowed: no hosts with launcher=local"),
+    ],
+)  # fmt: skip
+def test_bad_launcher_hosts_or_nodes_exit_2_naming_the_flag(command, args, words, capsys):
+    assert main([command, *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and words in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -260,6 +260,22 @@ def test_a_workbench_burst_through_srun_and_torchrun_on_two_nodes(in_slurm, slur
     _no_steps_left(slurm, in_slurm)
 
 
+def test_run_burst_with_nodes_2_picks_srun_inside_the_allocation(in_slurm, slurm, tiny_data,
+                                                                   monkeypatch):  # fmt: skip
+    # The whole path: launcher picked from SLURM_JOB_ID, the store hosted here, one agent per
+    # node through srun, the ranks' events through the store, a row per node.
+    monkeypatch.setenv("WORKBENCH_RDZV_HOST", "127.0.0.1")  # both test nodes are this host
+    knobs = wb.Knobs(batch_size=4, world_size=2, nodes=2)
+    r = wb.run_burst("cnn", knobs, data_dir=tiny_data, record=False, seconds=0.5, min_steps=3,
+                     warmup_steps=1, timeout_s=120)  # fmt: skip
+    assert r.status == "ok", r.error
+    # which node gets rank 0 is the rendezvous's choice (the order the agents join)
+    assert sorted((n["node"], len(n["ranks"])) for n in r.nodes) == [("wb1", 1), ("wb2", 1)]
+    assert sorted(rank for n in r.nodes for rank in n["ranks"]) == [0, 1]
+    assert r.samples == sum(row["samples"] for row in r.ranks) > 0
+    _no_steps_left(slurm, in_slurm)
+
+
 def _agent(job_path: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=wbslurm",

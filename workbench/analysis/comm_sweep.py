@@ -96,7 +96,7 @@ def comm_sweep(
         results[value] = comm_bench(world_size, sizes=list(sizes) if sizes else None,
                                     knobs=run_knobs, **comm_kwargs)  # fmt: skip
     ok = {v: r for v, r in results.items() if r.ok and r.rows and not r.suspect}
-    winners = winners_by_size({v: r.rows for v, r in ok.items()})
+    winners = winners_by_size({v: sweep_rows(r.rows) for v, r in ok.items()})
     note = None
     if any(r.backend == "gloo" for r in results.values()):
         note = f"{ON_GLOO}: {variable} had no effect, the values differ by noise only"
@@ -113,6 +113,15 @@ def _check(variable: Any, values: Sequence[Any]) -> list[str]:
     for value in clean:
         check_variable(variable, value)  # a bad value raises, naming variable and value
     return clean
+
+
+def sweep_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a sweep ranks values by: all of them on one node; across nodes (rows with a
+    ``scope``) the ``inter`` rows only, the link the network variables act on and the one
+    that limits DDP there (the ``intra`` rows stay in each result)."""
+    if any("scope" in row for row in rows):
+        return [row for row in rows if row.get("scope") == "inter"]
+    return rows
 
 
 def winners_by_size(rows_by_value: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

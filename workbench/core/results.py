@@ -18,10 +18,12 @@ from workbench.core.jsonsafe import jsonable
 from workbench.core.knobs import Knobs
 
 STATUSES = ("ok", "oom", "error", "cancelled")
-KNOB_ERROR = re.compile(r"^(?:rank \d+: )?KnobError: (?P<message>(?P<knob>\w+)=.*)$", re.S)
+KNOB_ERROR = re.compile(
+    r"^(?:(?:node [^,]+, )?rank \d+: )?KnobError: (?P<message>(?P<knob>\w+)=.*)$", re.S
+)
 """A failed burst's ``error`` when a knob did not suit the workload: the exception type, then
 its message ("KnobError: batch_size=64 is not allowed: ..."), after the rank that failed
-first for a torchrun job ("rank 0: KnobError: ...")."""
+first for a torchrun job ("rank 0: KnobError: ...", "node n1, rank 2: ..." across nodes)."""
 RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
 """Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning

@@ -64,26 +64,70 @@ def bus_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
-def run_rank(sizes_bytes: list[int], dev: torch.device, control) -> dict[str, Any]:
-    """Benchmark every size on this rank; rank 0 returns the rows (others an empty dict)."""
+def run_rank(
+    sizes_bytes: list[int], dev: torch.device, control, by_node: bool = False
+) -> dict[str, Any]:
+    """Benchmark every size on this rank; rank 0 returns the rows (others an empty dict).
+
+    ``by_node`` (a multi-node job): no row for all ranks together, but one per size and
+    *scope*: ``intra`` (the ranks of each node among themselves, every node at once) and
+    ``inter`` (one rank per node: each node's first), so the link that limits shows.
+    """
     world = dist.get_world_size()
+    scopes = node_scopes(control) if by_node else [("", None, world, True)]
     rows = []
     for size in sizes_bytes:
         count = max(1, size // 4)
-        correct = _check_sum(count, dev, world)
-        calls = _agree_calls(count, dev, control)
-        per_call_s = _timed_loop(count, dev, calls, control)
-        times = [None] * world if dist.get_rank() == 0 else None
-        dist.gather_object(per_call_s, times, dst=0, group=control)
-        if times is not None:
-            rows.append(_row(count * 4, sum(times) / len(times), calls, world, correct))
+        for scope, group, size_n, member in scopes:
+            row = _measure(count, dev, control, group, size_n, member)
+            if row is not None:
+                rows.append({**row, "scope": scope, "ranks": size_n} if scope else row)
     return {"rows": rows, "world_size": world} if dist.get_rank() == 0 else {}
 
 
-def _check_sum(count: int, dev: torch.device, world: int) -> bool:
+def node_scopes(control) -> list[tuple[str, Any, int, bool]]:
+    """(scope, this rank's group, ranks per group, whether this rank is in one) for ``intra``
+    (a group per node; left out when each node has one rank: no link within it) and
+    ``inter`` (the first rank of each node). Every rank creates every group, in one order,
+    as ``new_group`` requires."""
+    here = (int(os.environ.get("GROUP_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
+    where: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(where, here, group=control)
+    me = dist.get_rank()
+    by_node: dict[int, list[int]] = {}
+    for rank, (node, _) in enumerate(where):
+        by_node.setdefault(node, []).append(rank)
+    scopes = []
+    groups = {node: dist.new_group(ranks) for node, ranks in sorted(by_node.items())}
+    per_node = min(len(ranks) for ranks in by_node.values())
+    if per_node > 1:
+        scopes.append(("intra", groups[where[me][0]], per_node, True))
+    firsts = [ranks[0] for _, ranks in sorted(by_node.items())]
+    inter = dist.new_group(firsts)
+    scopes.append(("inter", inter if me in firsts else None, len(firsts), me in firsts))
+    return scopes
+
+
+def _measure(count: int, dev: torch.device, control, group, size_n: int, member: bool):
+    """One size on one scope: the members sum and time, everyone agrees and gathers; the
+    row on rank 0 (None elsewhere)."""
+    correct = _check_sum(count, dev, group, size_n) if member else True
+    calls = _agree_calls(count, dev, control, group if member else False)
+    per_call_s = _timed_loop(count, dev, calls, control, group if member else False)
+    times = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object((per_call_s, correct), times, dst=0, group=control)
+    if times is None:
+        return None
+    timed = [t for t, _ in times if t is not None]
+    ok = all(c for _, c in times)
+    return _row(count * 4, sum(timed) / len(timed), calls, size_n, ok)
+
+
+def _check_sum(count: int, dev: torch.device, group, world: int) -> bool:
     """Every element must come back as 1 + 2 + ... + world: small integers, exact in float32."""
-    buf = torch.full((count,), _contribution(dist.get_rank()), dtype=torch.float32, device=dev)
-    dist.all_reduce(buf)
+    me = dist.get_rank(group) if group is not None else dist.get_rank()
+    buf = torch.full((count,), _contribution(me), dtype=torch.float32, device=dev)
+    dist.all_reduce(buf, group=group)
     expected = world * (world + 1) / 2
     return bool(torch.all(buf == expected).item())
 
@@ -94,27 +138,33 @@ def _contribution(rank: int) -> float:
     return float(rank + 1 + (1 if fault.strip() == str(rank) else 0))
 
 
-def _agree_calls(count: int, dev: torch.device, control) -> int:
+def _agree_calls(count: int, dev: torch.device, control, group=None) -> int:
     """Enough calls for a loop of about 50 ms, the same number on every rank (the slowest
-    rank's warm-up decides, or the ranks would wait for each other's extra calls)."""
-    buf = torch.zeros(count, dtype=torch.float32, device=dev)
-    _sync(dev)
-    t0 = time.perf_counter()
-    for _ in range(_WARMUP_CALLS):
-        dist.all_reduce(buf)
-    _sync(dev)
-    per_call = torch.tensor([(time.perf_counter() - t0) / _WARMUP_CALLS], dtype=torch.float64)
+    rank's warm-up decides, or the ranks would wait for each other's extra calls).
+    ``group``: the ranks that all-reduce (None: all); False: this rank only agrees."""
+    per_call = torch.zeros(1, dtype=torch.float64)
+    if group is not False:
+        buf = torch.zeros(count, dtype=torch.float32, device=dev)
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(_WARMUP_CALLS):
+            dist.all_reduce(buf, group=group)
+        _sync(dev)
+        per_call[0] = (time.perf_counter() - t0) / _WARMUP_CALLS
     dist.all_reduce(per_call, op=dist.ReduceOp.MAX, group=control)
     return int(min(_MAX_CALLS, max(5, math.ceil(_TARGET_LOOP_S / max(per_call.item(), 1e-7)))))
 
 
-def _timed_loop(count: int, dev: torch.device, calls: int, control) -> float:
-    buf = torch.zeros(count, dtype=torch.float32, device=dev)  # zeros: sums never overflow
+def _timed_loop(count: int, dev: torch.device, calls: int, control, group=None) -> float | None:
+    """Seconds per call; None on a rank outside the scope's groups (``group=False``)."""
     dist.barrier(group=control)
+    if group is False:
+        return None
+    buf = torch.zeros(count, dtype=torch.float32, device=dev)  # zeros: sums never overflow
     _sync(dev)
     t0 = time.perf_counter()
     for _ in range(calls):
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, group=group)
     _sync(dev)
     return (time.perf_counter() - t0) / calls
 
@@ -145,6 +195,9 @@ class CommResult:
     status: str = "ok"
     error: str | None = None
     world_size: int = 1
+    nodes: int = 1
+    """Above 1, each size has an ``intra`` row (ranks of a node) and an ``inter`` row (one
+    rank per node); ``scope`` and ``ranks`` (ranks per group) say which."""
     backend: str | None = None
     device: str = ""
     device_name: str | None = None
@@ -179,6 +232,8 @@ class CommResult:
 
         columns = ["size_bytes", "count", "dtype", "calls", "time_us", "algbw_gbps",
                    "busbw_gbps", "correct"]  # fmt: skip
+        if self.nodes > 1:
+            columns += ["scope", "ranks"]
         df = pd.DataFrame(self.rows, columns=columns)
         df["world_size"], df["backend"] = self.world_size, self.backend
         return df
@@ -189,11 +244,18 @@ class CommResult:
             return f"comm {self.status}: {self.error}"
         head = (f"all-reduce, {self.world_size} rank(s), {self.backend} on {self.device}"
                 f"{' (' + self.device_name + ')' if self.device_name else ''}")  # fmt: skip
-        lines = [head, f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}  ok"]
+        scoped = any("scope" in r for r in self.rows)
+        if scoped:
+            head += f", {self.nodes} nodes (intra: ranks of one node; inter: one rank per node)"
+        scope_head = f"{'scope':>6} {'ranks':>5} " if scoped else ""
+        lines = [head, f"{'size':>10} {scope_head}{'time us':>10} {'algbw GB/s':>11} "
+                       f"{'busbw GB/s':>11}  ok"]  # fmt: skip
         for r in self.rows:
+            scope = f"{r.get('scope', ''):>6} {r.get('ranks', ''):>5} " if scoped else ""
             lines.append(
-                f"{_size(r['size_bytes']):>10} {r['time_us']:>10.1f} {r['algbw_gbps']:>11.3f} "
-                f"{r['busbw_gbps']:>11.3f}  {'yes' if r['correct'] else 'NO'}"
+                f"{_size(r['size_bytes']):>10} {scope}{r['time_us']:>10.1f} "
+                f"{r['algbw_gbps']:>11.3f} {r['busbw_gbps']:>11.3f}  "
+                f"{'yes' if r['correct'] else 'NO'}"
             )
         if self.world_size == 1:
             lines.append("one rank: nothing crosses a link: busbw is 0, and algbw only times "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -46,6 +46,8 @@ def run_burst(
     timeout_s: float | None = None,
     price_per_hour: float | None = None,
     epoch_samples: float | None = None,
+    launcher: str | None = None,
+    hosts: Sequence[str] | str | None = None,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
 
@@ -62,6 +64,10 @@ def run_burst(
     that job. ``price_per_hour`` (default: ``$WORKBENCH_PRICE_PER_HOUR``, else none) gives the
     result a ``cost`` (``workbench.core.cost``); ``epoch_samples``, a dataset size, adds the
     cost per epoch. An OOM result gets ``oom_report`` (``workbench.engine.oom``).
+
+    With ``knobs.nodes > 1`` the job spans nodes: ``launcher`` (``local``, ``ssh``,
+    ``slurm``; None: slurm inside an allocation, ssh with ``hosts``, else local) starts one
+    torchrun agent per node, ``hosts`` (ssh) names them.
     """
     win = BurstWindow.of(window, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
     money = (cost.resolve_price(price_per_hour), cost.check_count(epoch_samples, "epoch_samples"))
@@ -76,7 +82,8 @@ def run_burst(
         if got:
             result = jobs.run_distributed_burst(
                 workload, knobs, window=win, device=dev, data_dir=data_dir, record=False,
-                cancel=stop, progress=progress, timeout_s=timeout_s,
+                cancel=stop, progress=progress, timeout_s=timeout_s, launcher=launcher,
+                hosts=hosts,
             )  # fmt: skip
     if not got:
         wl, dev = resolve_target(workload, dev, data_dir)

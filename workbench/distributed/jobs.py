@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,14 @@ from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult, utc_now
 from workbench.distributed.allreduce import CPU_SIZES, GPU_SIZES, CommResult, wrong_sums
+from workbench.distributed.launchers import (
+    LAUNCHERS,
+    Launcher,
+    LaunchError,
+    parse_hosts,
+    pick_launcher,
+)
+from workbench.distributed.multinode import MultiNodeJob, node_rows
 from workbench.distributed.torchrun import JobOutcome, JobSpec, TorchrunJob, backend_for, check_port
 from workbench.engine import hardware
 from workbench.engine.burst import BurstProgress
@@ -69,8 +77,11 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -
     return env
 
 
-def check_world_size(world_size: int, device: torch.device) -> None:
-    """One rank per GPU on a GPU machine, from ``device`` on; on a CPU at most one per core."""
+def check_world_size(world_size: int, device: torch.device, remote: bool = False) -> None:
+    """One rank per GPU on a GPU machine, from ``device`` on; on a CPU at most one per core.
+    ``remote``: the ranks run on other machines, whose GPUs and cores are not known here."""
+    if remote:
+        return
     if device.type == "cuda":
         have, first = torch.cuda.device_count(), device.index or 0
         if first + world_size > have:
@@ -111,16 +122,24 @@ def run_distributed_burst(
     progress: Callable[[BurstProgress], None] | None = None,
     timeout_s: float | None = None,
     port: int | None = None,
+    launcher: str | None = None,
+    hosts: Sequence[str] | str | None = None,
 ) -> BurstResult:
     """A burst as a DDP job of ``knobs.world_size`` ranks under torchrun; a BurstResult.
 
     Samples/s counts all ranks; ``ranks`` keeps each rank's step time, data wait and memory so
     a straggler shows. A failing rank, a hang (``timeout_s``) or a cancel ends the whole job
     and becomes the result's status, with the failing rank's error.
+
+    With ``knobs.nodes > 1`` the job spans nodes (``workbench.distributed.multinode``):
+    ``launcher`` (local, ssh, slurm; None picks one, see ``pick_launcher``) starts one agent
+    per node, ``hosts`` lists them for ssh; ``nodes`` in the result has a row per node.
     """
     dev = hardware.resolve_device(device)
-    check_world_size(knobs.world_size, dev)
-    check_port(port)
+    chosen = _launcher_for(knobs.nodes, launcher, hosts)
+    check_world_size(knobs.world_size if _all_here(chosen) else knobs.world_size // knobs.nodes,
+                     dev, remote=not _all_here(chosen))  # fmt: skip
+    check_port(port if chosen is None else None)
     if data_dir is None and hasattr(workload, "extras"):
         data_dir = workload.extras.get("source_data_dir")
     name = _workload_name(workload, dev, data_dir)
@@ -129,19 +148,23 @@ def run_distributed_burst(
     for note in notes:
         warnings.warn(note, stacklevel=2)
     out_dir = Path(tempfile.mkdtemp(prefix="workbench-job-"))
+    here = knobs.world_size if _all_here(chosen) else knobs.world_size // knobs.nodes
     spec = JobSpec(
         mode="burst", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
-        device_indices=job_devices(dev, knobs.world_size), timeout_s=timeout_s, workload=name,
+        device_indices=job_devices(dev, here), timeout_s=timeout_s, workload=name,
         knobs=knobs.to_dict(), seconds=float(window.seconds), min_steps=window.min_steps,
         warmup_steps=window.warmup_steps, data_dir=str(data_dir) if data_dir is not None else None,
+        nodes=knobs.nodes,
     )  # fmt: skip
     try:
-        env = worker_env(knobs.nccl, knobs.world_size, knobs.alloc_conf)
-        job = TorchrunJob(spec, knobs.world_size, env, port)
-        outcome = job.run(cancel, _progress_relay(progress))
+        env = worker_env(knobs.nccl, here, knobs.alloc_conf)
+        job = _job(spec, knobs, chosen, env, port)
+        outcome = _run_job(job, knobs, cancel, _progress_relay(progress))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     result = _burst_result(outcome, name, knobs, dev, window.seconds)
+    if chosen is not None and result.ok:
+        result.nodes = node_rows(result.ranks, dev.type)
     ambient.stamp(result, knobs, dev.type)  # this process's environment: what the ranks got
     record_result(result, record, store)
     return result
@@ -204,6 +227,9 @@ def comm_bench(
     timeout_s: float = 300.0,
     port: int | None = None,
     cancel: threading.Event | None = None,
+    nodes: int = 1,
+    launcher: str | None = None,
+    hosts: Sequence[str] | str | None = None,
 ) -> CommResult:
     """All-reduce over message sizes on ``world_size`` ranks (default: every GPU from
     ``device`` on; 2 on a CPU).
@@ -211,26 +237,81 @@ def comm_bench(
     ``knobs.nccl`` variables reach the ranks as for a burst. ``sizes`` in bytes (default
     8 KiB to 256 MiB on a GPU, to 8 MiB on a CPU). The result's ``table()`` prints what
     nccl-tests prints; ``frame()`` feeds ``plots.comm``.
+
+    ``nodes > 1``: across nodes, started by ``launcher`` on ``hosts`` as a burst is; each
+    size then has a row per ``scope``: ``intra`` (the ranks of each node) and ``inter`` (one
+    rank per node), so the link that limits shows.
     """
     knobs = knobs or Knobs()
     dev = hardware.resolve_device(device)
-    world_size = world_size or _default_comm_ranks(dev)
-    knobs = knobs.replace(world_size=world_size)
-    check_world_size(world_size, dev)
-    check_port(port)
+    world_size = world_size or _default_comm_ranks(dev) * max(1, _int_nodes(nodes))
+    knobs = knobs.replace(world_size=world_size, nodes=_int_nodes(nodes))  # KnobError: divides
+    chosen = _launcher_for(knobs.nodes, launcher, hosts)
+    here = world_size if _all_here(chosen) else world_size // knobs.nodes
+    check_world_size(here, dev, remote=not _all_here(chosen))
+    check_port(port if chosen is None else None)
     sizes_bytes = _check_sizes(sizes, dev)
     out_dir = Path(tempfile.mkdtemp(prefix="workbench-comm-"))
     spec = JobSpec(mode="comm", out_dir=str(out_dir), device=dev.type, parent_pid=os.getpid(),
-                   device_indices=job_devices(dev, world_size), timeout_s=float(timeout_s),
-                   sizes_bytes=sizes_bytes)  # fmt: skip
-    env = worker_env(knobs.nccl, world_size)
+                   device_indices=job_devices(dev, here), timeout_s=float(timeout_s),
+                   sizes_bytes=sizes_bytes, nodes=knobs.nodes)  # fmt: skip
+    env = worker_env(knobs.nccl, here)
     try:
-        outcome = TorchrunJob(spec, world_size, env, port).run(cancel)
+        outcome = _run_job(_job(spec, knobs, chosen, env, port), knobs, cancel, None)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     result = _comm_result(outcome, knobs, dev)
+    result.nodes = knobs.nodes
     result.nccl_env = {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")}
     return result
+
+
+def _int_nodes(nodes: Any) -> int:
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise KnobError("nodes", nodes, "a whole number of nodes, 1 or more")
+    return nodes
+
+
+def _launcher_for(
+    nodes: int, launcher: str | None, hosts: Sequence[str] | str | None
+) -> Launcher | None:
+    """The launcher of a multi-node job; None for one node (torchrun on this machine)."""
+    if nodes > 1:
+        return pick_launcher(launcher, hosts)
+    if parse_hosts(hosts):
+        raise InputError.not_allowed("hosts", hosts if isinstance(hosts, str) else ",".join(hosts),
+                                     "no hosts with nodes=1 (the job runs on this machine); "
+                                     "set nodes to the number of hosts")  # fmt: skip
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise InputError.not_allowed("launcher", launcher, "one of " + ", ".join(LAUNCHERS))
+    return None
+
+
+def _all_here(launcher: Launcher | None) -> bool:
+    """Every rank on this machine: one node, or the local launcher's "nodes"."""
+    return launcher is None or launcher.name == "local"
+
+
+def _job(
+    spec: JobSpec, knobs: Knobs, launcher: Launcher | None, env: dict[str, str], port: int | None
+) -> TorchrunJob:
+    if launcher is None:
+        return TorchrunJob(spec, knobs.world_size, env, port)
+    if not _all_here(launcher) and "OMP_NUM_THREADS" not in os.environ:
+        env.pop("OMP_NUM_THREADS", None)  # this machine's core count says nothing of theirs
+    spec.parent_pid = 0  # the ranks watch the kernel's store, not a pid of this host
+    return MultiNodeJob(spec, launcher, knobs.nodes, knobs.world_size // knobs.nodes, env)
+
+
+def _run_job(job: TorchrunJob, knobs: Knobs, cancel, on_event) -> JobOutcome:
+    """Run the job; a multi-node job first checks every node's interfaces (NcclError naming
+    the node); a node that cannot be asked ends it as an error result naming that node."""
+    if isinstance(job, MultiNodeJob):
+        try:
+            job.check_nodes(knobs.nccl)
+        except LaunchError as exc:
+            return JobOutcome("error", None, str(exc), 0.0)
+    return job.run(cancel, on_event)
 
 
 def _default_comm_ranks(dev: torch.device) -> int:

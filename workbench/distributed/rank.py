@@ -18,6 +18,7 @@ a real job. The hook is a Python call per bucket: never on in a burst whose numb
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -37,6 +38,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from workbench.core.allocconf import ENV_VARS as ALLOC_ENV_VARS
 from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.distributed import allreduce
+from workbench.distributed.launchers import NODE_ENV, NODE_INDEX_ENV
+from workbench.distributed.storejob import StoreJob, is_job_url
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
 from workbench.engine.burst import BurstPlan, BurstProgress, measure_here
@@ -135,12 +138,17 @@ def count_grad_syncs(ddp: DistributedDataParallel) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    spec = JobSpec.read(args[0])
     rank = int(os.environ["RANK"])
-    events = EventLog(Path(spec.out_dir) / f"rank{rank}.jsonl", rank)
-    events.write("start", pid=os.getpid())
+    if is_job_url(args[0]):  # a multi-node job: everything through the kernel's store
+        job = StoreJob(args[0])
+        spec, events = job.spec(), job.event_log(rank)
+        job.watch_kernel(spec.timeout_s)
+    else:
+        spec = JobSpec.read(args[0])
+        events = EventLog(Path(spec.out_dir) / f"rank{rank}.jsonl", rank)
+        _watch_parent(spec.parent_pid, spec.timeout_s)
+    events.write("start", pid=os.getpid(), node=node_here(), host=socket.gethostname())
     events.write("phase", phase="start")
-    _watch_parent(spec.parent_pid, spec.timeout_s)
     try:
         out = _run(spec, rank, events)
     except BaseException as exc:  # any failure is reported, then the rank ends
@@ -161,15 +169,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
-    dev = rank_device(spec, int(os.environ.get("LOCAL_RANK", "0")))
+    dev = rank_device(spec, machine_local_rank())
     events.write("phase", phase="init")
     backend = backend_for(dev.type)
     dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s),
                             device_id=dev if dev.type == "cuda" else None)  # fmt: skip
     if spec.mode == "comm":
         events.write("phase", phase="comm")
-        return allreduce.run_rank(spec.sizes_bytes, dev, dist.new_group(backend="gloo"))
+        control = dist.new_group(backend="gloo")
+        return allreduce.run_rank(spec.sizes_bytes, dev, control, by_node=spec.nodes > 1)
     return _burst(spec, dev, backend, events)
+
+
+def machine_local_rank() -> int:
+    """This rank's place among the ranks on this machine: LOCAL_RANK, after the ranks of the
+    local launcher's earlier "nodes" (``WORKBENCH_NODE_INDEX``), which share its GPUs."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    node_index = int(os.environ.get(NODE_INDEX_ENV, "0"))
+    return node_index * int(os.environ.get("LOCAL_WORLD_SIZE", "1")) + local
 
 
 def rank_device(spec: JobSpec, local_rank: int) -> torch.device:
@@ -226,6 +243,9 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
     """What each rank contributes: enough to merge, and to show a straggler."""
     return {
         "rank": rank,
+        "node": node_here(),
+        "host": socket.gethostname(),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "device": str(dev),
         "pid": os.getpid(),
         "steps": r.steps,
@@ -280,6 +300,13 @@ def _merge_flops(out: dict[str, Any], world_size: int) -> None:
     peak_tflops = out.get("peak_tflops")
     peak = peak_tflops * 1e12 if peak_tflops else None
     out["mfu_pct"] = hardware.estimate_mfu(flops, sps / world_size, peak)
+
+
+def node_here() -> str:
+    """This rank's node as results name it: the launcher's ``WORKBENCH_NODE``, SLURM's node
+    name (srun sets it per task), else the host name."""
+    return (os.environ.get(NODE_ENV) or os.environ.get("SLURMD_NODENAME")
+            or socket.gethostname())  # fmt: skip
 
 
 def _watch_parent(parent_pid: int, timeout_s: float) -> None:

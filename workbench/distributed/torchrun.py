@@ -66,6 +66,8 @@ class JobSpec:
     warmup_steps: int = 3
     data_dir: str | None = None
     sizes_bytes: list[int] = field(default_factory=list)
+    nodes: int = 1
+    """Nodes of the job: above 1, a comm job measures within and across nodes."""
 
     def write(self) -> Path:
         path = Path(self.out_dir) / "job.json"
@@ -200,8 +202,15 @@ class TorchrunJob:
     def _reported_pids(self) -> list[int]:
         return [e["pid"] for evs in self.events.values() for e in evs if e["event"] == "start"]
 
+    def _log_tail(self) -> str:
+        return _tail(self.out_dir / "job.log")
+
+    def _who(self, rank: int) -> str:
+        """How a message names a rank (a multi-node job adds its node)."""
+        return f"rank {rank}"
+
     def _outcome(self, how: str, returncode: int | None, elapsed_s: float) -> JobOutcome:
-        tail = _tail(self.out_dir / "job.log")
+        tail = self._log_tail()
         result = next((e for e in self.events.get(0, []) if e["event"] == "result"), None)
         if how == "exited" and returncode == 0 and result is not None:
             return JobOutcome("ok", result, None, elapsed_s, tail, self.events)
@@ -224,9 +233,9 @@ class TorchrunJob:
         )
         if errors:
             first = errors[0]
-            return first.get("status", "error"), f"rank {first['rank']}: {first['error']}"
+            return first.get("status", "error"), f"{self._who(first['rank'])}: {first['error']}"
         silent = [r for r in range(self.nproc) if not self._has(r, ("result", "done"))]
-        who = f"rank {silent[0]}" if silent else "torchrun"
+        who = self._who(silent[0]) if silent else "torchrun"
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
         return "error", (
             f"{who} ended without a Python error (killed, crashed or out of host memory); "
@@ -256,7 +265,7 @@ class TorchrunJob:
             state = "never started" if ev is None else (
                 f"last in phase '{ev['phase']}' ({now - ev['t']:.0f} s ago)")  # fmt: skip
             mark = " <- furthest behind" if order(rank) == behind and len(where) > 1 else ""
-            parts.append(f"rank {rank} {state}{mark}")
+            parts.append(f"{self._who(rank)} {state}{mark}")
         return "; ".join(parts)
 
 

@@ -291,7 +291,7 @@ class Bench:
 
         def work(task: _Task) -> str:
             res = comm_bench(knobs.world_size, sizes=sizes, knobs=knobs, device=self.device,
-                             cancel=task.cancel)  # fmt: skip
+                             cancel=task.cancel, nodes=knobs.nodes)  # fmt: skip
             if not res.ok:
                 raise RuntimeError(f"comm benchmark {res.status}: {res.error}")
             self.comm_results.append(res)
@@ -307,7 +307,7 @@ class Bench:
     def _draw_comm(self) -> None:
         if self._ui is None or not self.comm_results:
             return
-        frames = [r.frame().assign(label=comm_label(r)) for r in self.comm_results]
+        frames = [_comm_frame(r) for r in self.comm_results]
         self._ui.charts["comm"].chart = plots.comm(pd.concat(frames, ignore_index=True))
 
     def _start_task(self, name: str, label: str, work: Any) -> None:
@@ -482,3 +482,12 @@ class Bench:
         colour = "#b00020" if error else "#333"
         body = html.escape(text)
         self._ui.message.value = f'<span style="color:{colour}">{body}</span>' if text else ""
+
+
+def _comm_frame(res: Any) -> pd.DataFrame:
+    """A comm result's rows, labelled for the chart; across nodes a line per scope (within a
+    node, across nodes), so the link that limits shows as its own curve."""
+    frame = res.frame()
+    if "scope" in frame:
+        return frame.assign(label=comm_label(res) + ", " + frame["scope"] + "-node")
+    return frame.assign(label=comm_label(res))
