@@ -96,7 +96,7 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
 
 
 def _hosts(text: str) -> str:
-    from workbench.distributed.launchers import parse_hosts
+    from workbench.distributed.launchers import parse_hosts  # only when --hosts is given
 
     try:
         parse_hosts(text)

@@ -33,8 +33,10 @@ from workbench.distributed.torchrun import JobSpec
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
+    """The test cluster, for this module only: its daemons are this process's children, and
+    later tests (tests/engine/test_burst.py) check that a burst leaves no child behind."""
     missing = missing_binaries()
     why = None
     if missing:

@@ -82,6 +82,14 @@ def test_the_cli_prints_one_json_document_and_refuses_a_missing_path(tmp_path, c
     assert "storage path" in capsys.readouterr().err
 
 
+HIGHEST_RATIO = {"rand_4k_iops": 2.0, "seq_read_mb_s": 5.0}
+"""How far above fio ours may read. Cold 4 KiB reads are the disk's: within 2x. A warm
+sequential read is a memory copy out of the page cache, where fio's own cost per read
+differs from machine to machine: on the 2026-12-04 build VM fio read a cached 32 MiB file at
+1.9-2.1 GB/s while a bare ``read()`` loop did 7.9 GB/s and ``workbench io`` 4.9-5.7 GB/s
+(on the VM before it, within 2x of fio). Below fio by half is a fault on either side."""
+
+
 def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
     """Same file, same method (psync, one thread, random map, fadvise hints): medians of three
     interleaved runs. The bound is loose (a shared 2-core CI box moves both sides); the
@@ -97,4 +105,4 @@ def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
             ours.append(measure_one(blob, field, cold=cold, seconds=0.3))
             fio.append(storage_vs_fio.fio_rate(blob, field, cold=cold, seconds=0.3))
         ratio = statistics.median(ours) / statistics.median(fio)
-        assert 0.5 < ratio < 2.0, (field, cold, ours, fio)
+        assert 0.5 < ratio < HIGHEST_RATIO[field], (field, cold, ours, fio)
