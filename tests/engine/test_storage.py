@@ -7,6 +7,7 @@ import os
 import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,14 +83,6 @@ def test_the_cli_prints_one_json_document_and_refuses_a_missing_path(tmp_path, c
     assert "storage path" in capsys.readouterr().err
 
 
-HIGHEST_RATIO = {"rand_4k_iops": 2.0, "seq_read_mb_s": 5.0}
-"""How far above fio ours may read. Cold 4 KiB reads are the disk's: within 2x. A warm
-sequential read is a memory copy out of the page cache, where fio's own cost per read
-differs from machine to machine: on the 2026-12-04 build VM fio read a cached 32 MiB file at
-1.9-2.1 GB/s while a bare ``read()`` loop did 7.9 GB/s and ``workbench io`` 4.9-5.7 GB/s
-(on the VM before it, within 2x of fio). Below fio by half is a fault on either side."""
-
-
 def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
     """Same file, same method (psync, one thread, random map, fadvise hints): medians of three
     interleaved runs. The bound is loose (a shared 2-core CI box moves both sides); the
@@ -99,10 +92,43 @@ def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
             pytest.fail("CI installs fio (.ci/run), but it is not on PATH")
         pytest.skip("fio is not installed (apt-get install fio)")
     blob = _file(tmp_path, 32)
-    for field, cold in (("rand_4k_iops", True), ("seq_read_mb_s", False)):
-        ours, fio = [], []
-        for _ in range(3):
-            ours.append(measure_one(blob, field, cold=cold, seconds=0.3))
-            fio.append(storage_vs_fio.fio_rate(blob, field, cold=cold, seconds=0.3))
-        ratio = statistics.median(ours) / statistics.median(fio)
-        assert 0.5 < ratio < HIGHEST_RATIO[field], (field, cold, ours, fio)
+    ours, fio = [], []
+    for _ in range(3):
+        ours.append(measure_one(blob, "rand_4k_iops", cold=True, seconds=0.3))
+        fio.append(storage_vs_fio.fio_rate(blob, "rand_4k_iops", cold=True, seconds=0.3))
+    ratio = statistics.median(ours) / statistics.median(fio)
+    assert 0.5 < ratio < 2.0, (ours, fio)
+
+
+def test_a_warm_read_is_a_memory_copy_no_faster_than_a_bare_read_loop(tmp_path):
+    """Warm, a sequential read copies out of the page cache: its ceiling is a bare ``read()``
+    loop over the same file, not fio, whose own cost per read differs between machines (the
+    2026-12-04 build VM: fio 1.2-2.1 GB/s, a bare loop 7.9, ``workbench io`` 4.9-7.0). Ours
+    within 2x of the bare loop, and not below fio by half."""
+    if shutil.which("fio") is None:
+        if IN_CI:
+            pytest.fail("CI installs fio (.ci/run), but it is not on PATH")
+        pytest.skip("fio is not installed (apt-get install fio)")
+    blob = _file(tmp_path, 32)
+    ours, bare, fio = [], [], []
+    for _ in range(3):
+        ours.append(measure_one(blob, "seq_read_mb_s", cold=False, seconds=0.3))
+        bare.append(_bare_read_mb_s(blob, seconds=0.3))
+        fio.append(storage_vs_fio.fio_rate(blob, "seq_read_mb_s", cold=False, seconds=0.3))
+    to_bare = statistics.median(ours) / statistics.median(bare)
+    assert 0.5 < to_bare < 2.0, (ours, bare)
+    assert statistics.median(ours) > 0.5 * statistics.median(fio), (ours, fio)
+
+
+def _bare_read_mb_s(path: Path, seconds: float) -> float:
+    """1 MiB ``os.read`` calls, front to back and round again, for ``seconds``."""
+    done, t0 = 0, time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while time.perf_counter() - t0 < seconds:
+            os.lseek(fd, 0, os.SEEK_SET)
+            while chunk := os.read(fd, 1 << 20):
+                done += len(chunk)
+    finally:
+        os.close(fd)
+    return done / (time.perf_counter() - t0) / 1e6
