@@ -127,20 +127,15 @@ class MultiNodeJob(TorchrunJob):
 
     def _follow_agents(self, procs: list, start: float, cancel, on_event) -> str:
         self._one_per_node = len(procs) == self.nodes  # srun: one client for every node
-        while True:
-            self._poll_events(on_event)
+
+        def exited() -> bool:  # every agent done, or the first one that failed
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 self._agent_exit = failed[0]
-                return "exited"
-            if all(c == 0 for c in codes):
-                return "exited"
-            if cancel is not None and cancel.is_set():
-                return "cancelled"
-            if time.monotonic() - start > self.spec.timeout_s:
-                return "timeout"
-            time.sleep(_POLL_S)
+            return bool(failed) or all(c == 0 for c in codes)
+
+        return self._wait(exited, start, cancel, on_event)
 
     def _exit_code(self) -> int | None:
         return self._agent_exit[1] if self._agent_exit else None

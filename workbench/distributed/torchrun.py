@@ -180,9 +180,13 @@ class TorchrunJob:
         return self._outcome(status, proc.returncode, time.monotonic() - start)
 
     def _follow(self, proc, start, cancel, on_event) -> str:
+        return self._wait(lambda: proc.poll() is not None, start, cancel, on_event)
+
+    def _wait(self, exited: Callable[[], bool], start, cancel, on_event) -> str:
+        """Relay the ranks' events until ``exited()``, a cancel or the timeout: which one."""
         while True:
             self._poll_events(on_event)
-            if proc.poll() is not None:
+            if exited():
                 return "exited"
             if cancel is not None and cancel.is_set():
                 return "cancelled"
