@@ -18,6 +18,8 @@ from workbench.config.saved import save_config
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError
 
+pytestmark = pytest.mark.concurrent  # comm benchmarks are torchrun jobs
+
 KIB, MIB = 2**10, 2**20
 
 
@@ -74,6 +76,7 @@ def test_a_real_sweep_on_gloo_says_nccl_had_no_effect_and_is_saved_and_shown(tmp
     path = save_config(wb.Knobs(world_size=2), tmp_path / "t.yaml", comm=sweep.suggestions())
     saved = yaml.safe_load(path.read_text())["comm"]
     assert saved["variable"] == "NCCL_ALGO" and saved["backend"] == "gloo"
+    assert saved["world_size"] == 2 and saved["nodes"] == 1
     assert saved["bucket_cap_mb"]["value"] == sweep.bucket["value"]
     assert wb.load_config(path, check_machine=False).comm == saved
     assert main(["show", str(path)]) == 0
@@ -106,3 +109,4 @@ def test_a_sweep_across_two_local_nodes_names_winners_from_the_inter_rows(capsys
         assert result["nodes"] == 2 and [r["scope"] for r in result["rows"]] == ["inter"] * 2
     covered = [size for w in doc["suggestions"]["winners"] for size in w["sizes_bytes"]]
     assert covered == [8192, 65536]
+    assert doc["suggestions"]["nodes"] == 2  # a saved config says where it was measured

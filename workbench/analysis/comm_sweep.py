@@ -60,6 +60,7 @@ class CommSweep:
             "backend": first.backend,
             "device": first.device_name or first.device,
             "world_size": first.world_size,
+            "nodes": first.nodes,
             "measured_at": first.created_at,
             "note": self.note,
             "winners": self.winners,

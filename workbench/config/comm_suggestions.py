@@ -4,7 +4,9 @@ Written by ``workbench.analysis.comm_sweep`` (``save_config(..., comm=sweep.sugg
 read back as plain data: suggestions are not knobs. A person decides whether the winner of a
 size range or the bucket size past the knee fits their job, and sets the knob
 (``nccl``/``bucket_cap_mb``) themselves; the numbers beside each suggestion say how much it is
-worth, and where (backend, device, ranks) it was measured.
+worth, and where (backend, device, ranks, nodes) it was measured. Across nodes the winners
+and the bucket come from the inter-node rows (the link the network variables act on); a file
+saved before ``nodes`` was kept reads as one node.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from workbench.config.yaml_text import ConfigError
 
 __all__ = ["check_comm", "describe_comm"]
 
-_KEYS = ("variable", "values", "backend", "device", "world_size", "measured_at", "note",
+_KEYS = ("variable", "values", "backend", "device", "world_size", "nodes", "measured_at", "note",
          "winners", "bucket_cap_mb")  # fmt: skip
 _RANGE_KEYS = ("from_bytes", "to_bytes", "value", "sizes_bytes", "busbw_gbps", "margin_pct")
 
@@ -42,6 +44,9 @@ def check_comm(section: Any, path: str | Path | None) -> dict[str, Any]:
 def describe_comm(comm: Mapping[str, Any]) -> list[str]:
     """The lines `workbench show` and a sweep's table print for its suggestions."""
     where = f"{comm.get('backend')}, {comm.get('world_size')} ranks, {comm.get('device')}"
+    nodes = comm.get("nodes") or 1
+    if nodes > 1:
+        where += f", {nodes} nodes: inter-node rows"
     head = f"# comm sweep over {comm['variable']} ({where}): suggestions, not knobs"
     lines = [head]
     if comm.get("note"):
