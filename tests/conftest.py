@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# A suite started in the background by a non-interactive shell (`make test &`, nohup) inherits
+# SIGINT ignored, and so would every process it starts: the Ctrl-C tests would fail for the
+# shell's sake. Python's own handler is what a terminal gives; children get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
