@@ -15,6 +15,8 @@ import pytest
 from workbench.config.saved import ConfigWarning, load_config, save_config
 from workbench.core.knobs import Knobs
 
+pytestmark = pytest.mark.concurrent  # scripts and torchrun lines in fresh processes
+
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train.py"
 LINE = re.compile(
     r"train: ([\d.]+) samples/s \((\d+) process\(es\) on cpu, batch (\d+) x accum (\d+)"

@@ -6,6 +6,8 @@ import sys
 import pytest
 from blocked_imports import run_blocked_raw, run_with_ui_blocked
 
+pytestmark = pytest.mark.concurrent  # fresh interpreters and ranks
+
 
 def test_engine_imports_and_runs_with_ui_packages_and_dali_blocked(tiny_data, tmp_path):
     store = str(tmp_path / "h.sqlite")

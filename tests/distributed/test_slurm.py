@@ -30,6 +30,9 @@ from workbench.distributed.slurm import (
 )
 from workbench.distributed.torchrun import JobSpec
 
+# srun steps, mostly waited on; one worker holds the module's cluster
+pytestmark = [pytest.mark.concurrent, pytest.mark.xdist_group("slurm")]
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 

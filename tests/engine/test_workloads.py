@@ -235,6 +235,7 @@ OWN_MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-model.md"
 _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 
 
+@pytest.mark.concurrent  # a script and the command in fresh processes, a two-rank job
 def test_the_page_on_your_own_model_runs(tmp_path):
     """Every block of the page, in order: modules (``# NAME.py`` first) written where the
     commands run, Python blocks as one script, shell lines through the installed command

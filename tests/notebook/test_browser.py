@@ -36,7 +36,12 @@ FIRST_BURST_S = 120.0  # Run All finished -> first burst done (includes warm-up)
 BURST_S = 90.0  # knob released -> its burst done
 CHART_S = 20.0  # burst done -> chart re-embedded with the new point
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.concurrent,
+    pytest.mark.timeout(300),
+]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,12 @@ ARTIFACTS = REPO / "artifacts" / "browser-board"
 BOARD, STATUS = ".wb-board", ".wb-board-status"
 EXERCISES = ("demo-best-batch", "demo-speedup")  # the preview's two checked answers
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.concurrent,
+    pytest.mark.timeout(300),
+]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ def test_notebook_is_stored_without_outputs(path):
     assert not [c for c in nb["cells"] if c.get("outputs") or c.get("execution_count")]
 
 
+@pytest.mark.concurrent  # a kernel waiting on bursts of fixed length: two at a time in make test
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # the kernel inherits the env
