@@ -19,8 +19,6 @@ from workloads_for_tests import tensor_workload
 from workbench import Knobs, run_burst
 from workbench.core.results import BurstResult
 
-pytestmark = pytest.mark.concurrent  # the check and the session script in fresh processes
-
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 _SESSION = _BENCH / "gpu_session.sh"
 

@@ -28,7 +28,7 @@ from jupyterlab_driver import free_port, http_status
 
 import workbench
 
-pytestmark = [pytest.mark.slow, pytest.mark.concurrent]  # builds, installs, starts it fresh
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -8,8 +8,6 @@ import pytest
 
 from workbench.cli import main
 
-pytestmark = pytest.mark.concurrent  # the command in fresh processes, torchrun jobs behind some
-
 # DESIGN.md's BurstResult fields: outside scripts read these names from `--json`.
 # fmt: off
 CONTRACT_FIELDS = {
