@@ -53,6 +53,17 @@ def test_the_same_sample_has_the_same_label_under_every_format(root, source):
         assert {i: ds.raw(i)[0] for i in range(len(ds))} == expected
 
 
+@pytest.mark.parametrize("fmt", ["lmdb", "predecoded"])
+def test_a_map_style_copy_ends_a_for_loop_like_a_list(root, source, fmt):
+    """Past its last sample an index is an IndexError (what ends `for x in dataset`), not a
+    corrupt-file error; negative indices count from the end."""
+    ds = open_format(_folder(root, fmt), fmt)
+    assert sum(1 for _ in ds) == len(source)
+    assert ds[-1][1] == ds[len(ds) - 1][1]
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
 def test_shards_and_lmdb_hold_the_source_jpegs_and_predecoded_its_pixels(root, source):
     lmdb = open_format(_folder(root, "lmdb"), "lmdb")
     by_key = {

@@ -135,6 +135,8 @@ class LmdbDataset(Dataset):
         return _LABEL.unpack_from(value)[0], value[_LABEL.size :]
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
+        if not -len(self) <= index < len(self):  # Python's protocol: `for x in dataset` ends here
+            raise IndexError(f"sample {index} of {len(self)} in LMDB {self.folder / DATA_FILE}")
         if index < 0:
             index += len(self)
         label, jpeg = self.raw(index)
