@@ -1,10 +1,11 @@
 """TunedConfig: what a production training script gets from a saved config.
 
-A plain PyTorch script needs five things from a tuning session: the DataLoader arguments, the
-precision (an autocast context and, for fp16, a GradScaler), the backend flags (TF32,
-cudnn.benchmark), the environment of its processes (NCCL_* and allocator variables) and a
-launch line. Each is one method here, computed from the knobs the same way a burst computes
-it, so the script runs what was measured. ``workbench.config.saved`` reads and writes the file.
+A plain PyTorch script needs six things from a tuning session: the DataLoader arguments, the
+data read as it was measured (``data_format``), the precision (an autocast context and, for
+fp16, a GradScaler), the backend flags (TF32, cudnn.benchmark), the environment of its
+processes (NCCL_* and allocator variables) and a launch line. Each is one method here,
+computed from the knobs the same way a burst computes it, so the script runs what was
+measured. ``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -106,6 +108,63 @@ class TunedConfig:
                 kwargs.pop(name, None)
         kwargs.update(overrides)
         return DataLoader(dataset, **kwargs)
+
+    def dataset(
+        self,
+        source: str | os.PathLike[str],
+        transform: Any = None,
+        *,
+        image_size: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> Any:
+        """The ImageFolder ``source`` read the way the tuned bursts read it (``data_format``).
+
+        The format is part of what was measured: samples/s read from predecoded pixels or one
+        LMDB does not hold for a folder of JPEGs. ``files``: the folder itself (``ImageFiles``,
+        ImageFolder's classes and order, a corrupt file named). ``shards``, ``lmdb``,
+        ``predecoded``: the copy that ``workbench data --format F --from SOURCE`` built beside
+        it (or under ``$WORKBENCH_FORMATS``), checked against its manifest and against the
+        source's sample count (a stale copy is an error, not old data trained on silently); a
+        copy not built is a KnobError with the command that builds it. ``image_size`` (the
+        training crop) picks the predecoded copy's resolution (8/7 of it). Shards are an
+        IterableDataset, shuffled per epoch and split by worker and, under DDP, by ``rank`` of
+        ``world_size`` (as the bursts split them): give :meth:`dataloader` no ``shuffle`` and
+        no ``sampler`` for them. The map-style formats ignore ``rank``: use a
+        DistributedSampler, as with any dataset.
+        """
+        # torch and the format readers only when the script asks for data
+        from workbench.engine.datasets import ImageFiles
+        from workbench.engine.formats import (
+            FormatError,
+            FormatMissing,
+            build_command,
+            format_dir,
+            open_checked,
+            open_format,
+        )
+        from workbench.engine.formats.predecoded import resolution_for
+
+        fmt, root = self.knobs.data_format, Path(source).expanduser()
+        files = ImageFiles(root, transform)
+        if fmt == "files":
+            return files
+        resolution = None
+        if fmt == "predecoded":
+            if not image_size:
+                raise InputError("image_size: the training crop in pixels is needed to find "
+                                 "the predecoded copy (224 for 224x224 crops)")  # fmt: skip
+            resolution = resolution_for(image_size)
+        folder = format_dir(root, fmt, resolution)
+        if not folder.is_dir():
+            raise FormatMissing(fmt, folder, build_command(root, fmt, resolution))
+        manifest = open_checked(folder, fmt)
+        if manifest.count != len(files):
+            raise FormatError(f"{folder} holds {manifest.count} samples but {root} has "
+                              f"{len(files)} now: convert again "
+                              f"({build_command(root, fmt, resolution)})")  # fmt: skip
+        dataset = open_format(folder, fmt, transform)
+        return dataset.for_rank(rank, world_size) if fmt == "shards" else dataset
 
     # -- precision ------------------------------------------------------------------------
     def autocast(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
@@ -275,6 +334,7 @@ class TunedConfig:
                 *(exports or ["# (nothing to export)"]),
                 "# DataLoader keyword arguments (cfg.dataloader(dataset) passes them)",
                 f"DataLoader(dataset, {loader})",
+                *self._data_lines(),
                 "# one node",
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
@@ -286,6 +346,19 @@ class TunedConfig:
                 *(describe_comm(self.comm) if self.comm else []),
             ]
         )
+
+    def _data_lines(self) -> list[str]:
+        """How the measured data was read, where that is not the plain folder of files."""
+        k, lines = self.knobs, []
+        if k.data_format != "files":
+            lines += [f"# data: measured reading the {k.data_format} copy of the image folder "
+                      f"(workbench data --format {k.data_format} --from DIR builds it); read the "
+                      "same in production: dataset = cfg.dataset(DIR, transform)"]  # fmt: skip
+        if k.cache == "cold":
+            lines += ["# data: measured with a cold page cache (every read from the disk, none "
+                      "from RAM): a dataset that fits in RAM reads faster after its first "
+                      "epoch"]  # fmt: skip
+        return lines
 
 
 def import_collate(name: str, path: Path | str | None = None) -> Any:

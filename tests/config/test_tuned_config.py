@@ -1,0 +1,78 @@
+"""TunedConfig.dataset: production reads the data the way the tuned bursts read it."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from torch.utils.data import IterableDataset
+
+from workbench.config.tuned_config import TunedConfig
+from workbench.core.errors import InputError
+from workbench.core.knobs import KnobError, Knobs
+from workbench.engine.convert import convert_dataset
+from workbench.engine.datasets import ImageFiles
+from workbench.engine.formats.manifest import FormatError
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    """A copy of a small image folder, with its shards, LMDB and predecoded (64 px crop) copies."""
+    from workbench.engine.datasets import build_datasets
+
+    root = tmp_path_factory.mktemp("prod") / "data"
+    build_datasets(root, images_per_class=4, classes=2, token_mb=0.01)
+    for fmt in ("shards", "lmdb", "predecoded"):
+        convert_dataset(fmt, root / "images", resolution=73 if fmt == "predecoded" else None,
+                        workers=1)  # fmt: skip
+    return root / "images"
+
+
+def _cfg(**knobs) -> TunedConfig:
+    return TunedConfig(Knobs(batch_size=4, **knobs))
+
+
+def _labels(dataset) -> list[int]:
+    return sorted(label for _, label in dataset)
+
+
+def test_files_are_the_folder_itself(images):
+    dataset = _cfg().dataset(images)
+    assert isinstance(dataset, ImageFiles) and len(dataset) == 8
+    assert dataset.classes == sorted(p.name for p in images.iterdir())
+
+
+@pytest.mark.parametrize("fmt", ["shards", "lmdb", "predecoded"])
+def test_a_converted_copy_holds_the_same_samples(images, fmt):
+    dataset = _cfg(data_format=fmt).dataset(images, image_size=64)
+    assert type(dataset).__name__ != "ImageFiles"
+    assert _labels(dataset) == _labels(ImageFiles(images))
+    assert isinstance(dataset, IterableDataset) == (fmt == "shards")
+
+
+def test_a_copy_not_built_names_the_command_that_builds_it(images):
+    with pytest.raises(KnobError, match=r"data_format.*workbench data --format predecoded "
+                       r"--from .*images --resolution 256"):  # fmt: skip
+        _cfg(data_format="predecoded").dataset(images, image_size=224)
+
+
+def test_predecoded_needs_the_crop_size(images):
+    with pytest.raises(InputError, match="image_size"):
+        _cfg(data_format="predecoded").dataset(images)
+
+
+def test_a_stale_copy_is_an_error_not_old_data(images, tmp_path):
+    source = tmp_path / "images"
+    shutil.copytree(images, source)
+    shutil.copytree(images.parent / "images.lmdb", tmp_path / "images.lmdb")
+    extra = next(p for p in (source / sorted(p.name for p in source.iterdir())[0]).iterdir())
+    shutil.copy(extra, extra.with_name("added.jpg"))
+    with pytest.raises(FormatError, match=r"holds 8 samples but .* has 9 now: convert again"):
+        _cfg(data_format="lmdb").dataset(source)
+
+
+def test_show_says_how_the_data_was_read():
+    shown = _cfg(data_format="shards", cache="cold").describe()
+    assert "# data: measured reading the shards copy" in shown
+    assert "dataset = cfg.dataset(DIR, transform)" in shown
+    assert "# data: measured with a cold page cache" in shown
+    assert "# data:" not in _cfg().describe()
