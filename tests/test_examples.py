@@ -42,6 +42,29 @@ def test_train_example_runs_a_tuned_config(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_example_reads_the_tuned_data_format_split_across_ranks(tmp_path, tiny_data):
+    """data_format=shards saved: train.py reads the shards copy (cfg.dataset), each of two
+    ranks its own shards, with no sampler; a copy not built stops it with the command."""
+    import shutil
+
+    from workbench.engine.convert import convert_dataset
+
+    images = tmp_path / "images"
+    shutil.copytree(tiny_data / "images", images)
+    knobs = Knobs(batch_size=4, data_format="shards", world_size=2)
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    args = [str(TRAIN), "--config", str(path), "--data", str(images), "--steps", "2",
+            "--warmup", "1", "--device", "cpu"]  # fmt: skip
+    p = _run([sys.executable, *args], cwd=tmp_path)
+    assert p.returncode != 0 and "workbench data --format shards --from" in p.stderr
+    convert_dataset("shards", images, workers=1)
+    p = _run(["torchrun", "--standalone", "--nproc_per_node=2", *args], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = LINE.search(p.stdout)
+    assert m and m.group(2, 3) == ("2", "4"), p.stdout
+
+
+@pytest.mark.slow
 def test_the_torchrun_line_launches_the_example_on_two_processes(tmp_path, tiny_data):
     """The config's own torchrun line, run as printed: DDP over gloo with every DDP knob set
     (gradient accumulation under no_sync included), fp16 with a GradScaler."""
