@@ -134,15 +134,8 @@ class TunedConfig:
         DistributedSampler, as with any dataset.
         """
         # torch and the format readers only when the script asks for data
+        from workbench.engine import formats
         from workbench.engine.datasets import ImageFiles
-        from workbench.engine.formats import (
-            FormatError,
-            FormatMissing,
-            build_command,
-            format_dir,
-            open_checked,
-            open_format,
-        )
         from workbench.engine.formats.predecoded import resolution_for
 
         fmt, root = self.knobs.data_format, Path(source).expanduser()
@@ -155,15 +148,15 @@ class TunedConfig:
                 raise InputError("image_size: the training crop in pixels is needed to find "
                                  "the predecoded copy (224 for 224x224 crops)")  # fmt: skip
             resolution = resolution_for(image_size)
-        folder = format_dir(root, fmt, resolution)
+        folder = formats.format_dir(root, fmt, resolution)
         if not folder.is_dir():
-            raise FormatMissing(fmt, folder, build_command(root, fmt, resolution))
-        manifest = open_checked(folder, fmt)
+            raise formats.FormatMissing(fmt, folder, formats.build_command(root, fmt, resolution))
+        manifest = formats.open_checked(folder, fmt)
         if manifest.count != len(files):
-            raise FormatError(f"{folder} holds {manifest.count} samples but {root} has "
-                              f"{len(files)} now: convert again "
-                              f"({build_command(root, fmt, resolution)})")  # fmt: skip
-        dataset = open_format(folder, fmt, transform)
+            build = formats.build_command(root, fmt, resolution)
+            raise formats.FormatError(f"{folder} holds {manifest.count} samples but {root} has "
+                                      f"{len(files)} now: convert again ({build})")  # fmt: skip
+        dataset = formats.open_format(folder, fmt, transform)
         return dataset.for_rank(rank, world_size) if fmt == "shards" else dataset
 
     # -- precision ------------------------------------------------------------------------
