@@ -103,8 +103,11 @@ def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
 def test_a_warm_read_is_a_memory_copy_no_faster_than_a_bare_read_loop(tmp_path):
     """Warm, a sequential read copies out of the page cache: its ceiling is a bare ``read()``
     loop over the same file, not fio, whose own cost per read differs between machines (the
-    2026-12-04 build VM: fio 1.2-2.1 GB/s, a bare loop 7.9, ``workbench io`` 4.9-7.0). Ours
-    within 2x of the bare loop, and not below fio by half."""
+    2026-12-04 build VM: fio 1.2-2.1 GB/s, a bare loop 7.9, ``workbench io`` 4.9-7.0). A memory
+    copy's speed moves with where its pages land: on the 2026-12-05 VM ours/bare was 0.43 in one
+    clean-clone run (9.4 vs 22 GB/s, all three pairs) and 1.7 minutes later (24 vs 14 GB/s).
+    So within 4x of the bare loop either way, which still fails a warm read served by the disk
+    (cold there: 2.5-2.8 GB/s, 0.12-0.19 of the bare loop), and not below fio by half."""
     if shutil.which("fio") is None:
         if IN_CI:
             pytest.fail("CI installs fio (.ci/run), but it is not on PATH")
@@ -116,7 +119,7 @@ def test_a_warm_read_is_a_memory_copy_no_faster_than_a_bare_read_loop(tmp_path):
         bare.append(_bare_read_mb_s(blob, seconds=0.3))
         fio.append(storage_vs_fio.fio_rate(blob, "seq_read_mb_s", cold=False, seconds=0.3))
     to_bare = statistics.median(ours) / statistics.median(bare)
-    assert 0.5 < to_bare < 2.0, (ours, bare)
+    assert 0.25 < to_bare < 4.0, (ours, bare)
     assert statistics.median(ours) > 0.5 * statistics.median(fio), (ours, fio)
 
 
