@@ -136,7 +136,6 @@ class TunedConfig:
         # torch and the format readers only when the script asks for data
         from workbench.engine import formats
         from workbench.engine.datasets import ImageFiles
-        from workbench.engine.formats.predecoded import resolution_for
 
         fmt, root = self.knobs.data_format, Path(source).expanduser()
         files = ImageFiles(root, transform)
@@ -147,15 +146,8 @@ class TunedConfig:
             if not image_size:
                 raise InputError("image_size: the training crop in pixels is needed to find "
                                  "the predecoded copy (224 for 224x224 crops)")  # fmt: skip
-            resolution = resolution_for(image_size)
-        folder = formats.format_dir(root, fmt, resolution)
-        if not folder.is_dir():
-            raise formats.FormatMissing(fmt, folder, formats.build_command(root, fmt, resolution))
-        manifest = formats.open_checked(folder, fmt)
-        if manifest.count != len(files):
-            build = formats.build_command(root, fmt, resolution)
-            raise formats.FormatError(f"{folder} holds {manifest.count} samples but {root} has "
-                                      f"{len(files)} now: convert again ({build})")  # fmt: skip
+            resolution = formats.resolution_for(image_size)
+        folder, _ = formats.checked_copy(root, fmt, resolution, len(files))
         dataset = formats.open_format(folder, fmt, transform)
         return dataset.for_rank(rank, world_size) if fmt == "shards" else dataset
 

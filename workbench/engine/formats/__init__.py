@@ -87,15 +87,25 @@ def located(wl: Workload, knobs: Knobs, dataset: Any = None) -> tuple[Path, Mani
     resolution = None
     if fmt == "predecoded":
         resolution = resolution_for(image_size(wl, dataset))
-    folder = format_dir(wl.image_dir, fmt, resolution)
-    if not folder.is_dir():
-        raise FormatMissing(fmt, folder, build_command(wl.image_dir, fmt, resolution))
-    manifest = open_checked(folder, fmt)
     samples = getattr(dataset, "samples", None)
-    if samples is not None and len(samples) != manifest.count:
+    count = None if samples is None else len(samples)
+    return checked_copy(wl.image_dir, fmt, resolution, count)
+
+
+def checked_copy(
+    source: Path, fmt: str, resolution: int | None, count: int | None
+) -> tuple[Path, Manifest]:
+    """The ``fmt`` copy of the folder ``source``: built (else the command that builds it), its
+    files as its manifest says and, when ``count`` is given, as many samples as the source
+    has now (a stale copy is an error, not old data read silently)."""
+    folder = format_dir(source, fmt, resolution)
+    if not folder.is_dir():
+        raise FormatMissing(fmt, folder, build_command(source, fmt, resolution))
+    manifest = open_checked(folder, fmt)
+    if count is not None and count != manifest.count:
         raise FormatError(
-            f"{folder} holds {manifest.count} samples but {wl.image_dir} has {len(samples)} "
-            f"now: convert again ({build_command(wl.image_dir, fmt, resolution)})"
+            f"{folder} holds {manifest.count} samples but {source} has {count} "
+            f"now: convert again ({build_command(source, fmt, resolution)})"
         )
     return folder, manifest
 
@@ -144,6 +154,7 @@ __all__ = [
     "FormatError",
     "FormatMissing",
     "build_command",
+    "checked_copy",
     "data_files",
     "dataset_for",
     "format_dir",
