@@ -16,8 +16,10 @@ The method (DESIGN.md, "Measurement method"):
 One burst at a time: a burst waits for the process's burst slot (``workbench.engine.slot``), and
 takes it from whoever holds it (a panel's burst, a tune), who is told to stop first.
 
-Each burst runs on a thread of its own, under its own device (``_on_own_thread``), and checks
-its own numbers (``workbench.engine.selfcheck``): what fails lands in ``suspect``.
+Each burst runs on a thread of its own, under its own device, with the calling thread's OpenMP
+team released first, so it meets the conditions of the user's loop on the main thread
+(``workbench.engine.burst_thread``), and checks its own numbers
+(``workbench.engine.selfcheck``): what fails lands in ``suspect``.
 
 Failure is a result: out of memory gives ``status="oom"`` (memory is freed, the next burst runs
 at full size), any other exception inside the burst gives ``status="error"`` with the reason; a
@@ -48,6 +50,7 @@ from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
+from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
 from workbench.engine.failures import compile_hint, cuda_health, is_oom_error, note_failure
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
@@ -161,39 +164,10 @@ class BurstInterrupted(KeyboardInterrupt):
 
 
 def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
-    """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded."""
-    return _on_own_thread(lambda: _measure_on_device(wl, knobs, dev, plan), plan.stop)
-
-
-def _on_own_thread(run: Callable[[], BurstResult], stop: threading.Event) -> BurstResult:
-    """Run a burst on a new thread and wait for it.
-
-    Why a thread of its own: cuDNN keeps its chosen convolution plans in a *thread-local*
-    cache whose key leaves out ``cudnn.benchmark`` (aten/src/ATen/native/cudnn/Conv_v8.cpp), so
-    in one thread an earlier ``cudnn_benchmark=False`` burst makes a later ``True`` burst reuse
-    the heuristic plans (and the reverse): the A/B would depend on the order of the bursts. A new
-    thread starts with an empty cache. CUDA's current device is per thread too. The progress
-    callbacks run on this thread. If the caller is interrupted while it waits (a second Ctrl-C),
-    the burst is told to stop and stops at its next step boundary.
-    """
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = run()
-        except BaseException as exc:  # handed to the caller's thread, raised there
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, name="workbench-burst", daemon=True)
-    thread.start()
-    try:
-        thread.join()
-    except BaseException:
-        stop.set()
-        raise
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+    """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded.
+    Run where it measures what the caller's own loop would get (``engine.burst_thread``)."""
+    run = lambda: _measure_on_device(wl, knobs, dev, plan)  # noqa: E731
+    return run_as_production(run, plan.stop, dev.type)
 
 
 def _measure_on_device(

@@ -12,19 +12,15 @@ a notebook cell makes a second panel, with its own runner, while the first one's
 still run; a new burst cancels whoever holds the slot (a burst, a diagnosis, a tune) and
 waits for it to end before it starts. Measurements taken side by side would each be wrong.
 
-A burst on this thread meets OpenMP differently from one on the main thread, on a CPU.
-PyTorch's CPU build runs intra-op work on GNU OpenMP (libgomp), whose idle workers spin
-300,000 times before sleeping, but only 100 times once it manages more threads than there are
-CPUs (libgomp's GOMP_SPINCOUNT documentation). A kernel's main thread owns one OpenMP team; a
-burst here adds a second, so on a 2-core machine the workers sleep instead of spinning.
-Measured on that machine (``benchmarks/panel_vs_cell.py --no-ui``, cnn, batch 32): with the
-cores free, a burst here read 1.048x the same burst on the main thread (median of 6 pairs);
-with other processes keeping about one core busy, 2-4x, because the main thread's spinning
-worker then fights them for the cores (``OMP_WAIT_POLICY=passive`` at start-up brought that
-to 1.13-1.18x). Neither this runner nor the panel's widgets cause it. Since every burst runs
-on a fresh thread of its own (``workbench.engine.burst``), a cell's ``run_burst`` and the panel's
-bursts meet the same OpenMP conditions; the figures above are from before that, when a cell's
-burst ran on the main thread.
+A burst on this thread would meet OpenMP differently from one on the main thread, on a CPU:
+libgomp gives each thread that runs parallel work a team of its own, and once a process manages
+more OpenMP threads than it has CPUs their workers spin 100 times instead of 300,000 before
+sleeping (``workbench.engine.openmp``). A kernel's main thread owns a team; a burst's thread
+adds a second. On the 2-core test machine that made a burst read 1.05x (cores free) to 2-4x
+(one core busy elsewhere) the same burst on the main thread. So ``submit``, which the panel
+calls on the kernel's main thread, first releases that thread's team: the burst's team is then
+the only one, as a production loop's is (``workbench.engine.burst_thread``), and a cell's
+``run_burst`` and the panel's bursts meet the same conditions as the user's own loop.
 
 No widgets here: the runner is engine code, tested without a browser.
 """
@@ -41,6 +37,7 @@ from typing import Any
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.dispatch import run_burst
+from workbench.engine import openmp
 from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
 
@@ -94,6 +91,10 @@ class BurstRunner:
         ``wait`` waits for it, ``stop`` and a newer submit cancel it before it starts. The
         returned function lets this burst go, and no other; calling it again does nothing.
         """
+        # The caller is the kernel's main thread (a widget's observer, the panel's cell): its
+        # OpenMP team goes, so the burst's is the only one, as a training loop's on the main
+        # thread is (engine.burst_thread). The burst itself can only release its runner's.
+        openmp.release_pool()
         with self._lock:
             previous = self._job
             if previous is not None:

@@ -1,0 +1,245 @@
+"""Does a burst measure what your own loop gets? A hand-written loop against wb.run_burst.
+
+The promise of the workbench is that a burst's samples/s is what the user's own training loop
+gets with the same knobs. This checks it from outside the harness: a plain PyTorch loop, written
+here as a user would write it (its own model, its own Dataset, a torch DataLoader, on the main
+thread, timed with time.perf_counter around a time-boxed run after a few warm-up steps),
+against ``wb.run_burst`` on a Workload built from the same model, dataset, loss and optimizer
+with the same knobs. Nothing of the workbench runs inside the plain loop.
+
+Method: for each worker count, ``--pairs`` interleaved pairs, the order alternating from pair to
+pair (plain first, then burst first), so a drift of the shared machine falls on both sides; one
+unmeasured pair first (the first loop of a process reads low: page cache, oneDNN's kernels).
+The figure is the median of the per-pair ratios burst/plain, with their range, and again over
+the quiet pairs (the rest of the machine kept fewer than ``--quiet-cores`` cores busy during
+both sides, read from /proc/stat): on a 2-core machine another tenant's load changes how the
+loop's OpenMP workers and its DataLoader workers share the cores.
+
+    python benchmarks/fidelity.py --pairs 5 --seconds 3 --workers 0,1,2 --out fidelity.json
+
+Prints one JSON document (and writes it to ``--out``): the command, the commit, the machine,
+and per worker count the ratios, their median and range, and each side's samples/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+import workbench as wb
+
+IMAGE_PX = 64
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class JpegFolder(Dataset):
+    """An ImageFolder read by hand: class folders of JPEGs, decoded with PIL, augmented."""
+
+    def __init__(self, root: Path):
+        from torchvision import transforms as T
+
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+        self.items = [
+            (path, label)
+            for label, name in enumerate(classes)
+            for path in sorted((root / name).glob("*.jpg"))
+        ]
+        self.classes = classes
+        self.transform = T.Compose(
+            [
+                T.RandomResizedCrop(IMAGE_PX, antialias=True),
+                T.RandomHorizontalFlip(),
+                T.ToTensor(),
+                T.Normalize(MEAN, STD),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        path, label = self.items[i]
+        with Image.open(path) as img:
+            return self.transform(img.convert("RGB")), label
+
+
+class Net(nn.Module):
+    """A small convnet: four conv-BN-ReLU blocks, a pooled linear head."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        chans, layers = [3, 16, 32, 64, 128], []
+        for i in range(4):
+            layers += [
+                nn.Conv2d(chans[i], chans[i + 1], 3, stride=1 if i == 0 else 2, padding=1),
+                nn.BatchNorm2d(chans[i + 1]),
+                nn.ReLU(inplace=True),
+            ]
+        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(chans[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def make_optimizer(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def plain_loop(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
+    """The user's loop, as one would write it; samples/s over a time-boxed run."""
+    torch.manual_seed(0)
+    dataset = JpegFolder(root)
+    model = Net(len(dataset.classes))
+    optimizer = make_optimizer(model.parameters())
+    loader = DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True,
+                        num_workers=workers)  # fmt: skip
+    steps = samples = 0
+    start = None
+    while True:  # epochs
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            if steps == warmup:
+                start = time.perf_counter()
+            elif start is not None:
+                samples += y.shape[0]
+                if time.perf_counter() - start >= seconds:
+                    return samples / (time.perf_counter() - start)
+
+
+def burst(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
+    """The same model, data, loss and optimizer, measured by the workbench."""
+    classes = len(JpegFolder(root).classes)
+    workload = wb.Workload(
+        name="fidelity",
+        model=lambda: Net(classes),
+        dataset=lambda: JpegFolder(root),
+        loss=F.cross_entropy,
+        optimizer=make_optimizer,
+    )
+    knobs = wb.Knobs(batch_size=batch, num_workers=workers)
+    r = wb.run_burst(workload, knobs, seconds=seconds, warmup_steps=warmup, min_steps=5,
+                     device="cpu", record=False)  # fmt: skip
+    if not r.ok:
+        raise RuntimeError(f"burst failed: {r.error}")
+    return r.samples_per_s
+
+
+def _cpu_marks() -> tuple[float, float, float]:
+    """(wall s, the machine's busy CPU s, this process's and its reaped children's CPU s)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    busy_s = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+    t = os.times()
+    return time.perf_counter(), busy_s, t.user + t.system + t.children_user + t.children_system
+
+
+def _timed(run, *args) -> tuple[float, float]:
+    """(samples/s, cores the rest of the machine kept busy meanwhile): a shared machine's
+    other tenants are not always visible to ps, but their CPU time is in /proc/stat."""
+    wall0, busy0, own0 = _cpu_marks()
+    sps = run(*args)
+    wall1, busy1, own1 = _cpu_marks()
+    return sps, max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
+
+
+def one_pair(root: Path, workers: int, args: argparse.Namespace, burst_first: bool) -> dict:
+    run = {"plain": plain_loop, "burst": burst}
+    order = ("burst", "plain") if burst_first else ("plain", "burst")
+    got, others = {}, {}
+    for name in order:
+        got[name], others[name] = _timed(run[name], root, workers, args.batch, args.seconds,
+                                         args.warmup)  # fmt: skip
+    return {**got, "ratio": got["burst"] / got["plain"], "order": list(order),
+            "others_cores": max(others.values())}  # fmt: skip
+
+
+def measure(root: Path, workers: int, args: argparse.Namespace) -> dict:
+    one_pair(root, workers, args, burst_first=False)  # unmeasured: the first run reads low
+    pairs = [one_pair(root, workers, args, burst_first=i % 2 == 1) for i in range(args.pairs)]
+    ratios = [p["ratio"] for p in pairs]
+    quiet = [p["ratio"] for p in pairs if p["others_cores"] < args.quiet_cores]
+    row = {
+        "workers": workers,
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratio_min": round(min(ratios), 4),
+        "ratio_max": round(max(ratios), 4),
+        "quiet_pairs": len(quiet),
+        "quiet_ratio_median": round(statistics.median(quiet), 4) if quiet else None,
+        "pairs": [
+            {k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()} for p in pairs
+        ],
+    }
+    shown = ("workers", "ratio_median", "ratio_min", "ratio_max", "quiet_pairs",
+             "quiet_ratio_median")  # fmt: skip
+    print(json.dumps({k: row[k] for k in shown}), file=sys.stderr, flush=True)
+    return row
+
+
+def provenance() -> dict:
+    here = Path(__file__).resolve().parent.parent
+
+    def git(*a: str) -> str:
+        out = subprocess.run(["git", *a], cwd=here, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    return {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "load_avg": os.getloadavg(),
+        },
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="0,1,2", help="DataLoader worker counts, comma-separated")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--data", type=Path, default=None, help="an ImageFolder (default: samples)")
+    ap.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0.25,
+        help="a pair is quiet when others kept fewer cores busy on both sides",
+    )
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    root = args.data or wb.ensure_datasets().images
+    rows = [measure(root, int(w), args) for w in args.workers.split(",")]
+    doc = {**provenance(), "batch": args.batch, "seconds": args.seconds, "rows": rows}
+    text = json.dumps(doc, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
