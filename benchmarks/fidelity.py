@@ -10,7 +10,9 @@ with the same knobs. Nothing of the workbench runs inside the plain loop.
 Method: for each worker count, ``--pairs`` interleaved pairs, the order alternating from pair to
 pair (plain first, then burst first), so a drift of the shared machine falls on both sides; one
 unmeasured pair first (the first loop of a process reads low: page cache, oneDNN's kernels).
-The figure is the median of the per-pair ratios burst/plain, with their range, and again over
+With ``--unreleased`` each pair also runs the burst as it ran before bursts released the
+caller's OpenMP team (a fresh thread alone), for the before/after in one run. The figure is the
+median of the per-pair ratios burst/plain, with their range, and again over
 the quiet pairs (the rest of the machine kept fewer than ``--quiet-cores`` cores busy during
 both sides, read from /proc/stat): on a 2-core machine another tenant's load changes how the
 loop's OpenMP workers and its DataLoader workers share the cores.
@@ -161,13 +163,29 @@ def _timed(run, *args) -> tuple[float, float]:
     return sps, max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
 
 
+def burst_unreleased(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
+    """A burst as it ran before the fix: a fresh thread, the caller's OpenMP team kept."""
+    from workbench.engine import openmp
+
+    release = openmp.release_pool
+    openmp.release_pool = lambda: True  # a fresh thread still, nothing released
+    try:
+        return burst(root, workers, batch, seconds, warmup)
+    finally:
+        openmp.release_pool = release
+
+
 def one_pair(root: Path, workers: int, args: argparse.Namespace, burst_first: bool) -> dict:
-    run = {"plain": plain_loop, "burst": burst}
+    run = {"plain": plain_loop, "burst": burst, "unreleased": burst_unreleased}
     order = ("burst", "plain") if burst_first else ("plain", "burst")
+    if args.unreleased:
+        order = (*order, "unreleased") if burst_first else ("unreleased", *order)
     got, others = {}, {}
     for name in order:
         got[name], others[name] = _timed(run[name], root, workers, args.batch, args.seconds,
                                          args.warmup)  # fmt: skip
+    if args.unreleased:
+        got["ratio_unreleased"] = got["unreleased"] / got["plain"]
     return {**got, "ratio": got["burst"] / got["plain"], "order": list(order),
             "others_cores": max(others.values())}  # fmt: skip
 
@@ -184,14 +202,20 @@ def measure(root: Path, workers: int, args: argparse.Namespace) -> dict:
         "ratio_max": round(max(ratios), 4),
         "quiet_pairs": len(quiet),
         "quiet_ratio_median": round(statistics.median(quiet), 4) if quiet else None,
+        "unreleased_ratio_median": _median_of(pairs, "ratio_unreleased"),
         "pairs": [
             {k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()} for p in pairs
         ],
     }
     shown = ("workers", "ratio_median", "ratio_min", "ratio_max", "quiet_pairs",
-             "quiet_ratio_median")  # fmt: skip
+             "quiet_ratio_median", "unreleased_ratio_median")  # fmt: skip
     print(json.dumps({k: row[k] for k in shown}), file=sys.stderr, flush=True)
     return row
+
+
+def _median_of(pairs: list[dict], key: str) -> float | None:
+    values = [p[key] for p in pairs if key in p]
+    return round(statistics.median(values), 4) if values else None
 
 
 def provenance() -> dict:
@@ -229,6 +253,11 @@ def main() -> None:
         type=float,
         default=0.25,
         help="a pair is quiet when others kept fewer cores busy on both sides",
+    )
+    ap.add_argument(
+        "--unreleased",
+        action="store_true",
+        help="also run each burst as before the fix (fresh thread, team kept)",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,37 @@ def test_an_interrupted_wait_tells_the_burst_to_stop(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         burst_thread.on_fresh_thread(burst, stop)
     assert stop.is_set()
+
+
+@pytest.fixture(scope="module")
+def fidelity_images(tmp_path_factory) -> Path:
+    """Enough JPEGs that an epoch is many steps (a plain loop re-forks its workers each epoch)."""
+    from workbench.engine.datasets import build_datasets
+
+    root = tmp_path_factory.mktemp("fidelity")
+    build_datasets(root, images_per_class=80, classes=3, token_mb=0.05)
+    return root / "images"
+
+
+def test_a_burst_reads_what_a_plain_loop_on_the_main_thread_reads(fidelity_images):
+    # benchmarks/fidelity.py's own two sides: a hand-written loop on this (the main) thread and
+    # run_burst on the same model, data and knobs, interleaved. Before bursts released the
+    # caller's OpenMP team, the burst read 1.36-1.49x the plain loop on a 2-core machine with
+    # one loader worker; the bound leaves room for a shared machine's noise, not for that.
+    fidelity = _benchmark("fidelity")
+    ratios = []
+    for i in range(3):
+        sides = [fidelity.plain_loop, fidelity.burst]
+        if i % 2:
+            sides.reverse()
+        got = {side: side(fidelity_images, 1, 16, 1.5, 3) for side in sides}
+        ratios.append(got[fidelity.burst] / got[fidelity.plain_loop])
+    assert 0.8 <= sorted(ratios)[1] <= 1.25, ratios
+
+
+def _benchmark(name: str):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
