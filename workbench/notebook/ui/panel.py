@@ -35,7 +35,7 @@ from workbench.core.cost import check_price, resolve_price
 from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.jobs import comm_bench
-from workbench.engine import hardware
+from workbench.engine import hardware, openmp
 from workbench.engine.burst import BurstProgress
 from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstWindow
@@ -315,6 +315,7 @@ class Bench:
         waits for the burst slot, so the main thread (and the panel) never blocks here."""
         self._runner.stop()
         self._supersede_task()
+        openmp.release_pool()  # the kernel's main thread's team: bursts run as its loop would
         task = _Task(name, threading.Event())
         task.thread = threading.Thread(target=self._run_task, args=(task, work),
                                        name="workbench-task", daemon=True)  # fmt: skip
