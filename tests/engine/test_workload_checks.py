@@ -125,3 +125,29 @@ def test_the_default_loss_names_the_misfits_it_would_train_on_silently(logits, t
 )
 def test_the_default_loss_takes_what_cross_entropy_is_for(logits, target):
     assert default_loss_misfit(logits, target) is None
+
+
+def test_real_lightning_classes_are_told_apart_by_their_hooks():
+    L = pytest.importorskip("lightning")  # the duck typing, checked on the real package
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self):
+            return DataLoader(DATA)
+
+    class Lit(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def training_step(self, batch, i):
+            return self.fc(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    for given in (Data(), Data):
+        with pytest.raises(WorkloadFieldError, match="a LightningDataModule is not a dataset"):
+            _make(dataset=given)
+    with pytest.raises(WorkloadFieldError, match=r"model=lambda: Lit\(...\).*from_lightning"):
+        _make(model=Lit())
+    assert _make(model=Lit).name == "w"  # the class is a factory of fresh modules
