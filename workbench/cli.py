@@ -4,6 +4,8 @@ Exit codes: 0 a result was produced (``ok``, and ``oom``: running out of memory 
 measurement, not a crash); 1 the burst failed (``status: error``); 2 bad input (one line on
 stderr naming the knob, the value and what is allowed; no traceback); 130 interrupted.
 With ``--json`` stdout holds exactly one JSON document; everything else goes to stderr.
+``--debug`` (or ``WORKBENCH_DEBUG=1``, the same switch) shows tracebacks: bad input's instead
+of its one line, and a failed burst's ``traceback``, which ``--json`` otherwise leaves null.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Version(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the distribution and version")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_burst(sub.add_parser("burst", help="run one measured training burst"))
     _add_history(sub.add_parser("history", help="list past bursts from the history store"))
@@ -72,7 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub.add_parser("tune", help="search knobs for the best measured throughput"))
     _add_comm(sub.add_parser("comm", help="all-reduce benchmark: time, algbw, busbw by size"))
     _add_profile(sub.add_parser("profile", help="a burst under torch.profiler; writes a trace"))
+    for command in sub.choices.values():  # after the command too: workbench burst --debug
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=_DEBUG_HELP)  # fmt: skip
     return parser
+
+
+_DEBUG_HELP = (
+    "show tracebacks: a failed burst's (in --json too) and bad input's (as WORKBENCH_DEBUG=1)"
+)
 
 
 def _add_burst(p: argparse.ArgumentParser) -> None:
@@ -314,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed as one line
         return int(exit_.code or 0)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
+    args.debug = args.debug or bool(os.environ.get("WORKBENCH_DEBUG"))
     if getattr(args, "workload", None):
         import_from_here()
     try:
@@ -322,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("workbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
-        if _is_bad_input(exc) and not os.environ.get("WORKBENCH_DEBUG"):
+        if _is_bad_input(exc) and not args.debug:
             if isinstance(exc, _MISSING_FILE):
                 exc = InputError(_missing_file_words(exc))
             print(f"workbench {args.command}: error: {_as_options(exc)}", file=sys.stderr)
@@ -401,8 +413,24 @@ def _cmd_burst(args: argparse.Namespace) -> int:
     if result.bad_knob:  # a knob that does not suit this workload's data: as for --set
         print(f"workbench burst: error: {result.bad_knob_message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(result.to_json() if args.json else _format_result(result.to_dict()))
+    doc = result.to_dict()
+    print(_json(doc, args) if args.json else _format_result(doc, debug=args.debug))
     return EXIT_FAILED if result.status == "error" else EXIT_OK
+
+
+def _json(doc: Any, args: argparse.Namespace) -> str:
+    """The one JSON document of ``--json``. A failed burst's ``traceback`` (at any depth: a
+    sweep's bursts, a diagnosis's parts, history rows) is null unless ``--debug``: it is tens
+    of lines a script rarely wants, and the key stays so the document's shape does not change."""
+    return json.dumps(doc if args.debug else _no_tracebacks(doc))
+
+
+def _no_tracebacks(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: None if k == "traceback" else _no_tracebacks(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_no_tracebacks(v) for v in doc]
+    return doc
 
 
 def _progress_to_stderr(p: Any) -> None:
@@ -422,11 +450,17 @@ _SHOWN = [
 ]  # fmt: skip
 
 
-def _format_result(d: dict[str, Any]) -> str:
-    lines = [f"{name:<18} {_fmt(d.get(name))} {unit}".rstrip() for name, unit in _SHOWN]
+def _format_result(d: dict[str, Any], debug: bool = False) -> str:
+    """A burst as text: every figure of a finished burst (``n/a`` where unknown); of a
+    failed one only what is known, the error first, and its traceback with ``--debug``."""
+    failed = d.get("status") != "ok"
+    shown = [(n, u) for n, u in _SHOWN if not failed or d.get(n) is not None]
+    lines = [f"{name:<18} {_fmt(d.get(name))} {unit}".rstrip() for name, unit in shown]
     changed = {k: v for k, v in d["knobs"].items() if v not in (None, {}, False)}
     lines.append(f"{'knobs':<18} {changed}")
     for name, value in (d.get("memory_breakdown") or {}).items():
+        if failed and value is None:
+            continue
         lines.append(f"{'memory ' + name[:-4]:<18} {_fmt(value)} MiB")
     for name, value in (d.get("cost") or {}).items():
         if name in _COST_SHOWN and value is not None:
@@ -437,6 +471,8 @@ def _format_result(d: dict[str, Any]) -> str:
         lines.append(f"{'no effect':<18} {knob}: {why}")
     for problem in d.get("suspect") or []:
         lines.append(f"{'SUSPECT':<18} {problem}")
+    for note in d.get("notes") or []:
+        lines.append(f"{'NOTE':<18} {note}")
     for name, why in (d.get("nccl_flags") or {}).items():
         lines.append(f"{'note':<18} {name}: {why}")
     for note in d.get("ambient_notes") or []:
@@ -447,7 +483,16 @@ def _format_result(d: dict[str, Any]) -> str:
             f"{_fmt(row['data_wait_pct'])}%, peak mem {_fmt(row['peak_mem_mib'])} MiB"
             + (f", node {row['node']}" if d.get("nodes") and row.get("node") else "")
         )
-    return "\n".join(lines + _node_table(d.get("nodes") or []))
+    return "\n".join(lines + _node_table(d.get("nodes") or []) + _traceback_lines(d, debug))
+
+
+def _traceback_lines(d: dict[str, Any], debug: bool) -> list[str]:
+    trace = d.get("traceback")
+    if not trace:
+        return []
+    if not debug:
+        return [f"{'traceback':<18} kept: --debug prints it (Python: result.traceback)"]
+    return ["traceback:", trace.rstrip()]
 
 
 def _node_table(nodes: list[dict[str, Any]]) -> list[str]:
@@ -488,7 +533,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         workload=args.workload, status=args.status, learner=args.learner, limit=args.limit
     )
     if args.json:
-        print(json.dumps(rows))
+        print(_json(rows, args))
         return EXIT_OK
     room = len({r.get("learner") for r in rows}) > 1  # an instructor's view: say whose row
     who = f" {'learner':<12}" if room else ""
@@ -599,10 +644,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     plot = _checked_path("plot", args.plot, (".html", ".png", ".svg", ".json"))
     results: list[Any] = []
 
-    def landed(r: Any) -> None:
+    def landed(r: Any) -> None:  # each row once, as it lands (not again at the end)
         results.append(r)
         if not args.json:
-            print(f"  {_burst_line(r, args.knob)}", file=sys.stderr)
+            print(_burst_line(r, args.knob), flush=True)
 
     df = sweep(args.workload, args.knob, values, base, seconds=args.seconds,
                repeats=args.repeats, device=args.device, data_dir=args.data,
@@ -613,10 +658,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
         plots.save(plots.sweep(df, args.knob), plot)
     if args.json:
-        print(json.dumps({"knob": args.knob, "values": values,
-                          "bursts": [r.to_dict() for r in results]}))  # fmt: skip
-    else:
-        print("\n".join(_burst_line(r, args.knob) for r in results))
+        print(_json({"knob": args.knob, "values": values,
+                     "bursts": [r.to_dict() for r in results]}, args))  # fmt: skip
     return EXIT_FAILED if results and all(r.status == "error" for r in results) else EXIT_OK
 
 
@@ -632,7 +675,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     d = diagnose(args.workload, Knobs().with_text(args.set), seconds=args.seconds,
                  device=args.device, data_dir=args.data, record=not args.no_record,
                  store=args.store, progress=landed)  # fmt: skip
-    print(json.dumps(d.to_dict()) if args.json else d.summary())
+    print(_json(d.to_dict(), args) if args.json else d.summary())
     parts = (d.full, d.loader, d.compute)
     return EXIT_FAILED if any(p is not None and p.status == "error" for p in parts) else EXIT_OK
 
@@ -668,7 +711,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     saved = t.best_result is not None
     written = save_config(t, out, collate_fn=wl.collate_fn) if saved else None
     if args.json:
-        print(json.dumps({**t.to_dict(), "out": str(written) if written else None}))
+        print(_json({**t.to_dict(), "out": str(written) if written else None}, args))
     else:
         print(t.summary() + (f"\nwrote {written}" if written else "\nnothing written"))
     if t.stopped == "interrupted":
@@ -701,7 +744,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         trace=args.trace,
         top=args.top,
     )
-    print(json.dumps(p.to_dict()) if args.json else p.summary())
+    print(_json(p.to_dict(), args) if args.json else p.summary())
     return EXIT_FAILED if p.status == "error" else EXIT_OK
 
 

@@ -56,6 +56,11 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
         (["--set", "prefetch_factor=4"], "prefetch_factor=4 is not allowed: needs num_workers"),
         (["--set", "precision=fp8"], "precision='fp8' is not allowed: one of fp32"),
         (["--set", "warp=9"], "warp='9' is not allowed: unknown knob; known: batch_size"),
+        (
+            ["--set", "batch_sise=64"],
+            "batch_sise='64' is not allowed: unknown knob (did you "
+            "mean batch_size?); known: batch_size",
+        ),
         (["--workload", "nope"], "workload='nope' is not allowed: one of cnn, resnet50, gpt"),
         (["--data", "/does/not/exist"], "/does/not/exist does not exist"),
         (["--seconds", "0"], "seconds=0.0 is not allowed"),

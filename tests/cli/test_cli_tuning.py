@@ -26,6 +26,16 @@ def test_sweep_json_is_one_document_with_one_burst_per_value(tmp_path, capsys):
     assert "hconcat" in json.loads(plot.read_text())
 
 
+def test_sweep_text_prints_each_row_once(capsys):
+    code = main(["sweep", "--workload", "tiny", "--knob", "batch_size", "--values", "8,16",
+                 "--seconds", "0.2", "--no-record"])  # fmt: skip
+    out, err = capsys.readouterr()
+    rows = [line for line in (out + err).splitlines() if line.lstrip().startswith("batch_size=")]
+    assert code == 0 and len(rows) == 2, out + err  # once each: it printed every row twice
+    assert rows[0].startswith("batch_size=8 ") and rows[1].startswith("batch_size=16 ")
+    assert all("samples/s" in row for row in rows) and out.splitlines() == rows
+
+
 def test_diagnose_json_has_the_verdict_and_the_three_numbers(capsys):
     code = main(["diagnose", "--workload", "tiny", "--set", "batch_size=16", "--seconds", "0.2",
                  "--no-record", "--json"])  # fmt: skip

@@ -1,6 +1,13 @@
 import pytest
 
-from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs, parse_value
+from workbench.core.knobs import (
+    KNOB_NAMES,
+    KnobError,
+    Knobs,
+    check_value,
+    knob_specs,
+    parse_value,
+)
 
 
 def test_defaults_are_valid_and_documented():
@@ -103,6 +110,28 @@ def test_replace_and_text_assignments():
         Knobs().with_text(["batch_size"])
     with pytest.raises(KnobError, match="unknown knob"):
         Knobs().with_text(["warp_speed=9"])
+
+
+@pytest.mark.parametrize(
+    ("refuse", "meant"),
+    [
+        (lambda: Knobs().with_text(["batch_sise=64"]), "batch_size"),
+        (lambda: Knobs().replace(num_worker=2), "num_workers"),
+        (lambda: Knobs.from_dict({"precison": "bf16"}), "precision"),
+        (lambda: check_value("channel_last", True), "channels_last"),
+        (lambda: Knobs().with_text(["nccl_algo=Ring"]), "NCCL_ALGO"),
+    ],
+)
+def test_a_misspelt_knob_gets_the_name_it_meant(refuse, meant):
+    with pytest.raises(KnobError, match=rf"unknown knob \(did you mean {meant}\?\); known: "):
+        refuse()
+
+
+def test_an_unknown_knob_like_no_other_gets_no_guess():
+    with pytest.raises(KnobError) as caught:
+        Knobs().with_text(["warp=9"])
+    assert "did you mean" not in str(caught.value)
+    assert "warp='9' is not allowed: unknown knob; known: batch_size" in str(caught.value)
 
 
 def test_parse_value_types():

@@ -115,6 +115,9 @@ def test_a_failing_rank_ends_the_job_with_its_own_error():
                               timeout_s=120, window=WINDOW)  # fmt: skip
     assert r.status == "error"
     assert r.error.startswith("rank 1: RuntimeError: rank 1 was told to fail")
+    # the rank's own traceback made the trip (its burst's, not the rank's RankFailed)
+    assert "in model" in r.traceback and "RankFailed" not in r.traceback
+    assert r.traceback.rstrip().endswith("RuntimeError: rank 1 was told to fail")
     assert _no_children_left() == []
 
 

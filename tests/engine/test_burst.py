@@ -19,7 +19,7 @@ from workloads_for_tests import (
     tensor_workload,
 )
 
-from workbench import Knobs, run_burst
+from workbench import Knobs, Workload, run_burst
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError
 from workbench.engine.burst import BurstInterrupted, BurstPlan, measure_here
@@ -551,3 +551,21 @@ def test_the_kernels_own_environment_is_recorded_in_the_result_and_the_saved_con
     assert any("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in str(w.message)
                for w in caught)  # fmt: skip
     assert "NCCL_ALGO" not in cfg.env()  # production is told, not silently given it
+
+
+def _refusing_model():
+    raise RuntimeError("the model says no")
+
+
+def test_a_failed_burst_keeps_its_traceback_as_text_and_in_the_history(store_path):
+    base = tensor_workload()
+    wl = Workload(name="refuses", model=_refusing_model, dataset=base.dataset)
+    r = run_burst(wl, Knobs(batch_size=16), seconds=0.2, store=store_path)
+    assert r.status == "error" and r.error == "RuntimeError: the model says no"
+    assert r.traceback.startswith("Traceback (most recent call last)")
+    assert "in _refusing_model" in r.traceback
+    assert r.traceback.rstrip().endswith("RuntimeError: the model says no")
+    assert open_store(store_path).records()[-1]["traceback"] == r.traceback
+    oom = run_burst(hungry_workload(limit=16), Knobs(batch_size=32), **FAST)
+    assert oom.status == "oom" and "in forward" in oom.traceback
+    assert run_burst(base, Knobs(batch_size=16), **FAST).traceback is None

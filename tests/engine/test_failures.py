@@ -13,6 +13,7 @@ from workbench.engine.failures import (
     is_oom_error,
     is_sticky_cuda_error,
     note_failure,
+    traceback_text,
 )
 
 
@@ -107,3 +108,22 @@ def test_an_error_inside_the_compiler_says_so_and_names_the_other_modes():
 def test_an_error_in_the_model_gets_no_compiler_hint():
     exc = _raise_from("/home/me/model.py", "raise RuntimeError('shape mismatch')\n")
     assert compile_hint(exc, "max-autotune") == ""
+
+
+def _raise_chained() -> None:
+    try:
+        raise KeyError("the cause")
+    except KeyError as exc:
+        raise RuntimeError("the effect") from exc
+
+
+def test_a_traceback_is_text_with_its_chain_and_keeps_its_end_when_cut():
+    try:
+        _raise_chained()
+    except RuntimeError as exc:
+        whole = traceback_text(exc)
+        cut = traceback_text(exc, limit=120)
+    assert "KeyError: 'the cause'" in whole and "direct cause" in whole
+    assert whole.rstrip().endswith("RuntimeError: the effect")
+    assert cut.startswith(f"[... the first {len(whole) - 120} characters of this traceback cut")
+    assert cut.endswith(whole[-120:]) and len(cut) < len(whole)

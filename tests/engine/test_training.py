@@ -5,10 +5,15 @@ with device "cuda" (a CPU burst never touches them)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import TensorDataset
 
-from workbench import Knobs
+from workbench import Knobs, Workload, run_burst
 from workbench.engine.training import (
     _read_flags,
     _restore_flags,
@@ -16,6 +21,7 @@ from workbench.engine.training import (
     backend_flags,
     precision_state,
 )
+from workbench.engine.workloads.checks import WorkloadWarning
 
 CUDA = torch.device("cuda")
 b = torch.backends
@@ -107,3 +113,41 @@ def test_only_a_distributed_wrapper_counts_as_wrapped():
     assert solo.wrapped is False
     ddp_like = build_train_state(tensor_workload(), Knobs(), cpu, wrap=torch.nn.Sequential)
     assert ddp_like.wrapped is True
+
+
+class _Binary(nn.Module):
+    """A binary classifier as users write one: one logit per sample, ``[B]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.fc(x).squeeze(1)
+
+
+def _binary_workload(**fields) -> Workload:
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).float()  # float labels, as BCE wants them
+    return Workload(name="binary", model=_Binary, dataset=lambda: TensorDataset(x, y), **fields)
+
+
+def test_the_default_loss_on_a_binary_model_warns_once_and_the_result_says_so():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run_burst(_binary_workload(), Knobs(batch_size=8), seconds=0.2, warmup_steps=2,
+                      record=False)  # fmt: skip
+    assert r.ok, r.error  # it trains without an error: that is why it must be said
+    said = [w for w in caught if issubclass(w.category, WorkloadWarning)]
+    assert len(said) == 1 and r.steps > 1  # set-up's first batch, not every step
+    assert "1-D logits [8] and float targets" in str(said[0].message)
+    assert r.notes == [str(said[0].message)]
+    assert "binary_cross_entropy_with_logits" in r.summary()
+
+
+def test_a_loss_of_its_own_gets_no_warning():
+    bce = _binary_workload(loss=F.binary_cross_entropy_with_logits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkloadWarning)
+        r = run_burst(bce, Knobs(batch_size=8), seconds=0.2, warmup_steps=1, record=False)
+    assert r.ok and r.notes == []

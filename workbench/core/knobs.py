@@ -15,6 +15,7 @@ config tuned on a laptop should still load on a GPU box.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -291,7 +292,7 @@ class Knobs:
         """Build from a dict; unknown keys are refused with the known ones listed."""
         unknown = sorted(set(data) - set(KNOB_NAMES))
         if unknown:
-            raise KnobError(unknown[0], data[unknown[0]], f"unknown knob; known: {_known()}")
+            raise unknown_knob(unknown[0], data[unknown[0]])
         return cls(**dict(data))
 
     def replace(self, **changes: Any) -> Knobs:
@@ -299,7 +300,7 @@ class Knobs:
         nccl = {k: changes.pop(k) for k in list(changes) if k.startswith("NCCL_")}
         unknown = sorted(set(changes) - set(KNOB_NAMES))
         if unknown:
-            raise KnobError(unknown[0], changes[unknown[0]], f"unknown knob; known: {_known()}")
+            raise unknown_knob(unknown[0], changes[unknown[0]])
         if nccl:
             changes["nccl"] = {**self.nccl, **changes.get("nccl", {}), **nccl}
         return dataclasses.replace(self, **changes)
@@ -320,13 +321,30 @@ def _known() -> str:
     return ", ".join(KNOB_NAMES) + ", NCCL_*"
 
 
+def unknown_knob(name: str, value: Any) -> KnobError:
+    """The refusal of a knob name that does not exist, with the nearest real name first
+    (``batch_sise`` -> "did you mean batch_size?"), then every known one."""
+    guess = _closest_name(name)
+    hint = f" (did you mean {guess}?)" if guess else ""
+    return KnobError(name, value, f"unknown knob{hint}; known: {_known()}")
+
+
+def _closest_name(name: str) -> str | None:
+    """The knob name a typo most likely meant; an NCCL variable typed in lower case is read
+    in upper case (``nccl_algo`` -> NCCL_ALGO), as NCCL spells it."""
+    if _NCCL_NAME.match(name.upper()):
+        return name.upper()
+    close = difflib.get_close_matches(name.lower(), KNOB_NAMES, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def parse_value(name: str, text: str) -> Any:
     """Parse a knob value typed as text (CLI ``--set``, a UI text box)."""
     if _NCCL_NAME.match(name):
         return text
     spec = SPECS.get(name)
     if spec is None:
-        raise KnobError(name, text, f"unknown knob; known: {_known()}")
+        raise unknown_knob(name, text)
     low = text.lower()
     if spec.kind == "text" and low in {"none", "null", "default"}:
         return ""
@@ -361,7 +379,7 @@ def check_value(name: str, value: Any) -> Any:
         return str(value).strip()
     spec = SPECS.get(name)
     if spec is None:
-        raise KnobError(name, value, f"unknown knob; known: {_known()}")
+        raise unknown_knob(name, value)
     return _coerce(spec, value)
 
 

@@ -27,6 +27,9 @@ first for a torchrun job ("rank 0: KnobError: ...", "node n1, rank 2: ..." acros
 RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
 """Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
+TRACEBACK_CHARS = 16_000
+"""The longest ``traceback`` a result keeps (its end): a deep torch.compile chain runs to tens
+of KB, and every result is stored whole in the history (one JSON record per burst)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,16 @@ class BurstResult(Outcome):
     oom_report: dict[str, Any] | None = None
     """An OOM explained (``workbench.engine.oom``): what was tried, the largest batch that
     fitted, the breakdown at the failure and the knobs that freed memory in measured bursts."""
+    # -- what a person should read beside the numbers --
+    notes: list[str] = field(default_factory=list)
+    """What the burst noticed about the workload that leaves its numbers right but deserves
+    a look, each a sentence: the default cross-entropy given a binary model's output (1-D
+    logits, float targets), which trains without an error and learns nothing. Unlike
+    ``suspect``, the throughput is to be trusted."""
+    traceback: str | None = None
+    """A failed burst's (``error``, ``oom``) formatted traceback, the exception chain
+    included; at most ``TRACEBACK_CHARS`` characters, its end kept (the raising frame and the
+    message), so a stored result stays small. The CLI's ``--json`` shows it with ``--debug``."""
 
     @property
     def bad_knob(self) -> str | None:
@@ -237,7 +250,7 @@ class BurstResult(Outcome):
         line = ", ".join(parts)
         if self.suspect:
             line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
-        return line + self._env_lines()
+        return line + "".join(f"\nNOTE: {note}" for note in self.notes) + self._env_lines()
 
     def _env_lines(self) -> str:
         """The ambient environment's warnings, one line each (``ambient_notes``)."""

@@ -209,8 +209,16 @@ def _burst_result(
         knobs=knobs, device_name=info.name, device_mem_mib=info.total_mem_mib,
         seconds=float(seconds), created_at=utc_now(), versions=hardware.versions(),
         backend=backend_for(dev.type), launch_s=outcome.elapsed_s,
-        nccl_flags=nccl.flags(knobs.nccl),
+        nccl_flags=nccl.flags(knobs.nccl), traceback=_rank_traceback(outcome),
     )  # fmt: skip
+
+
+def _rank_traceback(outcome: JobOutcome) -> str | None:
+    """The traceback of the rank that failed first (whose error the result names), as that
+    rank wrote it in its error event; None when no rank got as far as writing one."""
+    errors = [e for evs in outcome.events.values() for e in evs if e.get("event") == "error"]
+    first = min(errors, key=lambda e: e.get("t", 0.0), default=None)
+    return first.get("traceback") if first is not None else None
 
 
 def _status(outcome: JobOutcome) -> str:

@@ -22,7 +22,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from workbench.distributed.storejob import StoreJob, is_job_url
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
 from workbench.engine.burst import BurstPlan, BurstProgress, measure_here
-from workbench.engine.failures import describe_error, is_oom_error
+from workbench.engine.failures import describe_error, is_oom_error, traceback_text
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_workload
 
@@ -55,9 +54,11 @@ COUNT_GRAD_SYNCS_ENV = "WORKBENCH_COUNT_GRAD_SYNCS"
 class RankFailed(RuntimeError):
     """This rank's burst ended in OOM or an error (its status travels with it)."""
 
-    def __init__(self, status: str, error: str | None):
+    def __init__(self, status: str, error: str | None, traceback: str | None = None):
         super().__init__(error or status)
         self.status = status
+        self.traceback = traceback
+        """The burst's own traceback (``BurstResult.traceback``), not this exception's."""
 
 
 class DdpCoordinator:
@@ -153,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         out = _run(spec, rank, events)
     except BaseException as exc:  # any failure is reported, then the rank ends
         if isinstance(exc, RankFailed):  # already described by the burst
-            status, error = exc.status, str(exc)
+            status, error, trace = exc.status, str(exc), exc.traceback
         else:
             status, error = ("oom" if is_oom_error(exc) else "error"), describe_error(exc)
-        events.write("error", status=status, error=error,
-                     traceback=traceback.format_exc()[-4000:])  # fmt: skip
+            trace = traceback_text(exc)
+        events.write("error", status=status, error=error, traceback=trace)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
@@ -215,7 +216,7 @@ def _burst(spec: JobSpec, dev: torch.device, backend: str, events: EventLog) -> 
                      time.perf_counter, coord)  # fmt: skip
     result = measure_here(wl, knobs, dev, plan)
     if result.status != "ok":
-        raise RankFailed(result.status, result.error)
+        raise RankFailed(result.status, result.error, result.traceback)
     rows = coord.gather({**_rank_row(result, coord.rank, dev), **coord.sync_counts})
     if rows is None:
         return {}

@@ -52,7 +52,13 @@ from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
-from workbench.engine.failures import compile_hint, cuda_health, is_oom_error, note_failure
+from workbench.engine.failures import (
+    compile_hint,
+    cuda_health,
+    is_oom_error,
+    note_failure,
+    traceback_text,
+)
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
@@ -118,6 +124,7 @@ class _Measured:
     compile_report: compiler.CompileReport | None = None
     loader_device_mem_mib: float | None = None
     no_effect: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def run_in_process(
@@ -255,6 +262,7 @@ def _guarded(
     except Exception as exc:  # a failed burst is a result; the traceback frames die here
         result.status = "oom" if is_oom_error(exc) else "error"
         result.error = note_failure(exc) + compile_hint(exc, knobs.compile)
+        result.traceback = traceback_text(exc)  # as text: the frames are not kept
         return None
 
 
@@ -283,6 +291,7 @@ def _measure(
             measured.compile_report = compiler.report(*counts, compiler.read_counts())
         measured.ran_on = _device_name(next(state.model.parameters(), None))
         measured.no_effect = dict(state.no_effect or {})
+        measured.notes = list(state.notes)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
     finally:
         stream.close()
@@ -441,6 +450,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
     r.loader_device_mem_mib = m.loader_device_mem_mib
     r.no_effect.update(m.no_effect)
+    r.notes = list(m.notes)
     _fill_compile(r, m.compile_report)
     if m.steps == 0 or m.measured_s <= 0:
         return

@@ -11,8 +11,11 @@ error as a new problem. Only a new process (restarting the kernel) recovers.
 from __future__ import annotations
 
 import re
+import traceback
 
 import torch
+
+from workbench.core.results import TRACEBACK_CHARS
 
 OOM_TEXT = re.compile(
     r"out of memory|can't allocate memory|ALLOC_FAILED|cudaErrorMemoryAllocation"
@@ -107,6 +110,21 @@ def compile_hint(exc: BaseException, compile_mode: str) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def traceback_text(exc: BaseException, limit: int = TRACEBACK_CHARS) -> str:
+    """``exc``'s traceback as text (its chain too), for a failed result's ``traceback``.
+
+    Text, not the exception: a traceback object keeps every frame alive, and with the frames
+    their tensors (a batch, activations, on a GPU gigabytes), until a cycle collection; the
+    result outlives the burst. Longer than ``limit`` characters, the end is kept (the frame
+    that raised and the message) after a line saying how much was cut.
+    """
+    text = "".join(traceback.format_exception(exc))
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    return f"[... the first {cut} characters of this traceback cut ...]\n{text[cut:]}"
 
 
 def restart_advice(cause: str) -> str:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,7 +36,8 @@ from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
 from workbench.engine.workloads import Workload
-from workbench.engine.workloads.base import call_model
+from workbench.engine.workloads.base import call_model, default_loss, logits_of
+from workbench.engine.workloads.checks import WorkloadWarning, default_loss_misfit
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -64,6 +66,9 @@ class TrainState:
     no_effect: dict[str, str] | None = None
     """Knobs found unable to act once the model and optimizer exist (no blocks to recompute,
     an optimizer without foreach/fused), each with the reason."""
+    notes: list[str] = field(default_factory=list)
+    """What the first batch's check found that leaves the numbers right but deserves a look
+    (the default loss given a binary model's output): the result's ``notes``."""
 
     def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
@@ -191,6 +196,17 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
         raise BatchMismatch(_mismatch_message(batch, stage, exc, hint)) from exc
     finally:
         model.train(was_training)
+    if state.loss_fn is default_loss:
+        _check_default_loss(state, logits_of(output), target)
+
+
+def _check_default_loss(state: TrainState, logits: Any, target: Any) -> None:
+    """Warn, once per burst (here, at set-up), when the default cross-entropy trains the
+    wrong thing without an error (``default_loss_misfit``), and keep it for the result."""
+    why = default_loss_misfit(logits, target)
+    if why is not None:
+        warnings.warn(why, WorkloadWarning, stacklevel=2)
+        state.notes.append(why)
 
 
 def count_flops_live(state: TrainState, rows: Batch) -> float | None:

@@ -24,6 +24,7 @@ import torch
 from workbench.core.errors import InputError
 from workbench.engine import hardware
 from workbench.engine.workloads.base import Workload, count_train_flops, default_optimizer
+from workbench.engine.workloads.checks import WorkloadFieldError, WorkloadWarning
 from workbench.engine.workloads.gpt import gpt
 from workbench.engine.workloads.vision import cnn, resnet50
 
@@ -380,6 +381,8 @@ __all__ = [
     "UnknownWorkload",
     "Workload",
     "WorkloadArg",
+    "WorkloadFieldError",
+    "WorkloadWarning",
     "count_train_flops",
     "default_optimizer",
     "default_workload_name",

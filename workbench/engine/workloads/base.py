@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
+from workbench.engine.workloads.checks import check_fields
 
 log = logging.getLogger("workbench")
 
@@ -74,14 +75,7 @@ class Workload:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("model", "dataset", "loss", "optimizer", "collate_fn", "forward"):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                what = "a function" + (" or None" if name in ("collate_fn", "forward") else "")
-                raise TypeError(f"Workload {name}={value!r} is not allowed: {what}")
-        for name in ("collate_fn", "forward"):
-            if name in self.extras:  # extras are not read by the burst: it would be ignored
-                raise TypeError(f"Workload extras[{name!r}] is never used: pass {name}= itself")
+        check_fields(self)  # each field named, with what it expects (workloads.checks)
 
     @property
     def tokens(self) -> bool:
