@@ -158,26 +158,6 @@ def test_loss_and_optimizer_errors_name_the_key_and_the_name(tmp_path):
         knobs_only.optimizer([])
 
 
-def test_show_prints_the_workload_and_its_training_functions(tmp_path, capsys):
-    from workbench.cli import main
-
-    path = save_config(_cpu_result(), tmp_path / "t.yaml")
-    assert main(["show", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith(f"# {path}: {BASKETS} on Some CPU")
-    assert "loss_fn = cfg.loss()  # rebuild_for_tests:bce" in out
-    assert "optimizer = cfg.optimizer(params)  # rebuild_for_tests:adamw" in out
-    assert "collate_fn=rebuild_for_tests.pad_items" in out
-    import json
-
-    assert main(["show", str(path), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["training"] == {"loss": "rebuild_for_tests:bce",
-                               "optimizer": "rebuild_for_tests:adamw"}  # fmt: skip
-    assert doc["collate_fn"] == "rebuild_for_tests:pad_items"
-    assert doc["provenance"]["workload"] == BASKETS
-
-
 # --------------------------------------------------------------------------- older files
 
 
