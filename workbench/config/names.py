@@ -18,7 +18,7 @@ from typing import Any
 
 from workbench.config.yaml_text import ConfigError
 
-__all__ = ["FUNCTION_NAME", "checked_name", "import_named", "unnamed_problem"]
+__all__ = ["FUNCTION_NAME", "checked_name", "import_named", "saved_name", "unnamed_problem"]
 
 FUNCTION_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 """How a saved config names a function: ``package.module:function``."""
@@ -76,6 +76,15 @@ def import_named(name: str, key: str, path: str | Path | None = None) -> Callabl
     if not callable(target):
         raise ConfigError(path, key, f"{name!r} is not a function")
     return target
+
+
+def saved_name(name: Any, key: str, path: str | Path | None = None) -> str:
+    """A name read from a file, checked for its form only (``package.module:function``): it is
+    imported when production asks for the function, not when the file loads."""
+    if not isinstance(name, str) or not FUNCTION_NAME.match(name):
+        problem = f"{name!r} is not allowed: a 'package.module:function' name"
+        raise ConfigError(path, key, problem)
+    return name
 
 
 def _spelled(fn: Callable[..., Any]) -> str:

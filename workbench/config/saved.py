@@ -31,8 +31,9 @@ from typing import Any
 
 from workbench.config import provenance
 from workbench.config.comm_suggestions import check_comm
-from workbench.config.names import FUNCTION_NAME, checked_name, import_named, unnamed_problem
-from workbench.config.tuned_config import TRAINING_KEYS, TunedConfig
+from workbench.config.names import checked_name, saved_name
+from workbench.config.rebuild import read_training, source_of, with_source
+from workbench.config.tuned_config import TunedConfig
 from workbench.config.yaml_text import (
     ConfigError,
     Section,
@@ -100,7 +101,7 @@ def save_config(
     """
     target = Path(path).expanduser()
     cfg = _as_config(knobs_or_result, env, target)
-    cfg, notes = _with_source(cfg, _source_of(knobs_or_result, workload), target)
+    cfg, notes = with_source(cfg, source_of(knobs_or_result, workload), target)
     if collate_fn is not None:
         cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
     if comm is not None:  # a comm sweep's suggestions (CommSweep.suggestions())
@@ -110,63 +111,6 @@ def save_config(
     _warn(target, notes + checked)
     write_text(target, text)
     return target
-
-
-def _source_of(obj: Any, workload: Any) -> dict[str, str | None] | None:
-    """The names to rebuild the run from: ``workload=``'s, else the result's (a TuneResult's
-    best run's); None when neither says (Knobs, a TunedConfig, an older result)."""
-    if workload is not None:
-        # torch only when a workload is given: load_config stays torch-free
-        from workbench.engine.workloads import resolve_workload, source_names
-
-        wl = resolve_workload(workload)
-        names = source_names(wl)
-        return {**names, "workload": names["workload"] or wl.name}
-    result = getattr(obj, "best_result", obj)
-    source = getattr(result, "workload_source", None)
-    return dict(source) if isinstance(source, Mapping) else None
-
-
-def _with_source(
-    cfg: TunedConfig, source: Mapping[str, str | None] | None, target: Path
-) -> tuple[TunedConfig, list[str]]:
-    """The config with the workload's name, collate_fn and training functions; warnings for
-    a loss or optimizer left out. A collate_fn without a name is refused: the file would
-    otherwise batch differently from the bursts, and fail far from the cause."""
-    if source is None:
-        return cfg, []
-    collate = source.get("collate_fn")
-    if collate is not None:
-        try:
-            collate = collate_fn_name(collate, target)
-        except ConfigError as exc:
-            alone = "or save the knobs alone (save_config(result.knobs, path)), without it"
-            raise ConfigError(target, exc.key, f"the workload's collate_fn: {exc.problem}; "
-                              f"{alone}") from None  # fmt: skip
-    training, notes = {}, []
-    for key in TRAINING_KEYS:
-        training[key], note = _training_name(source.get(key), f"training.{key}")
-        notes += [note] if note else []
-    prov = dict(cfg.provenance)
-    prov["workload"] = source.get("workload") or prov.get("workload")
-    return replace(cfg, collate_fn=collate, training=training, provenance=prov), notes
-
-
-def _training_name(spelled: str | None, key: str) -> tuple[str | None, str | None]:
-    """A loss or optimizer's saved name, or (None, why it was left out)."""
-    if spelled is None:
-        return None, None
-    problem = unnamed_problem(spelled, key)
-    if problem is None and not FUNCTION_NAME.match(spelled):
-        problem = f"{spelled!r} is not a 'module:function' name"
-    if problem is None:
-        try:
-            import_named(spelled, key)
-        except ConfigError as exc:
-            problem = exc.problem
-    if problem is None:
-        return spelled, None
-    return None, f"{key}: left out (null), production passes its own: {problem}"
 
 
 def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
@@ -273,7 +217,7 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
         collate_fn=_saved_collate(doc.get("dataloader"), path),
         comm=check_comm(doc["comm"], path) if doc.get("comm") is not None else None,
-        training=_saved_training(doc.get("training"), path),
+        training=read_training(doc.get("training"), path),
     )  # fmt: skip
     notes += provenance.ambient_warnings(cfg.provenance)
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
@@ -299,27 +243,7 @@ def _saved_collate(section: Any, path: str | Path) -> str | None:
     """``dataloader.collate_fn``: a ``module:function`` name, not imported until used."""
     if not isinstance(section, Mapping) or section.get("collate_fn") is None:
         return None
-    return _function_name(section["collate_fn"], "dataloader.collate_fn", path)
-
-
-def _saved_training(section: Any, path: str | Path) -> dict[str, str | None] | None:
-    """``training``: the loss and optimizer as ``module:function`` names (null: not saved),
-    not imported until ``cfg.loss()``/``cfg.optimizer()``; None when the file has none."""
-    if section is None:
-        return None
-    if not isinstance(section, Mapping):
-        raise ConfigError(path, "training", f"expected a mapping, got {type(section).__name__}")
-    check_keys(path, "training", section, TRAINING_KEYS)
-    return {key: None if section.get(key) is None
-            else _function_name(section[key], f"training.{key}", path)
-            for key in TRAINING_KEYS}  # fmt: skip
-
-
-def _function_name(name: Any, key: str, path: str | Path) -> str:
-    if not isinstance(name, str) or not FUNCTION_NAME.match(name):
-        problem = f"{name!r} is not allowed: a 'package.module:function' name"
-        raise ConfigError(path, key, problem)
-    return name
+    return saved_name(section["collate_fn"], "dataloader.collate_fn", path)
 
 
 def _schema_version(doc: Mapping[str, Any], path: str | Path) -> int:

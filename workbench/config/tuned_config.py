@@ -5,7 +5,9 @@ data read as it was measured (``data_format``), the precision (an autocast conte
 fp16, a GradScaler), the backend flags (TF32, cudnn.benchmark), the environment of its
 processes (NCCL_* and allocator variables) and a launch line. Each is one method here,
 computed from the knobs the same way a burst computes it, so the script runs what was
-measured. ``workbench.config.saved`` reads and writes the file.
+measured. Beside the knobs, the workload's own code by name: its collate_fn (in
+:meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
+``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
 """
