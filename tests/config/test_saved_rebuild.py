@@ -212,8 +212,8 @@ def test_a_dali_knob_set_for_another_loader_is_kept_and_marked(tmp_path):
     text = path.read_text()
     assert _doc(path)["knobs"]["dali_decode"] == "cpu"
     assert "dali_hw_decoder_load" not in _doc(path)["knobs"]  # at its default: left out
-    note = text.split("  dali_decode: cpu")[0].rsplit("\n  # ", 2)[-1]
-    assert "No effect: loader is torch" in text and "dali" in note
+    note = text.split("  dali_decode: cpu")[0].rsplit("\n  # ", 1)[-1]  # the line above it
+    assert note.strip() == "No effect: loader is torch, and this knob acts only with loader=dali."
     assert _quietly(path).knobs == knobs
     dali = Knobs(loader="dali")
     assert {"dali_decode", "dali_hw_decoder_load"} <= set(

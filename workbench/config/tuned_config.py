@@ -389,7 +389,8 @@ class TunedConfig:
         if self.training is None:
             return []
         calls = {"loss": "loss_fn = cfg.loss()", "optimizer": "optimizer = cfg.optimizer(params)"}
-        lines = [f"# the workload's loss and optimizer ({self.provenance.get('workload')})"]
+        workload = self.provenance.get("workload")
+        lines = ["# the workload's loss and optimizer" + (f" ({workload})" if workload else "")]
         for name in TRAINING_KEYS:
             saved = self.training.get(name)
             lines.append(f"{calls[name]}  # {saved}" if saved else
