@@ -17,6 +17,7 @@ from workbench.config.saved import ConfigError, ConfigWarning, load_config, save
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.dispatch import run_burst
+from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload, source_names
 
 BASKETS = "rebuild_for_tests:make_baskets"
@@ -61,6 +62,7 @@ def test_a_burst_saved_from_python_keeps_the_collate_the_workload_the_loss_and_t
     doc = _doc(path)
     assert doc["dataloader"]["collate_fn"] == "rebuild_for_tests:pad_items"
     assert doc["provenance"]["workload"] == BASKETS  # not its display name, "baskets"
+    assert doc["provenance"]["versions"]["workbench"] == hardware.workbench_version() is not None
     assert doc["training"] == {"loss": "rebuild_for_tests:bce",
                                "optimizer": "rebuild_for_tests:adamw"}  # fmt: skip
     cfg = load_config(path)  # same machine: no warning
