@@ -624,6 +624,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "file": args.file,
         "env": cfg.env(),
         "dataloader": cfg.dataloader_kwargs("cuda"),
+        "collate_fn": cfg.collate_fn,
+        "training": dict(cfg.training) if cfg.training is not None else None,
         "torchrun": cfg.launch_lines(args.script),
         "knobs": cfg.knobs.to_dict(),
         "provenance": dict(cfg.provenance),

@@ -88,3 +88,30 @@ def test_show_in_a_real_process(tmp_path):
     assert no.returncode == 2 and no.stdout == "" and "hi" not in no.stdout
     assert len(no.stderr.strip().splitlines()) == 1 and "Traceback" not in no.stderr
     assert f"{bad}: line 2, column 8: YAML tag '!!python/object/apply:os.system'" in no.stderr
+
+
+def test_show_prints_the_workload_and_its_training_functions(tmp_path, capsys):
+    """A config saved from a burst of a module workload: show names the workload by
+    ``module:function``, and gives the lines that read its loss and optimizer back."""
+    from workbench.core.results import BurstResult
+
+    source = {"workload": "rebuild_for_tests:make_baskets",
+              "collate_fn": "rebuild_for_tests:pad_items", "loss": "rebuild_for_tests:bce",
+              "optimizer": "rebuild_for_tests:adamw"}  # fmt: skip
+    result = BurstResult(workload="baskets", device="cpu", device_name="Some CPU",
+                         samples_per_s=500.0, created_at="2026-12-05T00:00:00+00:00",
+                         workload_source=source)  # fmt: skip
+    path = save_config(result, tmp_path / "t.yaml")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"# {path}: rebuild_for_tests:make_baskets on Some CPU")
+    assert "loss_fn = cfg.loss()  # rebuild_for_tests:bce" in out
+    assert "optimizer = cfg.optimizer(params)  # rebuild_for_tests:adamw" in out
+    assert "collate_fn=rebuild_for_tests.pad_items" in out
+    assert "gpus-per-node" not in out  # measured on a CPU
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["training"] == {"loss": "rebuild_for_tests:bce",
+                               "optimizer": "rebuild_for_tests:adamw"}  # fmt: skip
+    assert doc["collate_fn"] == "rebuild_for_tests:pad_items"
+    assert doc["provenance"]["workload"] == "rebuild_for_tests:make_baskets"

@@ -240,7 +240,8 @@ def test_schema_1_files_still_load(tmp_path):
     assert cfg.provenance["date"] == "2025-01-02T03:04:05+00:00"
     assert cfg.provenance["measured"]["samples_per_s"] == 123.457
     assert (
-        yaml.safe_load(save_config(cfg, tmp_path / "new.yaml").read_text())["schema_version"] == 2
+        yaml.safe_load(save_config(cfg, tmp_path / "new.yaml").read_text())["schema_version"]
+        == SCHEMA_VERSION
     )
 
 
@@ -269,13 +270,14 @@ BAD = [
     ("a list", "- 1\n- 2\n", None, "expected a mapping with schema_version and knobs, got a list"),
     ("empty", "", None, "got an empty file"),
     ("unknown keys", lambda t: t + "tuned_by: me\nextra: 1\n", "tuned_by, extra",
-     "unknown keys; known: schema_version, knobs, env, dataloader, launch, provenance, comm"),
+     "unknown keys; known: schema_version, knobs, env, dataloader, launch, training, "
+     "provenance, comm"),
     ("unknown knob", lambda t: t.replace("  batch_size: 256", "  batch_size: 256\n  warp: 9"),
      "knobs.warp", "unknown key; known: batch_size, num_workers"),
-    ("no schema", lambda t: t.replace("schema_version: 2\n", ""), "schema_version", "missing"),
+    ("no schema", lambda t: t.replace("schema_version: 3\n", ""), "schema_version", "missing"),
     ("no knobs", "schema_version: 2\nenv: {}\n", "knobs", "missing (required)"),
-    ("newer schema", lambda t: t.replace("schema_version: 2", "schema_version: 3"),
-     "schema_version", "3 is newer than this workbench understands (1 to 2): upgrade"),
+    ("newer schema", lambda t: t.replace("schema_version: 3", "schema_version: 4"),
+     "schema_version", "4 is newer than this workbench understands (1 to 3): upgrade"),
     ("schema text", "schema_version: '2'\nknobs: {}\n", "schema_version", "'2' is not allowed"),
     ("out of range", lambda t: t.replace("batch_size: 256", "batch_size: 0"),
      "knobs.batch_size", "0 is not allowed: an integer from 1 to 65536"),
@@ -605,7 +607,7 @@ def _impostor():
 @pytest.mark.parametrize(
     ("collate", "says"),
     [
-        (lambda items: items, "a lambda cannot be saved by name"),
+        (lambda items: items, "a lambda (test_saved:<lambda>) cannot be saved by name"),
         (_impostor(), "names another object"),
         (functools.partial(sorted), "a callable partial object cannot be saved"),
         ("no colon", "'module:function'"),
@@ -635,7 +637,7 @@ def test_a_hand_edited_collate_name_is_checked_on_load(tmp_path):
         load_config(path)
 
 
-def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path):
+def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path, same_machine):
     knobs = Knobs(world_size=8, nccl={"NCCL_SOCKET_IFNAME": "^docker,lo"})
     path = save_config(knobs, tmp_path / "t.yaml", env={"OMP_NUM_THREADS": "8"})
     launch = yaml.safe_load(path.read_text())["launch"]

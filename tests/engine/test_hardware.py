@@ -174,6 +174,31 @@ def test_device_info_cpu() -> None:
     assert info.cuda_version == torch.version.cuda
 
 
+def test_the_workbench_version_is_read_from_its_own_distribution(monkeypatch) -> None:
+    """Installed as a wheel, workbench's distribution is throughput-workbench: reading the
+    distribution "workbench" (another project on the index) gave null, or a stranger's version."""
+    import importlib.metadata
+
+    import workbench
+
+    seen = []
+
+    def installed(versions: dict[str, str]):
+        def version(name: str) -> str:
+            seen.append(name)
+            if name not in versions:
+                raise importlib.metadata.PackageNotFoundError(name)
+            return versions[name]
+
+        return version
+
+    monkeypatch.setattr(importlib.metadata, "version", installed({"throughput-workbench": "7.8.9"}))
+    assert hardware.workbench_version() == "7.8.9" and seen == ["throughput-workbench"]
+    # the index's other "workbench" is never taken for ours; a checkout gives __version__
+    monkeypatch.setattr(importlib.metadata, "version", installed({"workbench": "0.0.1"}))
+    assert hardware.workbench_version() == workbench.__version__ != "0.0.1"
+
+
 def test_versions_keys_and_no_dali_import() -> None:
     dali_loaded = "nvidia.dali" in sys.modules
     v = versions()
@@ -192,6 +217,7 @@ def test_versions_keys_and_no_dali_import() -> None:
     assert v["python"] == platform.python_version()
     assert v["torch"] == torch.__version__
     assert v["nvidia-ml-py"] is not None
+    assert v["workbench"] is not None  # this venv installs it (editable) as throughput-workbench
     assert all(x is None or isinstance(x, str) for x in v.values())
     assert ("nvidia.dali" in sys.modules) == dali_loaded
 

@@ -46,11 +46,12 @@ _TUNE_COUNTS = ("runs", "start_runs", "bursts")
 
 
 def from_result(result: Any) -> dict[str, Any]:
-    """Provenance of a BurstResult: its device, versions, measurements and time."""
+    """Provenance of a BurstResult: its workload (by ``module:function`` where it has one, a
+    built-in name as it is, else the name it showed), device, versions, measurements, time."""
     r = result.to_dict()
     return {
         "source": "burst",
-        "workload": r.get("workload") or None,
+        "workload": (r.get("workload_source") or {}).get("workload") or r.get("workload") or None,
         "burst_id": r.get("id"),
         "date": r.get("created_at"),
         "device": {

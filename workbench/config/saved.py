@@ -13,6 +13,9 @@ against the knobs, so an edit to a copy is an error that says which knob to chan
 silent disagreement between what the file shows and what the script does. One entry of the
 ``dataloader`` section is not a copy: ``collate_fn``, the workload's collate function, saved by
 its importable name (``module:function``) so ``cfg.dataloader(ds)`` runs the measured pipeline.
+Nor is ``training``: the workload's loss and optimizer by the same kind of name, which
+``cfg.loss()`` and ``cfg.optimizer(params)`` import (``provenance.workload`` names the workload
+itself, ``module:function`` where it has one).
 
 Imports stay light: yaml and the knobs at import time, torch inside the methods that need it,
 never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the notebook stack).
@@ -28,7 +31,9 @@ from typing import Any
 
 from workbench.config import provenance
 from workbench.config.comm_suggestions import check_comm
-from workbench.config.tuned_config import COLLATE_NAME, TunedConfig, import_collate
+from workbench.config.names import checked_name, saved_name
+from workbench.config.rebuild import read_training, source_of, with_source
+from workbench.config.tuned_config import TunedConfig
 from workbench.config.yaml_text import (
     ConfigError,
     Section,
@@ -45,10 +50,14 @@ from workbench.core.results import BurstResult
 __all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
            "load_config", "load_knobs", "save_config"]  # fmt: skip
 
-SCHEMA_VERSION = 2
-"""2: knobs, env, dataloader, launch, provenance. 1 (knobs, measured, provenance, saved_at)
-is still read."""
-_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "provenance", "comm")
+SCHEMA_VERSION = 3
+"""3: adds ``training`` (the loss and the optimizer by name); a CPU config's sbatch script asks
+for no GPU, and DALI's knobs at their defaults are left out unless loader is dali. 2 (knobs,
+env, dataloader, launch, provenance) and 1 (knobs, measured, provenance, saved_at) still load."""
+_TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "training", "provenance",
+             "comm")  # fmt: skip
+_DALI_KNOBS = tuple(name for name in KNOB_NAMES if name.startswith("dali_"))
+"""Knobs that act only with ``loader=dali``: left out of another loader's file at their defaults."""
 
 
 class ConfigWarning(UserWarning):
@@ -65,28 +74,41 @@ def save_config(
     env: Mapping[str, str] | None = None,
     collate_fn: Callable[..., Any] | str | None = None,
     comm: Mapping[str, Any] | None = None,
+    workload: Any = None,
 ) -> Path:
     """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
     best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
     TunedConfig (a loaded one: re-saving gives the same bytes) to ``path`` as YAML.
 
+    How to rebuild the run comes from the workload: a BurstResult (a TuneResult's best run)
+    carries its names (``BurstResult.workload_source``, taken where the burst had the
+    Workload); for Knobs, or to name another, pass ``workload=`` (a Workload, a name or a
+    factory, resolved as a burst resolves it). From it the file keeps the workload's
+    ``module:function`` (``provenance.workload``; a built-in name as it is), its
+    ``collate_fn`` (``dataloader.collate_fn``: refused, naming it and the fix, when it has no
+    name another process can import: a lambda, a nested function, a callable object, a
+    function in ``__main__``), and its loss and optimizer (``training``, read back by
+    ``cfg.loss()`` and ``cfg.optimizer(params)``; one without an importable name is left out
+    as null, with a ConfigWarning). workbench's defaults are saved by their own names
+    (``workbench.engine.workloads.base:default_loss``, ``...:default_optimizer``): a file
+    says what trained, never "the default of some version". Knobs alone have no
+    ``training`` section.
+
     ``env`` adds variables beside the NCCL knobs, e.g. ``{"PYTORCH_CUDA_ALLOC_CONF":
-    "expandable_segments:True"}``. ``collate_fn`` (the workload's, ``wl.collate_fn``, or its
-    name ``"module:function"``) is saved in the ``dataloader`` section by that name, so
-    ``cfg.dataloader(ds)`` batches as the bursts did; a lambda, a nested function or one from
-    ``__main__`` has no name another process can import, and is refused here. The text is
-    checked by the loader before it is written, so every saved file loads; the write is
-    atomic. Returns the path written.
+    "expandable_segments:True"}``. ``collate_fn`` (a function or ``"module:function"``) wins
+    over the workload's. The text is checked by the loader before it is written, so every
+    saved file loads; the write is atomic. Returns the path written.
     """
     target = Path(path).expanduser()
     cfg = _as_config(knobs_or_result, env, target)
+    cfg, notes = with_source(cfg, source_of(knobs_or_result, workload), target)
     if collate_fn is not None:
         cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
     if comm is not None:  # a comm sweep's suggestions (CommSweep.suggestions())
         cfg = replace(cfg, comm=check_comm(comm, target))
     text = config_text(cfg)
-    _, notes = _parse(load_text(text, target), target)
-    _warn(target, notes)
+    _, checked = _parse(load_text(text, target), target)
+    _warn(target, notes + checked)
     write_text(target, text)
     return target
 
@@ -117,7 +139,8 @@ def _as_config_raw(obj: Any, env: Mapping[str, str] | None, target: Path) -> Tun
             raise ConfigError(target, f"env.{name}", problem)
     if isinstance(obj, TunedConfig):
         return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance,
-                           collate_fn=obj.collate_fn, comm=obj.comm)  # fmt: skip
+                           collate_fn=obj.collate_fn, comm=obj.comm,
+                           training=obj.training)  # fmt: skip
     if isinstance(obj, Knobs):
         return TunedConfig(obj, extra, provenance.from_knobs())
     if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
@@ -142,32 +165,7 @@ def collate_fn_name(collate_fn: Callable[..., Any] | str, path: str | Path | Non
     """The ``module:function`` name under which a saved config keeps ``collate_fn``; raises
     ConfigError (key ``dataloader.collate_fn``) for one that production code could not import
     by name: a lambda, a nested function, a callable object, or a function in ``__main__``."""
-    key = "dataloader.collate_fn"
-    if isinstance(collate_fn, str):
-        if not COLLATE_NAME.match(collate_fn):
-            raise ConfigError(path, key, f"{collate_fn!r} is not allowed: 'module:function'")
-        import_collate(collate_fn, path)  # it must import now, where it was measured
-        return collate_fn
-    module = getattr(collate_fn, "__module__", None)
-    qualname = getattr(collate_fn, "__qualname__", None)
-    move = "define it at the top level of an importable module and pass that function"
-    if not isinstance(qualname, str) or not module:  # an instance with __call__
-        kind = type(collate_fn).__name__
-        problem = f"a callable {kind} object cannot be saved by name: wrap it in a function"
-        problem += f" ({move})"
-        raise ConfigError(path, key, problem)
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        what = "a lambda" if "<lambda>" in qualname else f"{qualname} (defined inside a function)"
-        raise ConfigError(path, key, f"{what} cannot be saved by name: {move}")
-    if module == "__main__":
-        problem = (f"{qualname} is defined in __main__ (a notebook or the script that runs), "
-                   f"which production code cannot import: move it into a module (e.g. "
-                   f"collate.py) and import it from there")  # fmt: skip
-        raise ConfigError(path, key, problem)
-    name = f"{module}:{qualname}"
-    if import_collate(name, path) is not collate_fn:
-        raise ConfigError(path, key, f"{name!r} names another object than this collate_fn")
-    return name
+    return checked_name(collate_fn, "dataloader.collate_fn", path)
 
 
 # --------------------------------------------------------------------------- load
@@ -205,7 +203,8 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         raise ConfigError(
             path, None, f"expected a mapping with schema_version and knobs, got {got}"
         )
-    if _schema_version(doc, path) == 1:
+    version = _schema_version(doc, path)
+    if version == 1:
         doc = _from_v1(doc, path)
     check_keys(path, "", doc, _TOP_KEYS)
     knobs_data = _mapping(doc, "knobs", path, required=True)
@@ -218,6 +217,7 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
         collate_fn=_saved_collate(doc.get("dataloader"), path),
         comm=check_comm(doc["comm"], path) if doc.get("comm") is not None else None,
+        training=read_training(doc.get("training"), path),
     )  # fmt: skip
     notes += provenance.ambient_warnings(cfg.provenance)
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
@@ -228,19 +228,22 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         cfg.launch_lines(),
         "knobs.world_size (the sbatch script also from env)",
         optional=_LAUNCH_ADDED,
+        older=_older_launch(cfg) if version < 3 else {},
     )
     return cfg, notes
+
+
+def _older_launch(cfg: TunedConfig) -> dict[str, Any]:
+    """A launch entry as schema 1-2 wrote it, where it differs: their sbatch script asked for
+    GPUs even for a config measured on a CPU. Such a file still loads."""
+    return {"sbatch": cfg.sbatch_lines(gpu_line=True)}
 
 
 def _saved_collate(section: Any, path: str | Path) -> str | None:
     """``dataloader.collate_fn``: a ``module:function`` name, not imported until used."""
     if not isinstance(section, Mapping) or section.get("collate_fn") is None:
         return None
-    name = section["collate_fn"]
-    if not isinstance(name, str) or not COLLATE_NAME.match(name):
-        problem = f"{name!r} is not allowed: a 'package.module:function' name"
-        raise ConfigError(path, "dataloader.collate_fn", problem)
-    return name
+    return saved_name(section["collate_fn"], "dataloader.collate_fn", path)
 
 
 def _schema_version(doc: Mapping[str, Any], path: str | Path) -> int:
@@ -369,9 +372,11 @@ def _check_copy(
     expected: dict[str, Any],
     source: str,
     optional: tuple[str, ...] = (),
+    older: Mapping[str, Any] | None = None,
 ) -> None:
     """A section written from the knobs must still agree with them (absent: rebuilt on save;
-    an ``optional`` entry may be absent too)."""
+    an ``optional`` entry may be absent too; an ``older`` entry is how an older schema wrote
+    it, accepted as well)."""
     if found is None:
         return
     if not isinstance(found, Mapping):
@@ -381,6 +386,8 @@ def _check_copy(
         if key in optional and key not in found:
             continue
         got = found.get(key)
+        if older and key in older and older[key] == got:
+            continue
         if key not in found or got != want or type(got) is not type(want):
             what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
             origin = f"this section is written from {source.format(key=key)}"
@@ -403,12 +410,14 @@ _HEADER = """\
 workbench tuned config. In a training script:
   cfg = workbench.load_config("tuned.yaml")
   loader = cfg.dataloader(dataset); scaler = cfg.grad_scaler(); with cfg.autocast(): ...
+  loss_fn = cfg.loss(); optimizer = cfg.optimizer(model.parameters())
 `workbench show FILE` checks this file and prints the lines to paste.
 The knobs are the source of truth: env's NCCL_* part, dataloader and launch are copies written
 from them, and loading checks that they agree. Change a knob, not its copy."""
 
 _NOTES = {
-    "knobs": "The tuned knobs (workbench.Knobs; wb.knob_specs() describes each).",
+    "knobs": "The tuned knobs (workbench.Knobs; wb.knob_specs() describes each). A knob left "
+    "out has its default: DALI's knobs are left out at their defaults unless loader is dali.",
     "env": "Environment of the training processes: export it before launching. NCCL reads "
     "NCCL_* when a communicator is created and PyTorch reads PYTORCH_CUDA_ALLOC_CONF when it "
     "initializes CUDA, so setting them later has no effect.",
@@ -420,6 +429,13 @@ _NOTES = {
     "JOB_ID set. srun: the same under SLURM, one agent per node, inside an allocation with "
     "MASTER_ADDR set. sbatch: a minimal batch script, one line per entry (write them to a "
     "file and submit it with sbatch).",
+    "training": "The workload's loss and optimizer, by importable name (module:function), as "
+    "the bursts trained: cfg.loss() returns the loss function, cfg.optimizer(params) builds the "
+    "optimizer (with optimizer_impl applied, as the bursts applied it). Not knobs: the measured "
+    "run's own code. null: it had no name another process can import (a lambda, a function "
+    "defined inside another or in __main__, a callable object); pass your own. "
+    "workbench.engine.workloads.base's default_loss (cross-entropy) and default_optimizer (SGD, "
+    "lr 0.01, momentum 0.9) are workbench's defaults.",
     "comm": "A comm sweep's suggestions with the numbers measured (not knobs: set nccl or "
     "bucket_cap_mb yourself if they fit): the fastest value per message-size range, and the "
     "bucket size just past the knee of the busbw curve. On gloo NCCL variables had no effect.",
@@ -443,13 +459,33 @@ def _sections(cfg: TunedConfig) -> list[Section]:
     docs = {s.name: s.doc for s in knob_specs()}
     return [
         Section("schema_version", SCHEMA_VERSION),
-        Section("knobs", cfg.knobs.to_dict(), _NOTES["knobs"], docs),
+        Section("knobs", _knob_values(cfg.knobs), _NOTES["knobs"], _knob_docs(cfg.knobs, docs)),
         Section("env", cfg.env(), _NOTES["env"], nccl.flags(cfg.knobs.nccl)),
         Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
         Section("launch", cfg.launch_lines(), _NOTES["launch"]),
+        *([Section("training", dict(cfg.training), _NOTES["training"])] if cfg.training else []),
         Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
         *([Section("comm", dict(cfg.comm), _NOTES["comm"])] if cfg.comm else []),
     ]
+
+
+def _knob_values(knobs: Knobs) -> dict[str, Any]:
+    """Every knob, except DALI's at their defaults when the loader is not DALI: there they
+    did not act, and a CPU config that listed them read as if they had."""
+    values = knobs.to_dict()
+    if knobs.loader == "dali":
+        return values
+    defaults = Knobs().to_dict()
+    return {k: v for k, v in values.items() if k not in _DALI_KNOBS or v != defaults[k]}
+
+
+def _knob_docs(knobs: Knobs, docs: Mapping[str, str]) -> dict[str, str]:
+    """The knobs' docs; a DALI knob set away from its default for another loader says that
+    it had no effect (kept, so the knobs load back as they were given)."""
+    if knobs.loader == "dali":
+        return dict(docs)
+    unused = f"No effect: loader is {knobs.loader}, and this knob acts only with loader=dali."
+    return {k: f"{d}\n{unused}" if k in _DALI_KNOBS else d for k, d in docs.items()}
 
 
 _AMBIENT = (

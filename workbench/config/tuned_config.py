@@ -5,7 +5,9 @@ data read as it was measured (``data_format``), the precision (an autocast conte
 fp16, a GradScaler), the backend flags (TF32, cudnn.benchmark), the environment of its
 processes (NCCL_* and allocator variables) and a launch line. Each is one method here,
 computed from the knobs the same way a burst computes it, so the script runs what was
-measured. ``workbench.config.saved`` reads and writes the file.
+measured. Beside the knobs, the workload's own code by name: its collate_fn (in
+:meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
+``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
 """
@@ -13,11 +15,10 @@ Light imports: torch is imported inside the methods that need it, never at impor
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -25,18 +26,21 @@ from typing import Any
 
 from workbench.config import provenance
 from workbench.config.comm_suggestions import describe_comm
+from workbench.config.names import FUNCTION_NAME, import_named
 from workbench.config.yaml_text import ConfigError
 from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
 from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.core.nccl import flags as nccl_flags
 
-__all__ = ["COLLATE_NAME", "LOADER_KEYS", "TunedConfig", "import_collate"]
+__all__ = ["COLLATE_NAME", "LOADER_KEYS", "TRAINING_KEYS", "TunedConfig", "import_collate"]
 
 LOADER_KEYS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 """The DataLoader arguments the knobs decide; the rest (shuffle, sampler, ...) is the script's."""
-COLLATE_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+COLLATE_NAME = FUNCTION_NAME
 """How a saved config names a collate function: ``package.module:function``."""
+TRAINING_KEYS = ("loss", "optimizer")
+"""The ``training`` section: the workload's functions production calls by name."""
 _LAUNCH_WORD = re.compile(r"^[\w$.:{}\[\]/-]+$")
 _NNODES = re.compile(r"^(\d+(:\d+)?|\$\{?[A-Za-z_]\w*\}?)$")
 
@@ -58,6 +62,9 @@ class TunedConfig:
     comm: Mapping[str, Any] | None = None
     """A comm sweep's suggestions with their measured numbers (``workbench.analysis.
     comm_sweep``); not knobs: None when no sweep was saved with the config."""
+    training: Mapping[str, str | None] | None = None
+    """The workload's ``loss`` and ``optimizer`` as ``module:function`` (None: it had no
+    importable name); None when saved without a workload (Knobs alone, schema 1-2 files)."""
 
     def __post_init__(self) -> None:
         extra = MappingProxyType(dict(sorted(self.extra_env.items())))
@@ -196,6 +203,40 @@ class TunedConfig:
         foreach, fused = IMPL_ARGS[self.knobs.optimizer_impl]
         return {"foreach": foreach, "fused": fused}
 
+    def loss(self) -> Callable[..., Any]:
+        """The loss function the bursts trained with (``training.loss``), imported by name:
+        ``loss_fn = cfg.loss(); loss_fn(model(x), y)``. ConfigError naming ``training.loss``
+        when it was not saved or does not import here."""
+        return self._training_function("loss")
+
+    def optimizer(self, params: Iterable[Any]) -> Any:
+        """The optimizer the bursts trained with, built on ``params`` by the saved factory
+        (``training.optimizer``), with ``optimizer_impl`` (foreach/fused) applied as the bursts
+        applied it: ``opt = cfg.optimizer(model.parameters())``. ConfigError naming
+        ``training.optimizer`` when it was not saved or does not import here."""
+        factory = self._training_function("optimizer")
+        # torch only when the script asks for it: load_config stays torch-free
+        from workbench.engine.memory_knobs import with_impl
+
+        optimizer, _ = with_impl(factory(params), self.knobs.optimizer_impl)  # as in a burst
+        return optimizer
+
+    def _training_function(self, name: str) -> Callable[..., Any]:
+        key = f"training.{name}"
+        saved = (self.training or {}).get(name)
+        if saved is None:
+            raise ConfigError(self.path, key, f"not saved: {self._why_not_saved(name)}")
+        return import_named(saved, key, self.path)
+
+    def _why_not_saved(self, name: str) -> str:
+        if self.training is None:
+            return (f"this config was saved without its workload (Knobs alone, or a file from "
+                    f"before schema 3); save_config(result, path) or save_config(knobs, path, "
+                    f"workload=...) keeps the {name}, or pass your own")  # fmt: skip
+        return (f"the workload's {name} had no name another process can import (a lambda, a "
+                f"function defined inside another or in __main__, a callable object): pass "
+                f"your own, or define it at the top level of a module and save again")  # fmt: skip
+
     def apply_activation_checkpointing(self, model: Any) -> int:
         """With ``activation_checkpointing`` tuned on, make the model's blocks recompute their
         activations in backward, as the bursts did (``workbench.engine.memory_knobs``: the
@@ -280,23 +321,33 @@ class TunedConfig:
         return (f"srun --nodes={nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL "
                 f"{torchrun}")  # fmt: skip
 
-    def sbatch_lines(self, script: str = "train.py") -> list[str]:
-        """A minimal ``sbatch`` script for the tuned shape, one line per entry."""
+    def sbatch_lines(self, script: str = "train.py", *, gpu_line: bool | None = None) -> list[str]:
+        """A minimal ``sbatch`` script for the tuned shape, one line per entry.
+
+        ``gpu_line`` (``#SBATCH --gpus-per-node``): None asks for GPUs unless the config comes
+        from a CPU (``provenance.device``), whose processes ran on no GPU; True or False decide.
+        """
         nodes = _nodes(self.knobs)
         per_node = self.knobs.world_size // nodes
         exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env().items()]
+        gpus = not self.from_cpu() if gpu_line is None else gpu_line
         return [
             "#!/bin/bash",
             "#SBATCH --job-name=workbench-tuned",
             f"#SBATCH --nodes={nodes}",
             "#SBATCH --ntasks-per-node=1",
-            f"#SBATCH --gpus-per-node={per_node}",
+            *([f"#SBATCH --gpus-per-node={per_node}"] if gpus else []),
             *exports,
             'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             self.srun_command(script),
         ]
 
     # -- provenance -----------------------------------------------------------------------
+    def from_cpu(self) -> bool:
+        """Whether the knobs were measured (or saved alone) on a CPU: no GPU to ask for."""
+        kind = ((self.provenance.get("device") or {}).get("type") or "").split(":")[0]
+        return kind == "cpu"
+
     def machine_differences(self, here: Mapping[str, Any] | None = None) -> list[str]:
         """What differs between the tuning machine and this one (GPU model, torch major)."""
         return provenance.differences(self.provenance, here or provenance.current_machine())
@@ -320,6 +371,7 @@ class TunedConfig:
                 "# DataLoader keyword arguments (cfg.dataloader(dataset) passes them)",
                 f"DataLoader(dataset, {loader})",
                 *self._data_lines(),
+                *self._training_lines(),
                 "# one node",
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
@@ -331,6 +383,19 @@ class TunedConfig:
                 *(describe_comm(self.comm) if self.comm else []),
             ]
         )
+
+    def _training_lines(self) -> list[str]:
+        """The workload's training functions by name, where the file has them."""
+        if self.training is None:
+            return []
+        calls = {"loss": "loss_fn = cfg.loss()", "optimizer": "optimizer = cfg.optimizer(params)"}
+        workload = self.provenance.get("workload")
+        lines = ["# the workload's loss and optimizer" + (f" ({workload})" if workload else "")]
+        for name in TRAINING_KEYS:
+            saved = self.training.get(name)
+            lines.append(f"{calls[name]}  # {saved}" if saved else
+                         f"# {name}: not saved (no importable name): pass your own")  # fmt: skip
+        return lines
 
     def _data_lines(self) -> list[str]:
         """How the measured data was read, where that is not the plain folder of files."""
@@ -348,17 +413,7 @@ class TunedConfig:
 
 def import_collate(name: str, path: Path | str | None = None) -> Any:
     """The function a saved ``dataloader.collate_fn`` names (``module:function``)."""
-    module_name, _, attr = name.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        problem = f"{name!r} cannot be imported here ({exc}): put its module on the path"
-        raise ConfigError(path, "dataloader.collate_fn", problem) from None
-    if not callable(target):
-        raise ConfigError(path, "dataloader.collate_fn", f"{name!r} is not a function")
-    return target
+    return import_named(name, "dataloader.collate_fn", path)
 
 
 def _rendezvous_words(

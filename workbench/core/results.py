@@ -142,6 +142,12 @@ class BurstResult(Outcome):
     loader_epochs: int | None = None
     final_loss: float | None = None
     versions: dict[str, Any] = field(default_factory=dict)
+    workload_source: dict[str, str | None] | None = None
+    """How to build this run again by name (``engine.workloads.source_names``): ``workload``
+    (a built-in name or ``module:function``; None when it has none), and the ``module:qualname``
+    of the workload's ``collate_fn``, ``loss`` and ``optimizer`` (a lambda's or ``__main__``'s
+    spelled as such, an object without a name as ``<partial object>``; ``collate_fn`` None:
+    torch's default). ``save_config`` writes a config from it. None when no Workload was known."""
     # -- distributed bursts (world_size > 1, or NCCL variables on a GPU) --
     backend: str | None = None
     """"nccl" or "gloo" for a torchrun job; None for a burst in this process."""

@@ -78,7 +78,7 @@ from workbench.engine.training import (
     to_device,
 )
 from workbench.engine.window import BurstWindow
-from workbench.engine.workloads import Workload, count_train_flops
+from workbench.engine.workloads import Workload, count_train_flops, source_names
 from workbench.history.store import record_result
 
 Clock = Callable[[], float]
@@ -241,6 +241,7 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
         nccl_flags=nccl_flags(knobs.nccl),
         created_at=utc_now(),
         versions=hardware.versions(),
+        workload_source=source_names(wl),
     )
 
 

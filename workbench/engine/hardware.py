@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 import torch
 
+import workbench
 from workbench.core.errors import InputError
 from workbench.engine.telemetry import nvml_status
 
@@ -44,6 +45,7 @@ __all__ = [
     "peak_flops",
     "resolve_device",
     "versions",
+    "workbench_version",
 ]
 
 _MIB = 1024 * 1024
@@ -468,10 +470,17 @@ def _versions() -> dict[str, str | None]:
         "cudnn": _cudnn_version(),
         "nvidia-ml-py": _dist_version("nvidia-ml-py"),
         "driver": _driver_version(),
-        "workbench": _dist_version("workbench"),
+        "workbench": workbench_version(),
         "nvidia-dali": _dali_version(),
         "platform": platform.platform(),
     }
+
+
+def workbench_version() -> str:
+    """This workbench's version: its installed distribution's (``throughput-workbench``, the
+    name on the package index; ``workbench`` there is another project, so never that one),
+    else the package's own ``__version__`` (a checkout on the path, not installed)."""
+    return _dist_version(workbench.DISTRIBUTION) or workbench.__version__
 
 
 def _dist_version(name: str) -> str | None:

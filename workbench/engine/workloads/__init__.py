@@ -230,6 +230,51 @@ def importable_name(workload: object) -> str | None:
     return None if name is None or _out_of_reach(name) else name
 
 
+SOURCE_KEYS = ("workload", "collate_fn", "loss", "optimizer")
+
+
+def source_names(workload: Workload) -> dict[str, str | None]:
+    """How a process that never saw this Workload builds its run again, by name (a burst
+    result keeps it, and a saved config is written from it).
+
+    ``workload``: :func:`importable_name` (a built-in name or ``module:function``; None for
+    one built by hand or in ``__main__``). ``collate_fn``, ``loss``, ``optimizer``: the
+    function's ``module:qualname`` when that name imports back to this very function; else
+    how it spells itself (``__main__:pad``, ``m:make.<locals>.f``, ``m:<lambda>``) or, for an
+    object with no name of its own (a partial, an ``nn.Module`` loss), ``<partial object>``,
+    for the reader to refuse or leave out with the reason; ``collate_fn`` None is torch's
+    default collate. Plain strings: the result stays JSON.
+    """
+    return {
+        "workload": importable_name(workload),
+        "collate_fn": _function_name(workload.collate_fn),
+        "loss": _function_name(workload.loss),
+        "optimizer": _function_name(workload.optimizer),
+    }
+
+
+def _function_name(fn: object) -> str | None:
+    if fn is None:
+        return None
+    name = _spelled_name(fn)
+    if name is None or (not _out_of_reach(name) and not _imports_as(name, fn)):
+        return f"<{type(fn).__name__} object>"  # a partial, a bound method, an instance
+    return name
+
+
+def _imports_as(name: str, fn: object) -> bool:
+    """Whether ``module:qualname`` imports back to ``fn`` (its module is loaded already: the
+    function lives there, so this is a lookup, not an import)."""
+    module_name, _, attr = name.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception:  # a module that fails to import, a name rebound since: not importable
+        return False
+    return target is fn
+
+
 def _out_of_reach(spec: str) -> bool:
     """A ``module:qualname`` no other process can import: ``__main__`` is that process's own
     script, and ``<lambda>`` or ``<locals>`` are no attribute of any module."""
@@ -378,6 +423,7 @@ def _module_exists(name: str) -> bool:
 
 
 __all__ = [
+    "SOURCE_KEYS",
     "UnknownWorkload",
     "Workload",
     "WorkloadArg",
@@ -392,5 +438,6 @@ __all__ = [
     "register_workload",
     "resolve_target",
     "resolve_workload",
+    "source_names",
     "workload_names",
 ]
