@@ -236,13 +236,10 @@ def _code(path: Path) -> str:
 
 def _undecided(batch: Batch, dims: list[tuple[Path, int]]) -> str:
     listed = _joined([f"{_spelled(batch, p)} {d}" for p, d in _first(dims)], len(dims))
-    if _is_pair(batch):
-        has_target = any(p[0] == 1 for p, _ in dims)
-        why = (
-            "the target's own tensors disagree too"
-            if has_target
-            else ("the target has no tensor with a batch dimension")
-        )
+    if _is_pair(batch) and any(p[0] == 1 for p, _ in dims):
+        why = "the target's own tensors disagree too"
+    elif _is_pair(batch):
+        why = "the target has no tensor with a batch dimension"
     elif isinstance(batch, Mapping):
         why = "a dict batch is input and target at once, so no target decides"
     else:

@@ -9,7 +9,9 @@ The method (DESIGN.md, "Measurement method"):
 3. The measured window is time-boxed (``seconds``) with a minimum step count. The device is
    synchronized at both ends of the window, and only there: a sync per step would stop the host
    from queueing ahead and make the measurement slower than real training.
-   Throughput = samples trained in the window / the window's wall time.
+   Throughput = samples trained in the window / the window's wall time, each batch's samples
+   counted by the rule set-up decided on the first batch (``batches.sample_rule``: every
+   tensor's leading dimension, the target's where they disagree, or ``samples_of``).
 4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
    whose IQR exceeds 10% of the median is flagged ``noisy``.
 

@@ -80,7 +80,8 @@ class Workload:
     alone: ``samples_of(batch) -> int``, called on every batch (the whole collated batch, as
     the DataLoader gives it). Without it every tensor's leading dimension is read on the first
     batch: all agreeing decide, else the target's; a batch nothing decides is refused. E.g.
-    ``lambda batch: len(batch[0]["offsets"])`` for an EmbeddingBag's flattened bags."""
+    ``lambda batch: len(batch[0]["offsets"])`` for an EmbeddingBag's flattened bags. Read
+    sizes, not values: a value read from a GPU tensor would wait for the device every step."""
     description: str = ""
     image_dir: Path | None = None
     """The ImageFolder the dataset reads, for loaders that read files themselves (DALI)."""
