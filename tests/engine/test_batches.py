@@ -303,6 +303,16 @@ def test_a_recommender_burst_counts_its_users_and_says_by_which_tensor():
     )
 
 
+def test_the_dicts_key_order_no_longer_changes_the_count():
+    def users_first(items):
+        inputs, rating = bag_collate(items)
+        return {k: inputs[k] for k in ("users", "offsets", "items")}, rating
+
+    for collate in (bag_collate, users_first):
+        r = run_burst(recommender_workload(collate_fn=collate), Knobs(batch_size=256), **FAST)
+        assert r.ok and (r.samples_from, r.samples) == ("target", r.steps * 256), r.error
+
+
 def test_batches_of_varying_size_count_what_each_holds():
     RecNet.seen.clear()
     wl = recommender_workload(collate_fn=bag_collate_skip_empty)  # drops users with no items
