@@ -326,3 +326,90 @@ def dict_items_workload(**changes: typing.Any) -> Workload:
         "loss": lambda out, batch: nn.functional.cross_entropy(out.logits, batch["label"]),
     }
     return Workload(**{**spec, **changes})
+
+
+# --- a recommender (issue 25): variable-length bags flattened for an EmbeddingBag ---
+
+
+class Ratings(Dataset):
+    """Items ``(user, bag of item ids, rating)``; a bag holds 0 to 52 ids (about 26), so a
+    collated batch of 256 flattens about 6,700 ids beside 256 offsets."""
+
+    def __init__(self, n: int = 1024, users: int = 64, items: int = 1000):
+        g = torch.Generator().manual_seed(0)
+        self.users = torch.randint(0, users, (n,), generator=g)
+        lengths = torch.randint(0, 53, (n,), generator=g)
+        self.bags = [torch.randint(0, items, (int(k),), generator=g) for k in lengths]
+        self.ratings = torch.rand(n, generator=g) * 5
+
+    def __len__(self):
+        return len(self.users)
+
+    def __getitem__(self, i):
+        return int(self.users[i]), self.bags[i], float(self.ratings[i])
+
+
+def bag_collate(items: list[tuple]) -> tuple[dict, torch.Tensor]:
+    """The EmbeddingBag collate: the bags flattened into one id tensor, with where each one
+    starts (``offsets``): ``({"items": int64[~6700], "offsets": int64[B], "users": int64[B]},
+    float32[B])``."""
+    users, bags, ratings = zip(*items, strict=True)
+    lengths = torch.tensor([len(b) for b in bags])
+    offsets = torch.cumsum(lengths, 0) - lengths
+    inputs = {"items": torch.cat(bags), "offsets": offsets, "users": torch.tensor(users)}
+    return inputs, torch.tensor(ratings, dtype=torch.float32)
+
+
+def bag_collate_skip_empty(items: list[tuple]) -> tuple[dict, torch.Tensor]:
+    """``bag_collate`` without the users whose bag is empty: batches of varying size."""
+    return bag_collate([it for it in items if len(it[1])])
+
+
+class RecNet(nn.Module):
+    """A user's embedding beside the mean of its item bag's (``nn.EmbeddingBag``), then an
+    MLP: a rating. Records the batch size of every training-mode forward (``seen``)."""
+
+    seen: typing.ClassVar[list[int]] = []
+
+    def __init__(self, users: int = 64, items: int = 1000, dim: int = 32):
+        super().__init__()
+        self.user = nn.Embedding(users, dim)
+        self.bag = nn.EmbeddingBag(items, dim, mode="mean")
+        self.mlp = nn.Sequential(nn.Linear(2 * dim, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, items, offsets, users):
+        if self.training:
+            RecNet.seen.append(users.shape[0])
+        x = torch.cat([self.user(users), self.bag(items, offsets)], dim=1)
+        return self.mlp(x).squeeze(1)
+
+
+def rec_forward(model: nn.Module, inputs: dict) -> torch.Tensor:
+    return model(**inputs)
+
+
+def rec_loss(out: torch.Tensor, rating: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(out, rating)
+
+
+def count_users(batch: tuple[dict, torch.Tensor]) -> int:
+    """A ``samples_of`` hook: one sample per user."""
+    return len(batch[0]["users"])
+
+
+def recommender_workload(**changes: typing.Any) -> Workload:
+    """A recommender over variable-length item bags (module-level parts: importable by name)."""
+    spec: dict[str, typing.Any] = {
+        "name": "rec",
+        "model": RecNet,
+        "dataset": Ratings,
+        "collate_fn": bag_collate,
+        "forward": rec_forward,
+        "loss": rec_loss,
+    }
+    return Workload(**{**spec, **changes})
+
+
+def counted_recommender() -> Workload:
+    """The recommender with a ``samples_of`` hook (for torchrun ranks, which build it by name)."""
+    return recommender_workload(name="rec-counted", samples_of=count_users)

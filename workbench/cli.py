@@ -441,7 +441,8 @@ def _progress_to_stderr(p: Any) -> None:
 _SHOWN = [
     ("status", ""), ("error", ""), ("workload", ""), ("device", ""), ("device_name", ""),
     ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_ms_p50", "ms"),
-    ("step_ms_iqr", "ms"), ("noisy", ""), ("steps", ""), ("measured_s", "s"), ("warmup_s", "s"),
+    ("step_ms_iqr", "ms"), ("noisy", ""), ("steps", ""), ("samples_from", ""),
+    ("measured_s", "s"), ("warmup_s", "s"),
     ("compile_s", "s"), ("compile_graphs", ""), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
     ("peak_reserved_mib", "MiB"), ("loader_device_mem_mib", "MiB"), ("gpu_util_pct", "%"),
     ("power_w", "W"), ("temp_c", "C"),

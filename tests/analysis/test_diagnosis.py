@@ -11,7 +11,15 @@ from workloads_for_tests import heavy_workload, sleepy_workload, tensor_workload
 
 from workbench import Knobs, Workload, diagnose
 from workbench.analysis.advice import OVERLAP_SHARE, advise, compute_advice, data_advice
-from workbench.analysis.diagnosis import WAIT_EXPLAINED_PCT, _why_it_waited, classify, judge
+from workbench.analysis.diagnosis import (
+    ABOVE_CEILING_FLOOR,
+    WAIT_EXPLAINED_PCT,
+    _why_it_waited,
+    ceiling_problems,
+    classify,
+    judge,
+    noise_margin,
+)
 from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst
 from workbench.core.knobs import KnobError
 from workbench.core.results import BurstResult
@@ -254,3 +262,49 @@ def test_a_gpu_pipeline_with_workers_hears_of_uneven_batches():
                          2000.0, 1000.0)  # fmt: skip
     assert "arrive unevenly" in why and "4 worker(s)" in why and "prefetch" in why
     assert "cheaper preprocessing" in why and "decod" not in why
+
+
+# --- a full pipeline faster than its compute-only ceiling is suspect (issue 25) ---
+
+
+def _steady(sps: float, iqr_share: float = 0.02, **fields) -> BurstResult:
+    """An ok burst whose steps spread ``iqr_share`` of their median."""
+    return _ok(sps, step_ms_p50=10.0, step_ms_iqr=10.0 * iqr_share, **fields)
+
+
+def _ceiling_judged(full: BurstResult, compute: BurstResult):
+    loader = LoaderResult(status="ok", samples_per_s=900_000.0)
+    return judge(tensor_workload(), Knobs(), CPU, full, loader, compute)
+
+
+def test_a_full_pipeline_faster_than_its_compute_ceiling_is_suspect():
+    # the issue's recommender: samples counted from the flattened item ids
+    d = _ceiling_judged(_steady(382_652.0, samples_from="all tensors"), _steady(217_653.0))
+    (problem,) = d.suspect
+    assert "the full pipeline (382,652 samples/s) is 76% faster than its compute-only " in problem
+    assert "ceiling (217,653), beyond the bursts' noise (10%)" in problem
+    assert "samples are miscounted (counted by all tensors" in problem
+    assert "Workload(samples_of=...)" in problem and "ran slowed" in problem
+    assert "SUSPECT (do not trust this diagnosis): the full pipeline" in d.summary()
+    assert json.loads(json.dumps(d.to_dict()))["suspect"] == [problem]
+    throttled = _ceiling_judged(_steady(200.0), _steady(100.0, throttle_reasons=["hw_slowdown"]))
+    assert "(its throttle reasons: hw_slowdown)" in throttled.suspect[0]
+
+
+@pytest.mark.parametrize(
+    ("full_sps", "iqr_share", "suspect"),
+    [(100.0, 0.02, False), (109.0, 0.02, False), (112.0, 0.02, True),  # beyond the 10% floor
+     (130.0, 0.20, False), (145.0, 0.20, True)],  # two spreads of 20%: a 40% margin
+)  # fmt: skip
+def test_the_margin_is_the_bursts_own_noise_and_at_least_the_floor(full_sps, iqr_share, suspect):
+    full, compute = _steady(full_sps, iqr_share), _steady(100.0, iqr_share)
+    assert noise_margin(full, compute) == pytest.approx(max(ABOVE_CEILING_FLOOR, 2 * iqr_share))
+    assert bool(_ceiling_judged(full, compute).suspect) is suspect
+
+
+def test_a_slower_full_pipeline_or_a_failed_ceiling_is_not_suspect():
+    assert _ceiling_judged(_steady(80.0), _steady(100.0)).suspect == []
+    failed = BurstResult(status="error", error="boom")
+    assert _ceiling_judged(_steady(200.0), failed).suspect == []
+    assert ceiling_problems(_steady(200.0), None) == []
+    assert ceiling_problems(_ok(200.0), _ok(100.0))  # no step spread known: the floor alone

@@ -14,7 +14,7 @@ CONTRACT_FIELDS = {
     "status", "error", "workload", "device", "knobs", "samples_per_s", "tokens_per_s",
     "step_ms_p50", "step_ms_iqr", "steps", "measured_s", "warmup_s", "data_wait_pct",
     "peak_mem_mib", "peak_reserved_mib", "gpu_util_pct", "power_w", "temp_c", "mfu_pct",
-    "noisy", "no_effect", "suspect",
+    "noisy", "no_effect", "suspect", "samples_from",
 }
 # fmt: on
 
@@ -38,6 +38,7 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
     assert doc["knobs"]["batch_size"] == 8 and doc["knobs"]["num_workers"] == 1
     assert doc["samples_per_s"] > 0 and doc["gpu_util_pct"] is None
     assert set(doc) >= CONTRACT_FIELDS, f"missing: {CONTRACT_FIELDS - set(doc)}"
+    assert doc["samples_from"] == "all tensors"  # images and labels: one row per sample each
     # unknown is null, never 0: a CPU has no GPU figures, an image workload has no tokens
     assert [doc[k] for k in ("tokens_per_s", "power_w", "temp_c", "mfu_pct")] == [None] * 4
     assert doc["suspect"] == []  # every self-check passed
@@ -45,6 +46,7 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
     assert h.returncode == 0
     rows = json.loads(h.stdout)
     assert [r["id"] for r in rows] == [doc["id"]]
+    assert rows[0]["samples_from"] == "all tensors"  # the store keeps the whole result
 
 
 @pytest.mark.parametrize(
@@ -275,6 +277,14 @@ def test_a_suspect_burst_says_so_in_the_text_output():
 
     r = BurstResult(workload="cnn", suspect=["the step times add up to 1 ms but ..."])
     assert "SUSPECT            the step times add up to 1 ms but ..." in _format_result(r.to_dict())
+
+
+def test_the_text_output_says_which_tensor_counted_the_samples():
+    from workbench.cli import _format_result
+    from workbench.core.results import BurstResult
+
+    text = _format_result(BurstResult(workload="rec", samples_from="target").to_dict())
+    assert "samples_from       target" in text.splitlines()
 
 
 USER_MODULE = """

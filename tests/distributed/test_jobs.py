@@ -121,6 +121,19 @@ def test_a_failing_rank_ends_the_job_with_its_own_error():
     assert _no_children_left() == []
 
 
+def test_ranks_count_samples_by_the_workloads_hook_which_travels_with_it():
+    # the ranks build the workload by name: its samples_of comes with it, and each rank's
+    # burst loop counts with it (the flattened item ids would count about 26 a user)
+    r = run_distributed_burst("workloads_for_tests:counted_recommender",
+                              wb.Knobs(batch_size=16, world_size=2), record=False,
+                              port=_free_port(), window=WINDOW)  # fmt: skip
+    assert r.status == "ok", r.error
+    assert r.samples_from == "samples_of"
+    assert [row["samples_from"] for row in r.ranks] == ["samples_of", "samples_of"]
+    assert r.samples == sum(row["steps"] for row in r.ranks) * 16
+    assert _no_children_left() == []
+
+
 def test_a_hanging_rank_is_stopped_after_the_timeout_and_named():
     # 40 s: both ranks reach 'setup' first, even beside another test (make test runs this
     # module two at a time with others); 25 s was enough on the CI VM alone.

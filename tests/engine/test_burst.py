@@ -444,10 +444,11 @@ def test_every_burst_runs_on_a_fresh_thread_of_its_own():
 
 
 def test_the_flop_sample_holds_no_batch():
-    from workbench.engine.burst import _shape_sample
+    from workbench.engine.batches import flop_rows, sample_rule
 
     x, y = torch.randn(64, 16), torch.randint(0, 2, (64,))
-    sx, sy = _shape_sample(x, y)
+    (sx, sy), samples = flop_rows((x, y), sample_rule((x, y)), meta=True)
+    assert samples == 2
     assert sx.device.type == sy.device.type == "meta"  # a view x[:2] keeps all 64 alive
     assert sx.shape == (2, 16) and sy.shape == (2,) and sx.dtype == x.dtype
 

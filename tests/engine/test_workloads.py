@@ -239,7 +239,7 @@ _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 def test_the_page_on_your_own_model_runs(tmp_path):
     """Every block of the page, in order: modules (``# NAME.py`` first) written where the
     commands run, Python blocks as one script, shell lines through the installed command
-    (with a shorter window). Every burst they run must end ok."""
+    (with a shorter window); ``text`` blocks (what a command prints) are read, not run. Every burst they run must end ok."""
     blocks = _BLOCK.findall(OWN_MODEL_PAGE.read_text())
     script, commands = [], []
     for language, code in blocks:
@@ -248,7 +248,7 @@ def test_the_page_on_your_own_model_runs(tmp_path):
             (tmp_path / first.split()[1].rstrip(":")).write_text(code)
         elif language == "python":
             script.append(code)
-        else:
+        elif language in ("bash", "sh", "shell"):
             commands += [line.split("#")[0].split() for line in code.splitlines() if line]
     assert len(script) >= 4 and len(commands) >= 2 and (tmp_path / "mymodel.py").exists()
     script.append(  # what the last block promised: the saved collate_fn pads the batches

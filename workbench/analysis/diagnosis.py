@@ -22,6 +22,10 @@ model and the workers; with workers beside a GPU, batches arrive unevenly or the
 cores. The advice follows the same reading (workers first when loading runs between steps).
 
 What to try next follows the verdict and the device (workbench/analysis/advice.py).
+
+A diagnosis checks itself as a burst does (``suspect``): the full pipeline does all the work of
+the compute-only burst and loads its data too, so a full pipeline faster than that ceiling,
+beyond the bursts' noise (``ceiling_problems``), means a number is wrong.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ VERDICTS = ("data-bound", "storage-bound", "compute-bound", "balanced", "unknown
 BALANCE_BAND = 0.15
 """Ceilings closer than 15% count as balanced: two bursts of the same config on a quiet
 machine differ by a few percent, so a smaller band would call noise a bottleneck."""
+ABOVE_CEILING_FLOOR = 0.10
+"""The least a full pipeline must beat its compute-only ceiling by to be suspect (10%), however
+steady the two bursts' steps were (``noise_margin``)."""
 
 
 @dataclass(kw_only=True)
@@ -77,6 +84,9 @@ class Diagnosis:
     suggestions: list[Suggestion] = field(default_factory=list)
     storage: StorageCeiling | None = None
     """The dataset in its format read raw and cold (image workloads): the disk's ceiling."""
+    suspect: list[str] = field(default_factory=list)
+    """Self-checks the diagnosis failed, each a sentence (``ceiling_problems``): its numbers,
+    and so its verdict, are not to be trusted. Empty when every check passed."""
 
     @property
     def full_sps(self) -> float | None:
@@ -110,6 +120,7 @@ class Diagnosis:
         if self.suggestions:
             lines.append("Next, most likely to help:")
             lines += [f"  - {s.text()}" for s in self.suggestions]
+        lines += [f"SUSPECT (do not trust this diagnosis): {s}" for s in self.suspect]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +138,7 @@ class Diagnosis:
             "suggestions": [
                 {"knob": s.knob, "value": s.value, "why": s.why} for s in self.suggestions
             ],
+            "suspect": list(self.suspect),
             "full": self.full.to_dict(),
             "loader": self.loader.to_dict() if self.loader else None,
             "compute": self.compute.to_dict() if self.compute else None,
@@ -227,6 +239,7 @@ def judge(
             half = max(1, knobs.batch_size // 2)
             d.suggestions = [Suggestion("batch_size", half, "out of memory: halve the batch")]
         return d
+    d.suspect = ceiling_problems(full, compute)
     d.verdict = classify(d.loader_sps, d.compute_sps)
     loader_sps, compute_sps = d.loader_sps or 0.0, d.compute_sps or 0.0
     d.reason = _reason(d.verdict, loader_sps, compute_sps)
@@ -240,6 +253,51 @@ def judge(
     if storage is not None and storage.ok:
         _judge_storage(d, wl, knobs, loader_sps, compute_sps)
     return d
+
+
+def ceiling_problems(full: BurstResult, compute: BurstResult | None) -> list[str]:
+    """A full pipeline faster than its compute-only ceiling beyond the noise, as a sentence
+    that says what it likely means; empty otherwise.
+
+    The full pipeline trains the same model with the same knobs as the compute-only burst and
+    loads and copies its data besides, so it cannot be faster. When it is, either the samples
+    are miscounted (a count that follows the data, such as a flattened tensor's length, gives
+    the pipeline's batches other counts than the one batch the ceiling replays), or the ceiling
+    was measured slowed (a throttled GPU, other work on the machine)."""
+    if compute is None or not (full.ok and compute.ok):
+        return []
+    full_sps, ceiling = full.samples_per_s, compute.samples_per_s
+    if not full_sps or not ceiling:
+        return []
+    above, margin = full_sps / ceiling - 1, noise_margin(full, compute)
+    if above <= margin:
+        return []
+    slowed = f" (its throttle reasons: {', '.join(compute.throttle_reasons)})" if (
+        compute.throttle_reasons) else ""  # fmt: skip
+    return [
+        f"the full pipeline ({_num(full_sps)} samples/s) is {above:.0%} faster than its "
+        f"compute-only ceiling ({_num(ceiling)}), beyond the bursts' noise ({margin:.0%}), "
+        "though it does the ceiling's work and loads data besides. Likely the samples are "
+        f"miscounted (counted by {full.samples_from or 'an unknown rule'}; pass "
+        "Workload(samples_of=...) to count them yourself), or the compute-only burst ran "
+        f"slowed{slowed}: rerun it, and check both bursts' samples_from and suspect."
+    ]
+
+
+def noise_margin(*bursts: BurstResult) -> float:
+    """How far two bursts' throughputs may differ by noise alone: the sum of their steps'
+    IQR/median, and at least ``ABOVE_CEILING_FLOOR``.
+
+    The sum: relative spreads add when one rate is divided by another, and a window's
+    throughput, a mean over many steps, spreads less than one step does, so the sum of the
+    step spreads is a generous bound and what exceeds it is no accident. The floor: a burst's
+    IQR sees only the noise inside its own window, not the drift between two bursts measured
+    one after the other (a shared or warming machine) nor the replayed batch being a little
+    cheaper than the pipeline's average one (a shorter padded length); 10% is also where one
+    burst's steps already count as noisy (``NOISY_IQR_RATIO``)."""
+    spreads = [b.step_ms_iqr / b.step_ms_p50 for b in bursts
+               if b.step_ms_iqr is not None and b.step_ms_p50]  # fmt: skip
+    return max(ABOVE_CEILING_FLOOR, sum(spreads))
 
 
 def _judge_storage(
@@ -346,12 +404,15 @@ def _reason(verdict: str, loader_sps: float, compute_sps: float) -> str:
 
 
 __all__ = [
+    "ABOVE_CEILING_FLOOR",
     "BALANCE_BAND",
     "VERDICTS",
     "WAIT_EXPLAINED_PCT",
     "Diagnosis",
     "Suggestion",
+    "ceiling_problems",
     "classify",
     "diagnose",
     "judge",
+    "noise_margin",
 ]

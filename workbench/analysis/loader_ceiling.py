@@ -28,7 +28,7 @@ import torch
 
 from workbench.core.knobs import Knobs
 from workbench.core.results import Outcome, spread
-from workbench.engine.batches import count_samples, move_batch
+from workbench.engine.batches import Batch, SampleRule, SamplesOf, move_batch, sample_rule
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.timing import synchronize
@@ -101,17 +101,18 @@ def _measure(
 ) -> None:
     t0 = clock()
     stream = build_loader(wl, knobs, dev)
+    count = _Counter(wl.samples_of)
     try:
         r.setup_s = clock() - t0
         t1 = clock()
         for _ in range(window.warmup_steps):
             if stop.is_set():
                 break
-            _deliver(stream, knobs, dev)
+            _deliver(stream, knobs, dev, count)
         synchronize(dev)
         r.warmup_s = clock() - t1
         drop_before_window(stream)  # cache=cold only
-        _window(r, stream, knobs, dev, stop, clock, window.seconds, window.min_steps)
+        _window(r, stream, knobs, dev, stop, clock, window.seconds, window.min_steps, count)
     finally:
         stream.close()
 
@@ -125,11 +126,12 @@ def _window(
     clock: Clock,
     seconds: float,
     min_batches: int,
+    count: _Counter,
 ) -> None:
     batch_ms: list[float] = []
     start = last = clock()
     while not stop.is_set():
-        r.samples += _deliver(stream, knobs, dev)
+        r.samples += _deliver(stream, knobs, dev, count)
         now = clock()
         batch_ms.append((now - last) * 1e3)  # host clock: copies are waited for below
         last = now
@@ -146,13 +148,28 @@ def _window(
         r.batch_ms_p50, r.batch_ms_iqr, r.noisy = s.p50, s.iqr, s.noisy
 
 
-def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device) -> int:
+def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device, count: _Counter) -> int:
     """One batch, put where the model would read it; returns its sample count."""
     batch = next(stream)
     if not stream.on_device:
         pinned = knobs.pin_memory and dev.type == "cuda"
         batch = move_batch(batch, dev, non_blocking=pinned)
-    return count_samples(batch)
+    return count(batch)
+
+
+class _Counter:
+    """Samples of each delivered batch, by the rule the first one decides, as a burst counts
+    them (``sample_rule``): the loader's ceiling and the burst it is compared with must count
+    the same samples."""
+
+    def __init__(self, samples_of: SamplesOf | None):
+        self._samples_of = samples_of
+        self._rule: SampleRule | None = None
+
+    def __call__(self, batch: Batch) -> int:
+        if self._rule is None:
+            self._rule = sample_rule(batch, self._samples_of)
+        return self._rule.count(batch)
 
 
 __all__ = [  # prefetched_batches and settled_warmup: engine.window's, still importable here

@@ -108,6 +108,11 @@ class BurstResult(Outcome):
     device_name: str | None = None
     seconds: float | None = None
     samples: int = 0
+    samples_from: str | None = None
+    """Which tensor's leading dimension counted ``samples`` (decided on the first batch,
+    ``workbench.engine.batches.sample_rule``): "all tensors" (every tensor's agreed), "target"
+    (they disagreed and the target's decided, as for an EmbeddingBag's flattened bags),
+    "samples_of" (the workload's hook); None where no batch was counted."""
     setup_s: float | None = None
     compile_s: float | None = None
     compile_graphs: int | None = None
@@ -251,6 +256,8 @@ class BurstResult(Outcome):
         if self.cost and self.cost.get("per_million_samples") is not None:
             parts.append(f"{readable(self.cost['per_million_samples'])} per million samples "
                          f"({readable(self.cost['idle_share_pct'])}% idle)")  # fmt: skip
+        if self.samples_from not in (None, "all tensors"):
+            parts.append(f"samples counted by {self.samples_from}")
         if self.noisy:
             parts.append("NOISY")
         line = ", ".join(parts)

@@ -251,6 +251,7 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
         "pid": os.getpid(),
         "steps": r.steps,
         "samples": r.samples,
+        "samples_from": r.samples_from,
         "measured_s": r.measured_s,
         "step_ms_p50": r.step_ms_p50,
         "step_ms_iqr": r.step_ms_iqr,

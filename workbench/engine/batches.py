@@ -6,9 +6,16 @@ target at once: the forward hook and the loss each get the whole batch. The Data
 (or the workload's ``collate_fn``) gives the same nest with the batch dimension first.
 
 A burst moves a batch to the device (every tensor leaf; other leaves, such as a list of the raw
-strings, stay as they are), counts its samples (the batch dimension of the first tensor leaf
-that has one), copies two samples of it to the meta device for the FLOP count, and describes it
-when the model cannot take it.
+strings, stay as they are), counts its samples, copies it (two samples of it where that is
+possible) to the meta device for the FLOP count, and describes it when the model cannot take
+it.
+
+Samples are counted from what the batch proves, never from the first tensor met: on the first
+batch every tensor's leading dimension is read, and a ``SampleRule`` decided from them (all
+agree; else the target's; else the workload's ``samples_of`` hook; else the burst is refused)
+counts every batch after it. The first tensor met is wrong for a batch that flattens
+variable-length parts (an EmbeddingBag's items beside their offsets), and its answer would
+change with a dict's key order.
 
 Why a small recursion of our own rather than ``torch.utils._pytree``: a collate function's
 output is often a mapping that is not a dict (Hugging Face's ``BatchEncoding`` is a
@@ -18,7 +25,10 @@ no more than the two ``.to`` calls it always cost.
 
 from __future__ import annotations
 
+import json
+import operator
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,15 +84,172 @@ def tensor_leaves(batch: Batch) -> Iterator[torch.Tensor]:
             yield from tensor_leaves(v)
 
 
-def count_samples(batch: Batch) -> int:
-    """Samples in the batch: the first dimension of its first tensor leaf that has one."""
-    first = batch[0] if isinstance(batch, (tuple, list)) and batch else None
-    if isinstance(first, torch.Tensor) and first.dim() > 0:  # (x, y): no generator per step
-        return first.shape[0]
-    for t in tensor_leaves(batch):
-        if t.dim() > 0:
-            return t.shape[0]
-    raise BatchError(f"the batch has no tensor with a batch dimension: {describe_batch(batch)}")
+Path = tuple[Any, ...]
+"""Keys and indices from a batch's root to one of its leaves: ``(0, "items")``."""
+
+SamplesOf = Callable[[Batch], int]
+"""``Workload(samples_of=...)``: the number of samples in a batch, for batches whose tensors
+do not say it alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRule:
+    """How a burst counts its batches' samples: decided once, on the first batch
+    (``sample_rule``), then applied to every batch by ``count``: one walk down a known path
+    (or the hook) per step, right for a partial last batch too."""
+
+    source: str
+    """Which tensor counted, as ``BurstResult.samples_from`` names it: ``"all tensors"``
+    (every tensor's leading dimension agreed), ``"target"`` (they disagreed; the target's
+    decided) or ``"samples_of"`` (the workload's hook)."""
+    path: Path = ()
+    """The tensor whose leading dimension is read (with the hook: none)."""
+    hook: SamplesOf | None = None
+    sliceable: bool = False
+    """Every tensor shares the batch dimension, so ``n`` rows of each are ``n`` samples (the
+    FLOP count's cheap sample); otherwise only the whole batch is a known number of samples."""
+
+    def count(self, batch: Batch) -> int:
+        """Samples in ``batch``."""
+        if self.hook is not None:
+            return _hook_count(self.hook, batch)
+        leaf = batch
+        try:
+            for key in self.path:
+                leaf = leaf[key]
+            return leaf.shape[0]
+        except (LookupError, TypeError, AttributeError):  # the batch changed its shape
+            raise BatchError(
+                f"this batch has no tensor with a batch dimension at {_spelled(batch, self.path)}, "
+                f"which counted the first batch's samples; the batch is {describe_batch(batch)}. "
+                f"{_HOOK_FIX}"
+            ) from None
+
+
+_HOOK_FIX = "Pass Workload(samples_of=...), a function batch -> int that counts any batch's samples"
+
+
+def sample_rule(batch: Batch, samples_of: SamplesOf | None = None) -> SampleRule:
+    """Decide, on a burst's first batch, how every batch's samples are counted.
+
+    Every tensor's leading dimension is read (0-d tensors have none). The hook, when given,
+    always decides, and is tried on this batch now, so a hook that cannot count it fails in
+    set-up. Without it: when all agree, that is the count; when they disagree, the target's
+    decides, if the batch is ``(input, target)`` and the target's own tensors agree. That is
+    the recommender's case: an EmbeddingBag collate flattens variable-length bags into one
+    long tensor beside per-sample offsets (``({"items": int64[6752], "offsets": int64[256],
+    ...}, float32[256])``), while the target keeps one row per sample. Nothing else can tell
+    which tensor is per sample (the first one met, or the most common length, would change
+    with the dict's key order or the data): a BatchError then shows the structure and the
+    hook to pass.
+    """
+    if samples_of is not None:
+        try:
+            _hook_count(samples_of, batch)
+        except BatchError:
+            raise
+        except Exception as exc:
+            raise BatchError(
+                f"samples_of failed on the first batch ({type(exc).__name__}: {exc}); the batch "
+                f"is {describe_batch(batch)}"
+            ) from exc
+        return SampleRule("samples_of", hook=samples_of)
+    dims = leading_dims(batch)
+    if not dims:
+        raise BatchError(
+            f"the batch has no tensor with a batch dimension: {describe_batch(batch)}. {_HOOK_FIX}"
+        )
+    if len({d for _, d in dims}) == 1:
+        return SampleRule("all tensors", _steady_path(batch, dims), sliceable=True)
+    target = [(p, d) for p, d in dims if _is_pair(batch) and p[0] == 1]
+    if target and len({d for _, d in target}) == 1:
+        return SampleRule("target", target[0][0])
+    raise BatchError(_undecided(batch, dims))
+
+
+def count_samples(batch: Batch, samples_of: SamplesOf | None = None) -> int:
+    """Samples in one batch, by the rule ``sample_rule`` decides on it (a burst decides once,
+    on its first batch, and counts every later batch with that rule)."""
+    return sample_rule(batch, samples_of).count(batch)
+
+
+def leading_dims(batch: Batch) -> list[tuple[Path, int]]:
+    """Every tensor leaf that has a batch dimension, with its path, in the batch's order."""
+    found: list[tuple[Path, int]] = []
+    _walk_dims(batch, (), found)
+    return found
+
+
+def _walk_dims(batch: Batch, path: Path, found: list[tuple[Path, int]]) -> None:
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() > 0:
+            found.append((path, batch.shape[0]))
+    elif isinstance(batch, (tuple, list)):
+        for i, b in enumerate(batch):
+            _walk_dims(b, (*path, i), found)
+    elif isinstance(batch, Mapping):
+        for k, v in batch.items():
+            _walk_dims(v, (*path, k), found)
+
+
+def _steady_path(batch: Batch, dims: list[tuple[Path, int]]) -> Path:
+    """Where to read the count when every tensor agreed: the target's first tensor where there
+    is one (one row per sample in any batch, where an input's length could agree with the
+    batch size by chance in the first batch only), else the first tensor."""
+    target = [p for p, _ in dims if _is_pair(batch) and p[0] == 1]
+    return target[0] if target else dims[0][0]
+
+
+def _hook_count(hook: SamplesOf, batch: Batch) -> int:
+    n = hook(batch)
+    try:
+        count = operator.index(n) if not isinstance(n, bool) else None
+    except TypeError:
+        count = None
+    if count is None or count < 1:
+        raise BatchError(
+            f"samples_of returned {n!r} for the batch {describe_batch(batch)}: it must return "
+            "the number of samples in the batch, an int >= 1"
+        )
+    return count
+
+
+def _is_pair(batch: Batch) -> bool:
+    """An ``(input, target)`` batch, as ``split_batch`` reads it."""
+    return isinstance(batch, (tuple, list)) and len(batch) == 2
+
+
+def _spelled(batch: Batch, path: Path) -> str:
+    """A path as messages and results show it: ``input["items"]``, ``target``,
+    ``batch["label"]`` (a dict batch), ``batch[2]``."""
+    if _is_pair(batch) and path:
+        root, path = ("input", "target")[path[0]], path[1:]
+    else:
+        root = "batch"
+    return root + "".join(f"[{json.dumps(k)}]" if isinstance(k, str) else f"[{k!r}]" for k in path)
+
+
+def _code(path: Path) -> str:
+    """A path as Python that reads it from ``batch``: ``batch[0]['users']``."""
+    return "batch" + "".join(f"[{k!r}]" for k in path)
+
+
+def _undecided(batch: Batch, dims: list[tuple[Path, int]]) -> str:
+    listed = _joined([f"{_spelled(batch, p)} {d}" for p, d in _first(dims)], len(dims))
+    if _is_pair(batch) and any(p[0] == 1 for p, _ in dims):
+        why = "the target's own tensors disagree too"
+    elif _is_pair(batch):
+        why = "the target has no tensor with a batch dimension"
+    elif isinstance(batch, Mapping):
+        why = "a dict batch is input and target at once, so no target decides"
+    else:
+        why = "the batch is not (input, target), so no target decides"
+    shortest, _ = min(dims, key=lambda pd: pd[1])  # per-sample tensors are the short ones
+    return (
+        f"cannot tell how many samples this batch holds: its tensors' leading dimensions "
+        f"disagree ({listed}) and {why}; the batch is {describe_batch(batch)}. {_HOOK_FIX}, "
+        f"e.g. Workload(..., samples_of=lambda batch: len({_code(shortest)}))"
+    )
 
 
 def split_batch(batch: Batch) -> tuple[Batch, Batch]:
@@ -114,18 +281,29 @@ def move_batch(
     return map_tensors(batch, move)
 
 
-def shape_sample(batch: Batch, n: int = 2) -> Batch:
-    """``n`` samples of the batch on the meta device (shapes and dtypes, no memory), for the FLOP
-    count: tensors with the batch dimension are cut to ``n`` rows, others copied whole. A view
-    such as ``x[:2]`` on the real device would keep the whole batch alive."""
-    size = count_samples(batch)
+def flop_rows(batch: Batch, rule: SampleRule, *, meta: bool, n: int = 2) -> tuple[Batch, int]:
+    """Rows of ``batch`` for a FLOP count, and the number of samples they are.
+
+    Where every tensor shares the batch dimension (``rule.sliceable``), ``n`` rows of each are
+    ``n`` samples; otherwise (flattened bags beside their offsets, a hook's count) no slice is
+    a known number of samples, so the rows are the whole batch and the number its count. With
+    ``meta``, the rows are copied to the meta device (shapes and dtypes, no memory, so a whole
+    batch costs nothing): a view such as ``x[:2]`` on the real device would keep the whole
+    batch alive as long as the rows live."""
+    size = rule.count(batch)
+    if not rule.sliceable:
+        return (map_tensors(batch, _to_meta) if meta else batch), size
     n = min(n, size)
 
     def cut(t: torch.Tensor) -> torch.Tensor:
-        rows = t[:n] if t.dim() > 0 and t.shape[0] == size else t
-        return rows.to("meta")
+        rows = t[:n] if t.dim() > 0 else t
+        return _to_meta(rows) if meta else rows
 
-    return map_tensors(batch, cut)
+    return map_tensors(batch, cut), n
+
+
+def _to_meta(t: torch.Tensor) -> torch.Tensor:
+    return t.to("meta")
 
 
 def describe_batch(batch: Batch, depth: int = 0) -> str:
@@ -165,11 +343,15 @@ def _joined(parts: list[str], total: int) -> str:
 __all__ = [
     "Batch",
     "BatchError",
+    "SampleRule",
+    "SamplesOf",
     "count_samples",
     "describe_batch",
+    "flop_rows",
+    "leading_dims",
     "map_tensors",
     "move_batch",
-    "shape_sample",
+    "sample_rule",
     "split_batch",
     "tensor_leaves",
 ]

@@ -9,7 +9,9 @@ The method (DESIGN.md, "Measurement method"):
 3. The measured window is time-boxed (``seconds``) with a minimum step count. The device is
    synchronized at both ends of the window, and only there: a sync per step would stop the host
    from queueing ahead and make the measurement slower than real training.
-   Throughput = samples trained in the window / the window's wall time.
+   Throughput = samples trained in the window / the window's wall time, each batch's samples
+   counted by the rule set-up decided on the first batch (``batches.sample_rule``: every
+   tensor's leading dimension, the target's where they disagree, or ``samples_of``).
 4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
    whose IQR exceeds 10% of the median is flagged ``noisy``.
 
@@ -49,7 +51,7 @@ from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, oom
-from workbench.engine.batches import Batch, count_samples, map_tensors, shape_sample
+from workbench.engine.batches import Batch, SampleRule, sample_rule
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
 from workbench.engine.failures import (
@@ -125,6 +127,7 @@ class _Measured:
     loader_device_mem_mib: float | None = None
     no_effect: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    samples_from: str | None = None
 
 
 def run_in_process(
@@ -276,18 +279,16 @@ def _measure(
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
-        sample, rows = _check_first_batch(state, stream, knobs, dev, wl, parts)
+        batch, rule = _check_first_batch(state, stream, knobs, dev, wl, parts)
         setup_s = plan.clock() - t0
+        flops = _count_flops(wl, state, batch, rule)
+        del batch  # let go before any step: it would stay in the peak memory
         counts = [compiler.read_counts()] if knobs.compile != "off" else None
-        warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan)
-        flops = count_train_flops(wl, sample)
-        if flops is None:  # a model that cannot run on meta: its own parameters, two samples
-            flops = count_flops_live(state, rows)
-        del rows
+        warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan, rule)
         if counts is not None:
             counts.append(compiler.read_counts())
         drop_before_window(stream)  # cache=cold only
-        measured = _window(state, stream, knobs, dev, plan)
+        measured = _window(state, stream, knobs, dev, plan, rule)
         if counts is not None:
             measured.compile_report = compiler.report(*counts, compiler.read_counts())
         measured.ran_on = _device_name(next(state.model.parameters(), None))
@@ -298,7 +299,7 @@ def _measure(
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
     measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
-    measured.flops_per_sample = flops
+    measured.flops_per_sample, measured.samples_from = flops, rule.source
     return measured
 
 
@@ -323,25 +324,38 @@ def _check_first_batch(
     dev: torch.device,
     wl: Workload,
     parts: dict[str, Any],
-) -> tuple[Batch, Batch]:
-    """Set-up's early check: one batch from the stream, on the device, through the model and
-    the loss (``check_model_takes``), so a batch the model cannot take fails here, before the
-    window, with the batch's structure and the hook that fits. Returns, for the FLOP count,
-    the batch's shape sample (meta tensors) and a copy of two of its samples (for a model that
-    cannot run on meta): the batch itself is let go at once."""
+) -> tuple[Batch, SampleRule]:
+    """Set-up's early check: one batch from the stream, on the device. How its samples are
+    counted is decided here, once, from every tensor's leading dimension (``sample_rule``: a
+    batch nothing decides is refused, naming ``samples_of``); then it goes through the model
+    and the loss (``check_model_takes``), so a batch the model cannot take fails here, before
+    the window, with the batch's structure and the hook that fits. Returns the batch, for the
+    FLOP count, and the rule every step counts with."""
     batch = next(stream)
     if not stream.on_device:
         batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
+    rule = sample_rule(batch, wl.samples_of)
     check_model_takes(state, batch, wl)
     if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
         parts["activations_mib"] = memory.activation_mib(state, batch)
-    size = count_samples(batch)
-    rows = map_tensors(batch, lambda t: t[:2].clone() if t.dim() and t.shape[0] == size else t)
-    return _shape_sample(batch), rows
+    return batch, rule
+
+
+def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
+    """Training FLOPs per sample, counted while the first batch is at hand (before the
+    warm-up, which must not hold it): on the meta device, or, for a model that cannot run
+    there, on its own parameters (``count_flops_live``); per sample as ``rule`` counts them."""
+    flops = count_train_flops(wl, batch, rule=rule)
+    return flops if flops is not None else count_flops_live(state, batch, rule)
 
 
 def _warm_up(
-    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    plan: BurstPlan,
+    rule: SampleRule,
 ) -> tuple[float, float | None]:
     """Steps outside the window; returns (warmup_s, compile_s)."""
     start = plan.clock()
@@ -350,7 +364,7 @@ def _warm_up(
         if plan.stop.is_set():
             break
         t = plan.clock()
-        _train_one_step(state, stream, knobs, dev, None)
+        _train_one_step(state, stream, knobs, dev, None, rule)
         synchronize(dev)
         step_s.append(plan.clock() - t)
         _report(plan, "warmup", plan.clock() - start, len(step_s))
@@ -361,23 +375,18 @@ def _warm_up(
     return plan.clock() - start, compile_s
 
 
-def _shape_sample(*parts: Batch) -> Batch:
-    """Two samples of a batch on the meta device, for the FLOP count: a slice such as ``x[:2]``
-    is a view that would keep the whole batch alive through the window (and in the peak
-    memory). ``_shape_sample(batch)`` gives the batch's sample, ``_shape_sample(x, y)`` the
-    pair's."""
-    return shape_sample(parts[0] if len(parts) == 1 else parts)
-
-
 def _train_one_step(
     state: TrainState,
     stream: BatchStream,
     knobs: Knobs,
     dev: torch.device,
     timer: StepTimer | None,
-) -> Batch:
-    """One optimizer step over ``grad_accum`` micro-batches; returns the last micro-batch."""
+    rule: SampleRule,
+) -> int:
+    """One optimizer step over ``grad_accum`` micro-batches; returns the samples it trained,
+    each micro-batch counted by ``rule`` (a partial last batch counts what it holds)."""
     pinned = knobs.pin_memory and dev.type == "cuda"
+    samples = 0
     for i in range(state.grad_accum):
         wait_start = time.perf_counter()
         batch = next(stream)
@@ -388,14 +397,20 @@ def _train_one_step(
             batch = to_device(batch, state, dev, pinned)
         if timer is not None:
             timer.copy_done(marks)
+        samples += rule.count(batch)
         with state.micro_batch_sync(last=i == state.grad_accum - 1):
             state.last_loss = micro_step(state, batch)
     optimizer_step(state)
-    return batch
+    return samples
 
 
 def _window(
-    state: TrainState, stream: BatchStream, knobs: Knobs, dev: torch.device, plan: BurstPlan
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    plan: BurstPlan,
+    rule: SampleRule,
 ) -> _Measured:
     """The measured window. Ranks of a DDP job start it together, agree on its last step
     (rank 0's clock decides, over a host-side channel: no device sync per step) and end it
@@ -407,10 +422,10 @@ def _window(
     start, wall_start = plan.clock(), time.perf_counter()
     while not plan.stop.is_set():
         timer.step_start()
-        batch = _train_one_step(state, stream, knobs, dev, timer)
+        trained = _train_one_step(state, stream, knobs, dev, timer, rule)
         timer.step_end()
         steps += 1
-        samples += count_samples(batch) * state.grad_accum
+        samples += trained
         elapsed = plan.clock() - start
         _report(plan, "measuring", elapsed, steps)
         done = elapsed >= plan.window.seconds and steps >= plan.window.min_steps
@@ -448,6 +463,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
         r.error = "stopped before the window closed"
     r.setup_s, r.warmup_s, r.compile_s = m.setup_s, m.warmup_s, m.compile_s
     r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
+    r.samples_from = m.samples_from
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
     r.loader_device_mem_mib = m.loader_device_mem_mib
     r.no_effect.update(m.no_effect)

@@ -27,8 +27,9 @@ from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
 from workbench.engine.batches import (
     Batch,
     BatchError,
-    count_samples,
+    SampleRule,
     describe_batch,
+    flop_rows,
     move_batch,
     split_batch,
 )
@@ -209,12 +210,13 @@ def _check_default_loss(state: TrainState, logits: Any, target: Any) -> None:
         state.notes.append(why)
 
 
-def count_flops_live(state: TrainState, rows: Batch) -> float | None:
-    """Training FLOPs per sample counted on the burst's own model and a few real samples, for
-    a model that cannot run on the meta device (Hugging Face's attention masks call
-    ``.item()`` on a tensor). One forward and backward of ``rows`` in eval mode, before any
-    window; the gradients are dropped after. None under DDP, whose hooks would see a backward
-    outside a step, or when the model fails here too."""
+def count_flops_live(state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
+    """Training FLOPs per sample counted on the burst's own model and real data, for a model
+    that cannot run on the meta device (Hugging Face's attention masks call ``.item()`` on a
+    tensor). One forward and backward, in eval mode and before any window, of two samples of
+    ``batch`` where every tensor shares the batch dimension, else of the whole batch, over the
+    samples ``rule`` counts in it (``flop_rows``); the gradients are dropped after. None under
+    DDP, whose hooks would see a backward outside a step, or when the model fails here too."""
     # FlopCounterMode loads triton (~0.2 s): imported only when FLOPs are counted
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -223,6 +225,7 @@ def count_flops_live(state: TrainState, rows: Batch) -> float | None:
     model = state.plain or state.model
     was_training = model.training
     model.eval()
+    rows, samples = flop_rows(batch, rule, meta=False)
     inputs, target = split_batch(rows)
     try:
         with FlopCounterMode(display=False) as counter, state.autocast():
@@ -234,7 +237,7 @@ def count_flops_live(state: TrainState, rows: Batch) -> float | None:
         model.train(was_training)
         for param in model.parameters():
             param.grad = None
-    return total / count_samples(rows) if total > 0 else None
+    return total / samples if total > 0 else None
 
 
 def _mismatch_message(batch: Batch, stage: str, exc: Exception, hint: str | None) -> str:

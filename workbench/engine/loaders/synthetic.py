@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.knobs import Knobs
-from workbench.engine.batches import Batch, count_samples, move_batch
+from workbench.engine.batches import Batch, move_batch
 from workbench.engine.loaders.stream import check_batch_fits
 
 
@@ -39,7 +39,9 @@ class SyntheticStream:
         loader = DataLoader(dataset, batch_size=knobs.batch_size, shuffle=False, num_workers=0,
                             collate_fn=collate_fn)  # fmt: skip
         batch = next(iter(loader))
-        check_batch_fits(knobs.batch_size, count_samples(batch))
+        epoch = _length(dataset)
+        if epoch is not None:  # the dataset's own length: a collate may drop items
+            check_batch_fits(knobs.batch_size, epoch)
         # The same layout the other loaders deliver: the ceiling must run the kernels the full
         # pipeline runs (NHWC convolutions are a different, often faster, code path).
         return cls(move_batch(batch, device, channels_last=knobs.channels_last))
@@ -49,3 +51,11 @@ class SyntheticStream:
 
     def close(self) -> None:
         self._batch = None
+
+
+def _length(dataset: Dataset) -> int | None:
+    """The dataset's length, None for one that has none (an iterable dataset)."""
+    try:
+        return len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return None

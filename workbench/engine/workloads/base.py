@@ -14,7 +14,14 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
+from workbench.engine.batches import (
+    Batch,
+    SampleRule,
+    SamplesOf,
+    flop_rows,
+    sample_rule,
+    split_batch,
+)
 from workbench.engine.workloads.checks import check_fields
 
 log = logging.getLogger("workbench")
@@ -69,6 +76,13 @@ class Workload:
     """Training FLOPs per sample (forward + backward). None: counted on the meta device."""
     tokens_per_sample: int | None = None
     """For token workloads: tokens in one sample, so results carry tokens_per_s."""
+    samples_of: SamplesOf | None = None
+    """How many samples a batch holds, when its tensors' leading dimensions do not say it
+    alone: ``samples_of(batch) -> int``, called on every batch (the whole collated batch, as
+    the DataLoader gives it). Without it every tensor's leading dimension is read on the first
+    batch: all agreeing decide, else the target's; a batch nothing decides is refused. E.g.
+    ``lambda batch: len(batch[0]["offsets"])`` for an EmbeddingBag's flattened bags. Read
+    sizes, not values: a value read from a GPU tensor would wait for the device every step."""
     description: str = ""
     image_dir: Path | None = None
     """The ImageFolder the dataset reads, for loaders that read files themselves (DALI)."""
@@ -86,7 +100,9 @@ class Workload:
         return (self.forward or call_model)(model, inputs)
 
 
-def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | None:
+def count_train_flops(
+    workload: Workload, batch: Batch, *more: Any, rule: SampleRule | None = None
+) -> float | None:
     """Model FLOPs of one training sample (forward + backward), or None if they cannot be counted.
 
     ``batch`` is a whole batch (``count_train_flops(wl, (x, y))`` or a dict); the older form
@@ -94,14 +110,19 @@ def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | N
     ``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device: shapes only, no memory,
     no compute, so it is cheap even for resnet50. It counts matmuls, convolutions and attention,
     the convention MFU uses (elementwise ops are not "model FLOPs").
+
+    Per sample means per sample as the burst counts them (``rule``, decided on this batch with
+    the workload's ``samples_of`` when not given): two samples where every tensor shares the
+    batch dimension, else the whole batch over its count (``flop_rows``).
     """
     if workload.flops_per_sample is not None:
         return workload.flops_per_sample
     if more:
         batch = (batch, *more)
     try:
-        sample = shape_sample(batch)
-        return _count_on_meta(workload, sample) / count_samples(sample)
+        rule = rule or sample_rule(batch, workload.samples_of)
+        sample, samples = flop_rows(batch, rule, meta=True)
+        return _count_on_meta(workload, sample) / samples
     except Exception as exc:  # a user's model may not build on meta: MFU is then unknown
         log.info("could not count FLOPs for workload %s: %s", workload.name, exc)
         return None

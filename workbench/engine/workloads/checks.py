@@ -55,7 +55,7 @@ def check_fields(workload: Any) -> None:
         allowed = _misfit(name, value)
         if allowed is not None:
             raise _refused(name, value, allowed)
-    for name in ("collate_fn", "forward"):
+    for name in _OPTIONAL:
         if name in workload.extras:  # extras are not read by the burst: it would be ignored
             raise WorkloadFieldError(
                 f"Workload extras[{name!r}] is never used: pass {name}= itself", name=name
