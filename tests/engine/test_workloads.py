@@ -239,7 +239,8 @@ _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 def test_the_page_on_your_own_model_runs(tmp_path):
     """Every block of the page, in order: modules (``# NAME.py`` first) written where the
     commands run, Python blocks as one script, shell lines through the installed command
-    (with a shorter window); ``text`` blocks (what a command prints) are read, not run. Every burst they run must end ok."""
+    (with a shorter window); ``text`` blocks (what a command prints) are read, not run. Every
+    burst they run must end ok."""
     blocks = _BLOCK.findall(OWN_MODEL_PAGE.read_text())
     script, commands = [], []
     for language, code in blocks:
