@@ -64,6 +64,18 @@ class Workload:
     forward: Callable[[nn.Module, Any], Any] | None = None
     """How the model takes the input, when not ``model(input)``: e.g.
     ``lambda model, batch: model(**batch)`` for a dict of keyword arguments."""
+    step: Callable[[nn.Module, Any], torch.Tensor] | None = None
+    """The whole micro-step's loss from ``(model, batch)``, when a step is not
+    ``loss(forward(model, input), target)``: e.g. a LightningModule's ``training_step``
+    (:meth:`from_lightning`). It gets the burst's model as the burst runs it (under DDP and
+    ``torch.compile``, inside autocast) and the whole batch, unsplit; it replaces ``forward``
+    and ``loss``. Gradient accumulation, loss scaling and the optimizer step stay the burst's."""
+    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    """``scheduler(optimizer)``: a learning-rate schedule (anything with ``step()``, such as
+    ``OneCycleLR(optimizer, max_lr=0.1, total_steps=10_000)``), stepped after every optimizer
+    step, as a loop with a per-step schedule steps it; None: the learning rate stays fixed. A
+    scheduler holds the optimizer it was built on, so a workload with one trains that
+    optimizer as ``optimizer`` built it (the ``optimizer_impl`` knob then has no effect)."""
     flops_per_sample: float | None = None
     """Training FLOPs per sample (forward + backward). None: counted on the meta device."""
     tokens_per_sample: int | None = None
@@ -74,14 +86,18 @@ class Workload:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("model", "dataset", "loss", "optimizer", "collate_fn", "forward"):
+        hooks = ("collate_fn", "forward", "step", "scheduler")  # optional: None allowed
+        for name in ("model", "dataset", "loss", "optimizer", *hooks):
             value = getattr(self, name)
             if value is not None and not callable(value):
-                what = "a function" + (" or None" if name in ("collate_fn", "forward") else "")
+                what = "a function" + (" or None" if name in hooks else "")
                 raise TypeError(f"Workload {name}={value!r} is not allowed: {what}")
         for name in ("collate_fn", "forward"):
             if name in self.extras:  # extras are not read by the burst: it would be ignored
                 raise TypeError(f"Workload extras[{name!r}] is never used: pass {name}= itself")
+        if self.step is not None and (self.forward is not None or self.loss is not default_loss):
+            raise TypeError("Workload step= computes the whole loss: it replaces forward= and "
+                            "loss=, so pass step= alone or forward=/loss= without it")  # fmt: skip
 
     @property
     def tokens(self) -> bool:
@@ -90,6 +106,33 @@ class Workload:
     def run_model(self, model: nn.Module, inputs: Batch) -> Any:
         """The model's raw output for ``inputs``, through the ``forward`` hook if there is one."""
         return (self.forward or call_model)(model, inputs)
+
+    def step_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """One micro-batch's loss: the ``step`` hook's, or ``loss(forward(model, input),
+        target)``. What a burst's step, its FLOP count and its memory probe all compute."""
+        if self.step is not None:
+            return self.step(model, batch)
+        inputs, target = split_batch(batch)
+        return self.loss(self.run_model(model, inputs), target)
+
+    @classmethod
+    def from_lightning(
+        cls,
+        module_factory: Callable[[], Any],
+        datamodule_factory: Callable[[], Any],
+        **fields: Any,
+    ) -> Workload:
+        """A Workload that trains a LightningModule on a LightningDataModule's training data,
+        both unchanged: its ``training_step`` is the step, its ``configure_optimizers`` gives
+        the optimizer and the learning-rate schedule, the DataModule's ``train_dataloader``
+        gives the dataset and the collate function (the knobs give the batch size and the
+        loader settings). Both arguments are factories (a class, or a function returning a
+        fresh object). ``fields`` are other Workload fields (``name``, ``flops_per_sample``,
+        ...). See ``workbench.engine.workloads.lightning`` for what runs and what does not."""
+        # lightning (or pytorch_lightning) is imported only here: the engine works without it
+        from workbench.engine.workloads.lightning import lightning_workload
+
+        return lightning_workload(cls, module_factory, datamodule_factory, **fields)
 
 
 def count_train_flops(workload: Workload, batch: Batch, *more: Any) -> float | None:
@@ -119,9 +162,8 @@ def _count_on_meta(workload: Workload, sample: Batch) -> float:
 
     with torch.device("meta"):
         model = workload.model()
-    inputs, target = split_batch(sample)
     with FlopCounterMode(display=False) as counter:
-        workload.loss(workload.run_model(model, inputs), target).backward()
+        workload.step_loss(model, sample).backward()
     total = float(counter.get_total_flops())
     if total <= 0:
         raise ValueError("no matmul/convolution FLOPs found")
