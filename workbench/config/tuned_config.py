@@ -399,11 +399,10 @@ _LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed"}
 
 def _ddp_strategy(ddp_kwargs: dict[str, Any]) -> Any:
     """Lightning's DDPStrategy with the tuned DDP arguments (a plain "ddp" would drop them)."""
-    # lightning only when a Lightning user asks for it: load_config stays light
     try:
-        from lightning.pytorch.strategies import DDPStrategy
+        from lightning.pytorch.strategies import DDPStrategy  # asked for: load_config stays light
     except ImportError:
-        from pytorch_lightning.strategies import DDPStrategy
+        from pytorch_lightning.strategies import DDPStrategy  # the older package name
     return DDPStrategy(**ddp_kwargs)
 
 

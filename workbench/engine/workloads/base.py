@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from workbench.engine.batches import Batch, count_samples, shape_sample, split_batch
+from workbench.engine.workloads.lightning import lightning_workload  # imports no lightning
 
 log = logging.getLogger("workbench")
 
@@ -128,10 +129,8 @@ class Workload:
         gives the dataset and the collate function (the knobs give the batch size and the
         loader settings). Both arguments are factories (a class, or a function returning a
         fresh object). ``fields`` are other Workload fields (``name``, ``flops_per_sample``,
-        ...). See ``workbench.engine.workloads.lightning`` for what runs and what does not."""
-        # lightning (or pytorch_lightning) is imported only here: the engine works without it
-        from workbench.engine.workloads.lightning import lightning_workload
-
+        ...). See ``workbench.engine.workloads.lightning`` for what runs and what does not;
+        ``lightning`` itself is imported only then, so the engine works without it."""
         return lightning_workload(cls, module_factory, datamodule_factory, **fields)
 
 
