@@ -202,3 +202,15 @@ def test_the_step_hook_replaces_forward_and_loss_and_says_so():
     with pytest.raises(TypeError, match="step= computes the whole loss"):
         Workload(name="x", model=nn.Identity, dataset=Points, step=lambda m, b: m(b),
                  forward=lambda m, b: m(b))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_compiled_training_step_compiles_once_not_at_every_batch_idx():
+    """batch_idx reaches training_step as an argument: read from a module attribute inside
+    the compiled forward, each new value recompiled until torch's limit, then ran eagerly."""
+    wl = Workload.from_lightning(LitNet, PointsData)
+    r = run_burst(wl, Knobs(batch_size=16, compile="default"), **FAST, min_steps=12)  # > limit 8
+    assert r.status == "ok", r.error
+    assert r.compile_graphs and "compile" not in r.no_effect
+    assert r.compile_window_graphs == 0
+    assert _last().sched.last_epoch == _last().optimizer_steps > r.steps

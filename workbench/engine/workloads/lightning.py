@@ -11,7 +11,9 @@ the Trainer itself would call, and nothing else:
   called on the bare module (its ``self(x)`` goes straight to the module) would bypass DDP
   and its gradients would never be reduced. Lightning's DDP strategy wraps the module the
   same way. Autocast, gradient accumulation, loss scaling and the optimizer step are the
-  burst's, as the Trainer's are its own.
+  burst's, as the Trainer's are its own. With ``compile`` the whole ``training_step`` is
+  compiled (its loss too; ``self.log`` is a graph break); a production script's
+  ``torch.compile(module)`` before ``Trainer.fit`` compiles the module's ``forward``.
 - **The optimizer and its schedule** come from ``configure_optimizers()`` in every form
   Lightning accepts, read by Lightning's own parser. One optimizer only: several mean manual
   optimization, which a burst cannot drive. A schedule with ``"interval": "step"`` is
@@ -119,20 +121,21 @@ def _check_factory(name: str, value: Any, kind: type) -> None:
 
 # -- the step -----------------------------------------------------------------------------
 class TrainingStep(nn.Module):
-    """The burst's model: ``forward(batch)`` is the LightningModule's ``training_step``, so
-    DDP and ``torch.compile`` wrap the whole step. ``batch_idx`` counts the batches this
-    module has taken (as the Trainer's does within an epoch); ``to()`` goes through the
-    LightningModule's own, which keeps its ``self.device`` right."""
+    """The burst's model: ``forward(batch, batch_idx)`` is the LightningModule's
+    ``training_step``, so DDP and ``torch.compile`` wrap the whole step. ``batch_idx`` counts
+    the batches this module has taken (as the Trainer's does within an epoch). It is an
+    argument, not read from an attribute inside ``forward``: torch.compile specializes a
+    module's int attributes and would recompile at every step (then give up at its limit),
+    where an argument that changes is made dynamic after one recompile. ``to()`` goes through
+    the LightningModule's own, which keeps its ``self.device`` right."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
         self.batch_idx = 0
 
-    def forward(self, batch: Any) -> Any:
-        out = self.module.training_step(batch, self.batch_idx)
-        self.batch_idx += 1
-        return out
+    def forward(self, batch: Any, batch_idx: int) -> Any:
+        return self.module.training_step(batch, batch_idx)
 
     def to(self, *args: Any, **kwargs: Any) -> TrainingStep:
         self.module.to(*args, **kwargs)
@@ -142,7 +145,9 @@ class TrainingStep(nn.Module):
 def step_loss(model: nn.Module, batch: Any) -> torch.Tensor:
     """The loss of ``training_step`` (run through the burst's model, DDP-wrapped or compiled):
     the tensor it returns, or its dict's ``"loss"``."""
-    out = model(batch)
+    step = next(m for m in model.modules() if isinstance(m, TrainingStep))  # under the wrappers
+    out = model(batch, step.batch_idx)
+    step.batch_idx += 1
     loss = out.get("loss") if isinstance(out, dict) else out
     if not isinstance(loss, torch.Tensor):
         got = "None" if out is None else f"a {type(out).__name__}"
