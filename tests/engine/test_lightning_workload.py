@@ -3,6 +3,7 @@ unchanged, trained by real bursts on the CPU."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import lightning as L
@@ -214,3 +215,10 @@ def test_a_compiled_training_step_compiles_once_not_at_every_batch_idx():
     assert r.compile_graphs and "compile" not in r.no_effect
     assert r.compile_window_graphs == 0
     assert _last().sched.last_epoch == _last().optimizer_steps > r.steps
+
+
+def test_without_lightning_installed_the_error_says_what_to_install(monkeypatch):
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: ImportError
+    with pytest.raises(InputError, match="needs the lightning package: pip install lightning"):
+        Workload.from_lightning(LitNet, PointsData)
