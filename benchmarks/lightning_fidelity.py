@@ -21,12 +21,13 @@ burst on a fresh thread meets other OpenMP conditions than the Trainer on the ma
 ``--trainer-thread`` runs ``Trainer.fit`` on a fresh thread too, so both sides meet the same
 conditions and the ratio is the adapter's own (what the Trainer does that a burst does not).
 
-Seen on the 2-core test VM (2026-12-05, load average about 5 from other work): with the burst
-on its fresh thread and the Trainer on the main thread the burst read 5-20x higher (the thread
-effect, amplified by the load); with ``OMP_WAIT_POLICY=PASSIVE`` the median ratio was 1.04
-(1.00-1.22) and 1.23 (0.83-1.46) in two runs, the median step time's 1.11 and 1.22: the
-Trainer's own work per step (its loop about 0.35 ms, each ``self.log`` about 0.35 ms on this
-CPU) on a 12 ms step.
+Seen on the 2-core test VM (2026-12-05, commit 77124eb, bursts still on a fresh thread):
+- cores busy with others' work (load average about 5): the burst read 5-20x above the Trainer
+  on the main thread (the thread effect, amplified by the load);
+- quiet cores (load about 1.2): 0.82 (0.81-0.82), the main thread's OpenMP team now the faster;
+- quiet, ``OMP_WAIT_POLICY=PASSIVE`` (the same OpenMP conditions on both sides): 1.14
+  (1.11-1.19) over 5 pairs, median steps 7.7 ms against 9.0: the Trainer's own work per step
+  (its loop about 0.35 ms, each ``self.log`` about 0.35 ms, its optimizer closure and hooks).
 
 Usage: python benchmarks/lightning_fidelity.py [--pairs 3] [--steps 40] [--warmup 5]
        [--batch 32] [--workers 0] [--seconds 2] [--trainer-thread]
