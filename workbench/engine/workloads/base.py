@@ -44,7 +44,8 @@ def call_model(model: nn.Module, inputs: Batch) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What a burst trains: ``loss(forward(model, input), target)`` over batches of ``dataset``.
+    """What a burst trains: ``loss(forward(model, input), target)`` over batches of ``dataset``
+    (or ``step(model, batch)``, a whole step's loss, such as a LightningModule's).
 
     ``model`` and ``dataset`` are factories (called once per burst), so a burst always
     starts from a fresh model and the same data. The dataset yields ``(input, target)``, each a
