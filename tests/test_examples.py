@@ -159,3 +159,24 @@ def test_the_example_script_saves_its_collate_by_module_name(hf, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = load_config(out, check_machine=False)
     assert cfg.collate_fn == "examples.huggingface:pad_batch"
+
+
+# --- examples/lightning_example.py: a LightningModule and DataModule, unchanged ---
+
+LIGHTNING_LINE = re.compile(
+    r"lightning: burst ([\d.]+) samples/s at batch (\d+); Trainer.fit ([\d.]+) samples/s"
+)
+
+
+def test_the_lightning_example_tunes_and_fits_with_the_tuned_config(tmp_path):
+    """Bursts of the module's own training_step, a saved config, and Trainer.fit from
+    cfg.lightning_trainer_kwargs() with the DataModule's loader built from the tuned kwargs."""
+    pytest.importorskip("lightning")
+    out = tmp_path / "tuned.yaml"
+    p = _run([sys.executable, str(ROOT / "examples" / "lightning_example.py"), "--seconds",
+              "0.3", "--steps", "3", "--out", str(out)], cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    m = LIGHTNING_LINE.search(p.stdout)
+    assert m, p.stdout
+    assert float(m[1]) > 0 and float(m[3]) > 0 and m[2] in ("32", "64")
+    assert load_config(out).knobs.batch_size == int(m[2])

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # where a light path must not pay for them.
 HEAVY = ("nvidia.dali", "altair", "ipywidgets", "anywidget", "vl_convert", "torch.profiler",
          "IPython", "torch", "torchvision", "pynvml", "pandas", "fcntl", "lmdb",
-         "webdataset")  # fmt: skip
+         "webdataset", "lightning", "pytorch_lightning")  # fmt: skip
 # Modules whose own function-level imports of the package keep a light path light: the CLI's
 # commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
 # production side's ``workbench.config`` (no torch until a method needs it).

@@ -401,3 +401,19 @@ def test_one_gpu_rank_runs_the_nccl_path_end_to_end():
     res = comm_bench(1, device="cuda", sizes=[8 * 1024, 64 * 2**20])
     assert res.ok and all(row["correct"] for row in res.rows)
     assert torch.cuda.is_available()
+
+
+def test_a_lightning_module_under_real_ddp_all_reduces_through_its_training_step(monkeypatch):
+    """Two gloo ranks train examples/lightning_example.py's module: DDP wraps the step module,
+    so training_step runs inside DDP's forward and every optimizer step all-reduces once (a
+    training_step called beside DDP would all-reduce nothing)."""
+    pytest.importorskip("lightning")
+    monkeypatch.setenv(COUNT_GRAD_SYNCS_ENV, "1")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))  # examples.*
+    r = run_distributed_burst("examples.lightning_example:workload", TWO.replace(grad_accum=2),
+                              record=False, port=_free_port(), window=WINDOW)  # fmt: skip
+    assert r.status == "ok", r.error
+    for row in r.ranks:
+        assert row["optimizer_steps"] >= row["steps"] >= 3
+        assert row["grad_sync_rounds"] == row["optimizer_steps"]
+    assert _no_children_left() == []

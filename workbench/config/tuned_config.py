@@ -258,6 +258,38 @@ class TunedConfig:
         """
         return {name: getattr(self.knobs, name) for name in DDP_KNOBS}
 
+    # -- Lightning ------------------------------------------------------------------------
+    def lightning_trainer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``lightning.Trainer(**cfg.lightning_trainer_kwargs(), ...)``.
+
+        ``precision``: bf16 -> ``"bf16-mixed"``, fp16 -> ``"16-mixed"`` (autocast, and for
+        fp16 Lightning's own GradScaler, as a burst), the fp32 ones -> ``"32-true"``. TF32 is
+        not a Trainer setting: Lightning leaves the fp32 math mode to
+        ``torch.set_float32_matmul_precision``, so call :meth:`apply_backend_flags` once at
+        start-up (tf32 on for tf32, IEEE fp32 otherwise, as the bursts ran).
+        ``accumulate_grad_batches``: ``grad_accum``. ``benchmark``: ``cudnn_benchmark``.
+        ``devices`` and ``num_nodes``: ``world_size`` split over ``nodes`` (one device when
+        tuned on one: the Trainer's default would take every GPU), with a ``DDPStrategy``
+        carrying the DDP knobs when there are several ranks.
+
+        The DataLoader knobs are not Trainer arguments: the DataModule builds the loader, so
+        its ``train_dataloader`` takes them, ``cfg.dataloader(self.train_set, shuffle=True)``
+        or ``DataLoader(self.train_set, shuffle=True, **cfg.dataloader_kwargs())``.
+        ``compile`` and ``channels_last`` are the module's (``torch.compile(module)``,
+        ``module.to(memory_format=torch.channels_last)``) before ``fit``.
+        """
+        knobs = self.knobs
+        kwargs: dict[str, Any] = {
+            "precision": _LIGHTNING_PRECISION.get(knobs.precision, "32-true"),
+            "accumulate_grad_batches": knobs.grad_accum,
+            "benchmark": knobs.cudnn_benchmark,
+            "devices": knobs.world_size // knobs.nodes,
+            "num_nodes": knobs.nodes,
+        }
+        if knobs.world_size > 1:
+            kwargs["strategy"] = _ddp_strategy(self.ddp_kwargs())
+        return kwargs
+
     def torchrun_command(
         self,
         script: str,
@@ -414,6 +446,19 @@ class TunedConfig:
 def import_collate(name: str, path: Path | str | None = None) -> Any:
     """The function a saved ``dataloader.collate_fn`` names (``module:function``)."""
     return import_named(name, "dataloader.collate_fn", path)
+
+
+_LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed"}
+"""Lightning's precision names for the autocast precisions; every fp32 mode is "32-true"."""
+
+
+def _ddp_strategy(ddp_kwargs: dict[str, Any]) -> Any:
+    """Lightning's DDPStrategy with the tuned DDP arguments (a plain "ddp" would drop them)."""
+    try:
+        from lightning.pytorch.strategies import DDPStrategy  # asked for: load_config stays light
+    except ImportError:
+        from pytorch_lightning.strategies import DDPStrategy  # the older package name
+    return DDPStrategy(**ddp_kwargs)
 
 
 def _rendezvous_words(

@@ -34,7 +34,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.engine.batches import split_batch
 from workbench.engine.failures import is_oom_error
 
 MIB = 2**20
@@ -145,10 +144,9 @@ def activation_mib(state: Any, batch: Any) -> float | None:
     training-mode forward and loss under :class:`SavedTensorProbe`, its graph then dropped (no
     backward, no optimizer step). None when it cannot be counted."""
     model = state.plain or state.model
-    inputs, target = split_batch(batch)
     try:
         with SavedTensorProbe(model.parameters()) as probe, state.autocast():
-            loss = state.loss_fn(state.forward(model, inputs), target)
+            loss = state.loss_of(model, batch)
         del loss
     except Exception as exc:
         if is_oom_error(exc):

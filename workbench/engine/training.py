@@ -70,6 +70,18 @@ class TrainState:
     notes: list[str] = field(default_factory=list)
     """What the first batch's check found that leaves the numbers right but deserves a look
     (the default loss given a binary model's output): the result's ``notes``."""
+    step: Callable[[nn.Module, Batch], torch.Tensor] | None = None
+    """The workload's ``step`` hook (the whole micro-batch's loss), which replaces ``forward``
+    and ``loss_fn``; None: ``loss_fn(forward(model, input), target)``."""
+    scheduler: Any = None
+    """The workload's learning-rate schedule (``step()`` after every optimizer step), or None."""
+
+    def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""
+        if self.step is not None:
+            return self.step(model, batch)
+        inputs, target = split_batch(batch)
+        return self.loss_fn(self.forward(model, inputs), target)
 
     def micro_batch_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under gradient accumulation DDP should all-reduce once per optimizer step, on the
@@ -97,7 +109,7 @@ def build_train_state(
     notes: dict[str, str] = {}
     if knobs.activation_checkpointing and apply_activation_checkpointing(model) == 0:
         notes["activation_checkpointing"] = NO_BLOCKS
-    optimizer, why = with_impl(workload.optimizer(model.parameters()), knobs.optimizer_impl)
+    optimizer, scheduler, why = _optimizer_and_schedule(workload, model, knobs.optimizer_impl)
     if why:
         notes["optimizer_impl"] = why
     no_sync = None
@@ -120,7 +132,24 @@ def build_train_state(
         plain=plain,
         wrapped=model is not plain and not _is_compiled_plain(model, plain),
         no_effect=notes,
+        step=workload.step,
+        scheduler=scheduler,
     )
+
+
+def _optimizer_and_schedule(
+    workload: Workload, model: nn.Module, impl: str
+) -> tuple[torch.optim.Optimizer, Any, str]:
+    """(optimizer, schedule or None, why ``optimizer_impl`` could not act or ""). A schedule
+    holds the optimizer it was built on (and wrote its ``initial_lr`` into it): rebuilding
+    that optimizer with another implementation would leave the schedule stepping a dead one,
+    so a workload with a schedule trains its optimizer as built."""
+    optimizer = workload.optimizer(model.parameters())
+    if workload.scheduler is None:
+        optimizer, why = with_impl(optimizer, impl)
+        return optimizer, None, why
+    kept = "the workload's learning-rate schedule holds its optimizer: it ran as built"
+    return optimizer, workload.scheduler(optimizer), kept
 
 
 def _is_compiled_plain(model: nn.Module, plain: nn.Module) -> bool:
@@ -157,9 +186,8 @@ def to_device(batch: Batch, state: TrainState, device: torch.device, pinned: boo
 
 def micro_step(state: TrainState, batch: Batch) -> torch.Tensor:
     """Forward and backward of one micro-batch; gradients accumulate. No host sync."""
-    inputs, target = split_batch(batch)
     with state.autocast():
-        loss = state.loss_fn(state.forward(state.model, inputs), target) / state.grad_accum
+        loss = state.loss_of(state.model, batch) / state.grad_accum
     if state.scaler is not None:
         state.scaler.scale(loss).backward()
     else:
@@ -179,6 +207,9 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
 
     The plain module runs, not the compiled or DDP-wrapped one: a compiled no-grad call would
     compile a second (inference) graph, and DDP would count an iteration."""
+    if state.step is not None:
+        _check_step_takes(state, batch)
+        return
     inputs, target = split_batch(batch)
     model = state.plain or state.model
     was_training = model.training
@@ -210,6 +241,29 @@ def _check_default_loss(state: TrainState, logits: Any, target: Any) -> None:
         state.notes.append(why)
 
 
+def _check_step_takes(state: TrainState, batch: Batch) -> None:
+    """``check_model_takes`` for a workload's ``step`` hook: it must take the whole batch and
+    return a scalar loss tensor (what ``backward()`` is called on)."""
+    model = state.plain or state.model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), state.autocast():
+            loss = state.step(model, batch)
+    except Exception as exc:
+        if is_oom_error(exc):
+            raise
+        shape = f"the batch is {describe_batch(batch)}"
+        raise BatchMismatch(f"the step cannot take this batch ({describe_error(exc)}); "
+                            f"{shape}") from exc  # fmt: skip
+    finally:
+        model.train(was_training)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        what = describe_batch(loss) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise BatchMismatch(f"the step returned {what}: a burst needs one loss tensor "
+                            "(a scalar) to call backward() on")  # fmt: skip
+
+
 def count_flops_live(state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
     """Training FLOPs per sample counted on the burst's own model and real data, for a model
     that cannot run on the meta device (Hugging Face's attention masks call ``.item()`` on a
@@ -226,10 +280,9 @@ def count_flops_live(state: TrainState, batch: Batch, rule: SampleRule) -> float
     was_training = model.training
     model.eval()
     rows, samples = flop_rows(batch, rule, meta=False)
-    inputs, target = split_batch(rows)
     try:
         with FlopCounterMode(display=False) as counter, state.autocast():
-            state.loss_fn(state.forward(model, inputs), target).backward()
+            state.loss_of(model, rows).backward()
         total = float(counter.get_total_flops())
     except Exception:  # MFU is then unknown, never made up
         return None
@@ -292,6 +345,8 @@ def optimizer_step(state: TrainState) -> None:
     else:
         state.optimizer.step()
     state.optimizer.zero_grad(set_to_none=True)
+    if state.scheduler is not None:  # after the optimizer's step, as torch.optim asks
+        state.scheduler.step()
 
 
 @contextlib.contextmanager

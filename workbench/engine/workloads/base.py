@@ -23,6 +23,7 @@ from workbench.engine.batches import (
     split_batch,
 )
 from workbench.engine.workloads.checks import check_fields
+from workbench.engine.workloads.lightning import lightning_workload  # imports no lightning
 
 log = logging.getLogger("workbench")
 
@@ -51,7 +52,8 @@ def call_model(model: nn.Module, inputs: Batch) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What a burst trains: ``loss(forward(model, input), target)`` over batches of ``dataset``.
+    """What a burst trains: ``loss(forward(model, input), target)`` over batches of ``dataset``
+    (or ``step(model, batch)``, a whole step's loss, such as a LightningModule's).
 
     ``model`` and ``dataset`` are factories (called once per burst), so a burst always
     starts from a fresh model and the same data. The dataset yields ``(input, target)``, each a
@@ -72,6 +74,18 @@ class Workload:
     forward: Callable[[nn.Module, Any], Any] | None = None
     """How the model takes the input, when not ``model(input)``: e.g.
     ``lambda model, batch: model(**batch)`` for a dict of keyword arguments."""
+    step: Callable[[nn.Module, Any], torch.Tensor] | None = None
+    """The whole micro-step's loss from ``(model, batch)``, when a step is not
+    ``loss(forward(model, input), target)``: e.g. a LightningModule's ``training_step``
+    (:meth:`from_lightning`). It gets the burst's model as the burst runs it (under DDP and
+    ``torch.compile``, inside autocast) and the whole batch, unsplit; it replaces ``forward``
+    and ``loss``. Gradient accumulation, loss scaling and the optimizer step stay the burst's."""
+    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    """``scheduler(optimizer)``: a learning-rate schedule (anything with ``step()``, such as
+    ``OneCycleLR(optimizer, max_lr=0.1, total_steps=10_000)``), stepped after every optimizer
+    step, as a loop with a per-step schedule steps it; None: the learning rate stays fixed. A
+    scheduler holds the optimizer it was built on, so a workload with one trains that
+    optimizer as ``optimizer`` built it (the ``optimizer_impl`` knob then has no effect)."""
     flops_per_sample: float | None = None
     """Training FLOPs per sample (forward + backward). None: counted on the meta device."""
     tokens_per_sample: int | None = None
@@ -98,6 +112,31 @@ class Workload:
     def run_model(self, model: nn.Module, inputs: Batch) -> Any:
         """The model's raw output for ``inputs``, through the ``forward`` hook if there is one."""
         return (self.forward or call_model)(model, inputs)
+
+    def step_loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """One micro-batch's loss: the ``step`` hook's, or ``loss(forward(model, input),
+        target)``. What a burst's step, its FLOP count and its memory probe all compute."""
+        if self.step is not None:
+            return self.step(model, batch)
+        inputs, target = split_batch(batch)
+        return self.loss(self.run_model(model, inputs), target)
+
+    @classmethod
+    def from_lightning(
+        cls,
+        module_factory: Callable[[], Any],
+        datamodule_factory: Callable[[], Any],
+        **fields: Any,
+    ) -> Workload:
+        """A Workload that trains a LightningModule on a LightningDataModule's training data,
+        both unchanged: its ``training_step`` is the step, its ``configure_optimizers`` gives
+        the optimizer and the learning-rate schedule, the DataModule's ``train_dataloader``
+        gives the dataset and the collate function (the knobs give the batch size and the
+        loader settings). Both arguments are factories (a class, or a function returning a
+        fresh object). ``fields`` are other Workload fields (``name``, ``flops_per_sample``,
+        ...). See ``workbench.engine.workloads.lightning`` for what runs and what does not;
+        ``lightning`` itself is imported only then, so the engine works without it."""
+        return lightning_workload(cls, module_factory, datamodule_factory, **fields)
 
 
 def count_train_flops(
@@ -134,9 +173,8 @@ def _count_on_meta(workload: Workload, sample: Batch) -> float:
 
     with torch.device("meta"):
         model = workload.model()
-    inputs, target = split_batch(sample)
     with FlopCounterMode(display=False) as counter:
-        workload.loss(workload.run_model(model, inputs), target).backward()
+        workload.step_loss(model, sample).backward()
     total = float(counter.get_total_flops())
     if total <= 0:
         raise ValueError("no matmul/convolution FLOPs found")

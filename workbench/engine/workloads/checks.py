@@ -19,6 +19,7 @@ says so, once, when a burst's first batch is checked.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -28,8 +29,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import InputError
 
-_FIELDS = ("model", "dataset", "loss", "optimizer", "collate_fn", "forward", "samples_of")
-_OPTIONAL = ("collate_fn", "forward", "samples_of")
+_FIELDS = ("model", "dataset", "loss", "optimizer", "collate_fn", "forward", "samples_of", "step",
+           "scheduler")  # fmt: skip
+_OPTIONAL = ("collate_fn", "forward", "samples_of", "step", "scheduler")
 _NO_CLASS = ("loss", "forward", "collate_fn")
 """Fields whose class, called as the burst calls them, would build an object, not a loss,
 an output or a batch (``loss=nn.CrossEntropyLoss`` rather than ``nn.CrossEntropyLoss()``)."""
@@ -60,6 +62,19 @@ def check_fields(workload: Any) -> None:
             raise WorkloadFieldError(
                 f"Workload extras[{name!r}] is never used: pass {name}= itself", name=name
             )
+    if workload.step is not None and (workload.forward is not None or not _default_loss(workload)):
+        raise WorkloadFieldError(
+            "Workload step= computes the whole loss: it replaces forward= and loss=, so pass "
+            "step= alone or forward=/loss= without it",
+            name="step",
+        )
+
+
+def _default_loss(workload: Any) -> bool:
+    """Whether ``loss`` was left at the Workload's default (read from the dataclass itself:
+    base.py, which defines the default, imports this module)."""
+    default = {f.name: f.default for f in dataclasses.fields(workload)}.get("loss")
+    return workload.loss is default
 
 
 def _refused(name: str, value: Any, allowed: str) -> WorkloadFieldError:
@@ -93,6 +108,8 @@ _EXPECTED = {
     "collate_fn": "the DataLoader's collate_fn: a list of samples -> a batch",
     "forward": "forward=lambda model, batch: model(**batch)",
     "samples_of": "samples_of(batch) -> the number of samples in a batch",
+    "step": "step(model, batch) -> the micro-batch's loss, a scalar tensor",
+    "scheduler": "scheduler=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, ...)",
 }
 
 

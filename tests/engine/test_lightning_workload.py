@@ -1,0 +1,224 @@
+"""Workload.from_lightning with the real lightning package: a LightningModule and DataModule,
+unchanged, trained by real bursts on the CPU."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from workbench import Knobs, Workload, run_burst
+from workbench.core.errors import InputError
+from workbench.engine.training import build_train_state, micro_step, optimizer_step
+from workbench.engine.workloads.lightning import TrainingStep
+
+FAST = {"seconds": 0.3, "warmup_steps": 2, "record": False, "device": "cpu"}
+BUILT: list[LitNet] = []
+"""Every LitNet built, so a test can read the module a burst trained."""
+
+
+class Points(Dataset):
+    """Dict samples ({"x", "y"}), so the batch is not (input, target): the step takes it whole."""
+
+    def __init__(self, n: int = 256) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 16, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "y": (self.x[i, 0] > 0).long()}
+
+
+def collate_points(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {"x": torch.stack([r["x"] for r in rows]), "y": torch.stack([r["y"] for r in rows])}
+
+
+class LitNet(L.LightningModule):
+    """A small classifier whose configure_optimizers returns what ``form`` says."""
+
+    def __init__(self, form: str = "dict", optimizers: int = 1, returns: str = "dict") -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+        self.form, self.optimizers_n, self.returns = form, optimizers, returns
+        self.optimizer_steps = 0
+        self.sched: torch.optim.lr_scheduler.LRScheduler | None = None
+        BUILT.append(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int):
+        loss = F.cross_entropy(self(batch["x"]), batch["y"])
+        self.log("train_loss", loss)  # no Trainer: must neither crash nor warn
+        return {"loss": loss} if self.returns == "dict" else loss
+
+    def configure_optimizers(self):
+        opts = [torch.optim.SGD(self.parameters(), lr=0.1) for _ in range(self.optimizers_n)]
+        opt = opts[0]
+        opt.register_step_post_hook(lambda *_: setattr(self, "optimizer_steps",
+                                                       self.optimizer_steps + 1))  # fmt: skip
+        self.sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=1000)
+        if self.form == "dict":
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": self.sched, "interval": "step"}}
+        if self.form == "dict-bare":  # a bare scheduler: Lightning's interval is then "epoch"
+            return {"optimizer": opt, "lr_scheduler": self.sched}
+        if self.form == "lists":  # ([opts], [scheds]): "epoch" too
+            return opts, [self.sched]
+        self.sched = None
+        if self.form == "optimizer":
+            return opt if self.optimizers_n == 1 else opts
+        if self.form == "list":
+            return opts
+        raise AssertionError(self.form)
+
+
+class PointsData(L.LightningDataModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.prepared = False
+
+    def prepare_data(self) -> None:
+        self.prepared = True
+
+    def setup(self, stage: str) -> None:
+        assert stage == "fit"
+        self.train_set = Points()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=24, shuffle=True, collate_fn=collate_points)
+
+
+def _last() -> LitNet:
+    """The module the last burst trained (the FLOP count builds one on the meta device)."""
+    return next(m for m in reversed(BUILT) if next(m.parameters()).device.type != "meta")
+
+
+def test_a_burst_trains_the_module_and_steps_its_one_cycle_schedule():
+    wl = Workload.from_lightning(LitNet, PointsData)
+    assert wl.collate_fn is collate_points and wl.extras["lightning"]["batch_size"] == 24
+    with warnings.catch_warnings(record=True) as seen:  # the filters as they are
+        r = run_burst(wl, Knobs(batch_size=16), **FAST)
+    assert r.status == "ok", r.error
+    assert not [w for w in seen if "self.log" in str(w.message)]  # no Trainer: a quiet no-op
+    module = _last()
+    assert module.optimizer_steps >= r.steps + 2  # warm-up steps, then the window's
+    assert module.sched.last_epoch == module.optimizer_steps  # one schedule step per step
+    assert module.sched.get_last_lr()[0] > 1.0 / 25  # OneCycle climbed from max_lr / 25
+    # training_step's FLOPs: forward 2*(16*32 + 32*2), backward the same less the first
+    # layer's input gradient (the input needs none): 1152 + 1280
+    assert r.samples_per_s > 0 and r.flops_per_sample == 2432
+    assert "optimizer_impl" in r.no_effect  # the optimizer ran as configure_optimizers built it
+
+
+def test_gradient_accumulation_steps_the_schedule_per_optimizer_step():
+    wl = Workload.from_lightning(LitNet, PointsData)
+    r = run_burst(wl, Knobs(batch_size=8, grad_accum=3), **FAST)
+    assert r.status == "ok", r.error
+    module = _last()
+    assert module.sched.last_epoch == module.optimizer_steps >= 2
+
+
+@pytest.mark.parametrize("form", ["optimizer", "list", "lists", "dict-bare"])
+def test_each_configure_optimizers_form_trains(form):
+    """Every form; a training_step that returns the loss tensor itself too. The epoch
+    schedules are built on the optimizer the burst steps, and never stepped in a burst."""
+    wl = Workload.from_lightning(lambda: LitNet(form=form, returns="tensor"), PointsData)
+    r = run_burst(wl, Knobs(batch_size=16), **FAST)
+    assert r.status == "ok", r.error
+    module = _last()
+    assert module.optimizer_steps >= r.steps > 0
+    if module.sched is not None:
+        assert module.sched.optimizer.param_groups[0]["params"][0] is module.net[0].weight
+        assert module.sched.last_epoch == 0
+
+
+def test_several_optimizers_are_refused_naming_manual_optimization():
+    wl = Workload.from_lightning(lambda: LitNet(form="list", optimizers=2), PointsData)
+    r = run_burst(wl, Knobs(batch_size=16), **FAST)
+    assert r.status == "error"
+    assert "configure_optimizers()='2 optimizers' is not allowed" in r.error
+    assert "manual optimization" in r.error
+
+
+def test_instances_instead_of_factories_are_refused_by_name():
+    with pytest.raises(InputError, match=r"module_factory= got a LitNet instance.*LitNet\(") as e:
+        Workload.from_lightning(LitNet(), PointsData)
+    assert e.value.name == "module_factory"
+    with pytest.raises(InputError, match="datamodule_factory= got a PointsData instance"):
+        Workload.from_lightning(LitNet, PointsData())
+
+
+def test_the_datamodule_is_prepared_and_set_up_once_for_fit():
+    made: list[PointsData] = []
+
+    def data() -> PointsData:
+        made.append(PointsData())
+        return made[-1]
+
+    wl = Workload.from_lightning(LitNet, data)
+    assert len(made) == 1 and made[0].prepared
+    assert wl.dataset() is made[0].train_set and len(made) == 1
+
+
+def test_a_training_step_that_returns_none_fails_in_set_up_with_the_reason():
+    class Skips(LitNet):
+        def training_step(self, batch, batch_idx):
+            return None
+
+    r = run_burst(Workload.from_lightning(Skips, PointsData), Knobs(batch_size=16), **FAST)
+    assert r.status == "error" and "training_step returned None" in r.error
+
+
+def test_under_ddp_the_wrapped_model_runs_training_step(tmp_path):
+    """One gloo rank: DDP wraps the step module, and its forward is training_step (a step
+    called on the bare module would skip DDP's reducer: its backward would then fail)."""
+    from torch import distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        wl = Workload.from_lightning(LitNet, PointsData)
+        state = build_train_state(wl, Knobs(), torch.device("cpu"), wrap=DistributedDataParallel)
+        assert isinstance(state.model, DistributedDataParallel)
+        assert isinstance(state.model.module, TrainingStep) and state.wrapped
+        batch = collate_points([wl.dataset()[i] for i in range(8)])
+        for _ in range(2):
+            micro_step(state, batch)
+            optimizer_step(state)
+        assert state.model.module.batch_idx == 2 and _last().sched.last_epoch == 2
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_step_hook_replaces_forward_and_loss_and_says_so():
+    with pytest.raises(TypeError, match="step= computes the whole loss"):
+        Workload(name="x", model=nn.Identity, dataset=Points, step=lambda m, b: m(b),
+                 forward=lambda m, b: m(b))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_compiled_training_step_compiles_once_not_at_every_batch_idx():
+    """batch_idx reaches training_step as an argument: read from a module attribute inside
+    the compiled forward, each new value recompiled until torch's limit, then ran eagerly."""
+    wl = Workload.from_lightning(LitNet, PointsData)
+    r = run_burst(wl, Knobs(batch_size=16, compile="default"), **FAST, min_steps=12)  # > limit 8
+    assert r.status == "ok", r.error
+    assert r.compile_graphs and "compile" not in r.no_effect
+    assert r.compile_window_graphs == 0
+    assert _last().sched.last_epoch == _last().optimizer_steps > r.steps
+
+
+def test_without_lightning_installed_the_error_says_what_to_install(monkeypatch):
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: ImportError
+    with pytest.raises(InputError, match="needs the lightning package: pip install lightning"):
+        Workload.from_lightning(LitNet, PointsData)
