@@ -10,8 +10,8 @@ with the same knobs. Nothing of the workbench runs inside the plain loop.
 Method: for each worker count, ``--pairs`` interleaved pairs, the order alternating from pair to
 pair (plain first, then burst first), so a drift of the shared machine falls on both sides; one
 unmeasured pair first (the first loop of a process reads low: page cache, oneDNN's kernels).
-With ``--unreleased`` each pair also runs the burst as it ran before bursts released the
-caller's OpenMP team (a fresh thread alone), for the before/after in one run. The figure is the
+With ``--fresh-thread`` each pair also runs the burst as it ran before a CPU burst ran on the
+caller's thread (a fresh thread of its own), for the before/after in one run. The figure is the
 median of the per-pair ratios burst/plain, with their range, and again over
 the quiet pairs (the rest of the machine kept fewer than ``--quiet-cores`` cores busy during
 both sides, read from /proc/stat): on a 2-core machine another tenant's load changes how the
@@ -21,6 +21,8 @@ loop's OpenMP workers and its DataLoader workers share the cores.
 
 Prints one JSON document (and writes it to ``--out``): the command, the commit, the machine,
 and per worker count the ratios, their median and range, and each side's samples/s.
+``python benchmarks/fidelity.py --table benchmarks/results/fidelity-*.json`` prints the
+published table from kept runs.
 """
 
 from __future__ import annotations
@@ -163,29 +165,32 @@ def _timed(run, *args) -> tuple[float, float]:
     return sps, max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
 
 
-def burst_unreleased(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
-    """A burst as it ran before the fix: a fresh thread, the caller's OpenMP team kept."""
-    from workbench.engine import openmp
+def burst_on_fresh_thread(root: Path, workers: int, batch: int, seconds: float,
+                          warmup: int) -> float:  # fmt: skip
+    """A burst as it ran before bursts measured where production runs: on a fresh thread of
+    its own, whatever the device (the caller's OpenMP team kept)."""
+    from workbench.engine import burst as burst_module
+    from workbench.engine.burst_thread import on_fresh_thread
 
-    release = openmp.release_pool
-    openmp.release_pool = lambda: True  # a fresh thread still, nothing released
+    where = burst_module.run_as_production
+    burst_module.run_as_production = lambda run, stop, device_type: on_fresh_thread(run, stop)
     try:
         return burst(root, workers, batch, seconds, warmup)
     finally:
-        openmp.release_pool = release
+        burst_module.run_as_production = where
 
 
 def one_pair(root: Path, workers: int, args: argparse.Namespace, burst_first: bool) -> dict:
-    run = {"plain": plain_loop, "burst": burst, "unreleased": burst_unreleased}
+    run = {"plain": plain_loop, "burst": burst, "fresh_thread": burst_on_fresh_thread}
     order = ("burst", "plain") if burst_first else ("plain", "burst")
-    if args.unreleased:
-        order = (*order, "unreleased") if burst_first else ("unreleased", *order)
+    if args.fresh_thread:
+        order = (*order, "fresh_thread") if burst_first else ("fresh_thread", *order)
     got, others = {}, {}
     for name in order:
         got[name], others[name] = _timed(run[name], root, workers, args.batch, args.seconds,
                                          args.warmup)  # fmt: skip
-    if args.unreleased:
-        got["ratio_unreleased"] = got["unreleased"] / got["plain"]
+    if args.fresh_thread:
+        got["ratio_fresh_thread"] = got["fresh_thread"] / got["plain"]
     return {**got, "ratio": got["burst"] / got["plain"], "order": list(order),
             "others_cores": max(others.values())}  # fmt: skip
 
@@ -202,13 +207,13 @@ def measure(root: Path, workers: int, args: argparse.Namespace) -> dict:
         "ratio_max": round(max(ratios), 4),
         "quiet_pairs": len(quiet),
         "quiet_ratio_median": round(statistics.median(quiet), 4) if quiet else None,
-        "unreleased_ratio_median": _median_of(pairs, "ratio_unreleased"),
+        "fresh_thread_ratio_median": _median_of(pairs, "ratio_fresh_thread"),
         "pairs": [
             {k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()} for p in pairs
         ],
     }
     shown = ("workers", "ratio_median", "ratio_min", "ratio_max", "quiet_pairs",
-             "quiet_ratio_median", "unreleased_ratio_median")  # fmt: skip
+             "quiet_ratio_median", "fresh_thread_ratio_median")  # fmt: skip
     print(json.dumps({k: row[k] for k in shown}), file=sys.stderr, flush=True)
     return row
 
@@ -240,10 +245,35 @@ def provenance() -> dict:
     }
 
 
+def table(paths: list[Path]) -> str:
+    """The published table (README, docs/figures.md) from kept runs: one row per run and
+    worker count, every figure read from the JSON, none typed."""
+    lines = [
+        "| run (commit, date) | workers | burst / plain, median | range | quiet pairs |"
+        " before: a fresh thread / plain |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        run = f"`{path.name}` ({doc['commit'][:7]}, {doc['date'][:10]})"
+        for row in doc["rows"]:
+            before = row.get("fresh_thread_ratio_median")
+            lines.append(
+                f"| {run} | {row['workers']} | {row['ratio_median']:.3f} | "
+                f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f} | "
+                f"{row['quiet_pairs']}/{len(row['pairs'])} | "
+                f"{f'{before:.3f}' if before is not None else '-'} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        print(table([Path(p) for p in sys.argv[2:]]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="0,1,2", help="DataLoader worker counts, comma-separated")
-    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=6, help="even: each side first as often")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
@@ -255,9 +285,9 @@ def main() -> None:
         help="a pair is quiet when others kept fewer cores busy on both sides",
     )
     ap.add_argument(
-        "--unreleased",
+        "--fresh-thread",
         action="store_true",
-        help="also run each burst as before the fix (fresh thread, team kept)",
+        help="also run each burst as before: on a fresh thread of its own",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

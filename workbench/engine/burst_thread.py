@@ -1,8 +1,7 @@
-"""Where a burst runs: a thread of its own, under the conditions of the thread that called it.
+"""Where a burst runs: where the caller's own training loop would, and cuDNN none the wiser.
 
 A burst must measure what the user's own loop gets, and that loop runs on the main thread of a
-script or a notebook kernel. It also must not depend on the bursts before it. Two things pull
-apart here:
+script or a notebook kernel. On a GPU it must also not depend on the bursts before it:
 
 - **cuDNN** keeps its chosen convolution plans in a *thread-local* cache whose key leaves out
   ``cudnn.benchmark`` (aten/src/ATen/native/cudnn/Conv_v8.cpp, ``thread_local BenchmarkCache``),
@@ -11,20 +10,23 @@ apart here:
   offers no call that empties that cache; a new thread starts with an empty one, as a new
   training process does. CUDA's current device is per thread too.
 - **OpenMP**: a fresh thread meets the CPU thread pools differently from the main thread
-  (``workbench.engine.openmp``), and read 1.4x the main thread's speed on a 2-core machine.
+  (``workbench.engine.openmp``): the same plain loop read 1.36-1.49x faster on a fresh thread
+  than on the main thread of a 2-core machine.
 
-So a burst runs on a fresh thread, and first the *calling* thread lets go of its OpenMP team
-(``openmp.release_pool``): the burst's team is then the only one in the process, as a production
-loop's is on its main thread. Called from a cell or a script, the caller is the main thread, and
-the burst meets exactly the conditions of the user's loop there; ``benchmarks/fidelity.py``
-checks it against a hand-written loop. The panel's bursts are started from a runner thread, so
-the panel's runner releases the main thread's team itself, when a knob moves (the observer runs
-on the kernel's main thread; ``workbench.notebook.runner``).
+So:
 
-Where the OpenMP runtime cannot be asked (no ``omp_pause_resource_all``), a CPU burst runs on
-the calling thread itself (the main thread's conditions by construction; no cuDNN on a CPU) and a
-GPU burst on a fresh thread (cuDNN's cache matters there, and a GPU loop's host thread opens
-almost no CPU parallel regions).
+- A **CPU** burst runs on the calling thread itself: a cell's or a script's ``run_burst`` runs
+  on the main thread, as the user's loop does, by construction (there is no cuDNN to protect).
+  ``benchmarks/fidelity.py`` checks it against a hand-written loop, interleaved.
+- A **GPU** burst runs on a fresh thread, and first the calling thread lets go of its OpenMP
+  team (``openmp.release_pool``): the burst's team is then the only one in the process, as a
+  production loop's is on its main thread. Where the runtime cannot be asked, the fresh thread
+  runs all the same (a GPU loop's host thread opens few CPU parallel regions; cuDNN's cache
+  matters more).
+
+The panel's bursts start from a runner thread; the runner releases the kernel main thread's
+team when a knob moves (its observer runs on that thread; ``workbench.notebook.runner``), so
+they meet the same conditions.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ T = TypeVar("T")
 def run_as_production(run: Callable[[], T], stop: threading.Event, device_type: str) -> T:
     """``run()`` where a burst measures what production gets (module docstring); its result.
 
-    If the caller is interrupted while it waits (a second Ctrl-C), ``stop`` is set: the burst
-    stops at its next step boundary.
+    If the caller is interrupted while it waits for a fresh thread (a second Ctrl-C), ``stop``
+    is set: the burst stops at its next step boundary.
     """
-    released = openmp.release_pool()
-    if not released and device_type != "cuda":
+    if device_type != "cuda":
         return run()
+    openmp.release_pool()
     return on_fresh_thread(run, stop)
 
 
