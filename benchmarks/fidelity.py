@@ -291,9 +291,10 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    source = provenance()  # the commit whose code this process loaded: read before measuring
     root = args.data or wb.ensure_datasets().images
     rows = [measure(root, int(w), args) for w in args.workers.split(",")]
-    doc = {**provenance(), "batch": args.batch, "seconds": args.seconds, "rows": rows}
+    doc = {**source, "batch": args.batch, "seconds": args.seconds, "rows": rows}
     text = json.dumps(doc, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
