@@ -369,3 +369,33 @@ def test_the_cli_prints_one_json_document_for_a_lightning_burst(tmp_path):
     doc = json.loads(p.stdout)  # the whole of stdout is the one document
     assert doc["status"] == "ok" and doc["samples_per_s"] > 0
     assert "GPU available" not in p.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_lightning_burst_at_a_step_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group, loader workers included)
+    while the Trainer fits: the burst stops at a step boundary, exits 130, leaves no worker."""
+    import signal
+    import time
+
+    import psutil
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path), "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "workbench", "burst", "--workload",
+           "examples.lightning_example:workload", "--set", "batch_size=16", "--set",
+           "num_workers=1", "--seconds", "60", "--no-record", "--json"]  # fmt: skip
+    p = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not psutil.Process(p.pid).children() and time.monotonic() < deadline:
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.1)
+    time.sleep(3.0)  # set-up done: the Trainer is fitting (its own worker by now)
+    children = psutil.Process(p.pid).children(recursive=True)
+    os.killpg(p.pid, signal.SIGINT)
+    _out, err = p.communicate(timeout=60)
+    time.sleep(0.5)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
