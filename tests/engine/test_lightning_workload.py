@@ -399,3 +399,24 @@ def test_ctrl_c_stops_a_lightning_burst_at_a_step_without_a_traceback(tmp_path):
     assert p.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
     assert [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_an_interrupt_inside_fit_on_the_main_thread_stays_a_keyboard_interrupt(monkeypatch):
+    """Where a CPU burst runs on the caller's thread, a Ctrl-C that must stop at once lands
+    inside Trainer.fit, which answers it with SIG_IGN and sys.exit(1): the burst raises a
+    KeyboardInterrupt instead, and SIGINT's handler is the caller's again."""
+    import signal
+
+    from workbench.engine import openmp
+
+    class Interrupted(LitNet):
+        def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+            if batch_idx == 3:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(openmp, "release_pool", lambda: False)  # the burst on this thread
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_burst(Workload.from_lightning(Interrupted, PointsData), Knobs(batch_size=16), **FAST)
+    assert type(caught.value) is KeyboardInterrupt  # not SystemExit
+    assert signal.getsignal(signal.SIGINT) is handler
