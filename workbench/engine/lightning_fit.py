@@ -3,9 +3,10 @@
 Why: for a Lightning user the loop production runs *is* ``Trainer.fit``. Its loop, its hooks,
 ``self.log``'s result collection, its optimizer closure and its scheduler stepping all cost
 time every step (on the 2-core CPU about 0.35 ms for the loop and 0.35 ms per ``self.log``
-call: a burst that called ``training_step`` in its own loop read 1.14x what ``Trainer.fit``
-got for a small convnet, ``benchmarks/lightning_fidelity.py``). So the burst measures the
-Trainer itself, with the workbench's measurement method around it.
+call: a burst that called ``training_step`` in its own loop read 1.08-1.14x what
+``Trainer.fit`` got for a small convnet; as ``Trainer.fit`` it reads 0.98-1.00x,
+``benchmarks/lightning_fidelity.py``). So the burst measures the Trainer itself, with the
+workbench's measurement method around it.
 
 What runs: set-up is the burst's (the loader built from the knobs, the first-batch check and the
 FLOP count through the ``training_step`` hook). Then, where the burst's warm-up and window

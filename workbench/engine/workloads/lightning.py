@@ -4,7 +4,7 @@
 the Trainer itself would call, and nothing else. A burst of it in one process *is* Lightning's
 own ``Trainer.fit`` of the module (``workbench.engine.lightning_fit``): for a Lightning user
 that is the loop production runs, and its loop, hooks and ``self.log`` cost time every step
-(a burst that left them out read 1.14x ``Trainer.fit`` on a small convnet). What this module
+(a burst that left them out read 1.08-1.14x ``Trainer.fit`` on a small convnet). What this module
 gives the burst:
 
 - **The step hook** (``step=step_loss``): the module's ``training_step(batch, batch_idx)``,
