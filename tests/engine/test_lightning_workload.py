@@ -316,6 +316,15 @@ def test_the_trainer_iterates_the_bursts_own_loader_and_its_workers_end_with_it(
     assert alive == []
 
 
+def test_the_compute_only_ceiling_is_the_trainer_too_over_one_resident_batch():
+    """loader="synthetic" (a diagnosis's compute-only ceiling) reaches the Trainer as an
+    endless iterable of the one batch: the ceiling and the full pipeline are both Trainer.fit."""
+    knobs = Knobs(batch_size=16, loader="synthetic")
+    r = run_burst(Workload.from_lightning(Hooked, PointsData), knobs, **EXACT)
+    assert r.status == "ok", r.error
+    assert _last().batch_ends == 42 and r.samples == 40 * 16 and r.loader_epochs == 0
+
+
 def test_knobs_the_trainer_cannot_honour_are_named_in_no_effect():
     knobs = Knobs(batch_size=16, compile="default", precision="fp16", optimizer_impl="fused")
     r = run_burst(Workload.from_lightning(LitNet, PointsData), knobs, **FAST)
