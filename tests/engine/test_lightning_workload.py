@@ -294,6 +294,13 @@ def test_under_gradient_accumulation_a_step_spans_its_batches():
     assert r.steps == 5 and r.samples == 5 * 3 * 8
 
 
+def test_without_warm_up_the_window_opens_when_the_trainer_starts_training():
+    wl = Workload.from_lightning(Hooked, PointsData)
+    r = run_burst(wl, Knobs(batch_size=16), **{**EXACT, "warmup_steps": 0, "min_steps": 5})
+    assert r.status == "ok", r.error
+    assert _last().batch_ends == 5 == r.steps and r.samples == 5 * 16
+
+
 def test_cancel_stops_the_trainer_at_the_next_step_boundary():
     cancel = threading.Event()
     wl = Workload.from_lightning(lambda: Hooked(cancel, cancel_at=6), PointsData)
