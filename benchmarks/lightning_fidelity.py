@@ -40,7 +40,11 @@ Seen on the same VM (2026-12-05, cores shared with others' tests, load average 2
   8.8-9.9 (p50 ratios 1.13, 1.15, 1.13);
 - after (the burst is ``Trainer.fit``): 0.986 (0.79-1.48: a load spike in two pairs), 0.998
   (0.98-1.02), 0.978 (0.96-1.01); median steps 9.0-9.5 ms on both sides (p50 ratios 1.00,
-  1.02, 1.00).
+  1.02, 1.00);
+- after, on this branch merged with afe80fd (a CPU burst on the caller's thread, as the
+  Trainer): 0.980 (0.93-1.01), p50 ratio 1.00; without ``OMP_NUM_THREADS=1`` at a load of
+  4.6, 1.000 (0.71-1.86), both sides' steps about 205 ms (OpenMP threads spinning against
+  others' work), p50 ratio 0.99.
 
 Usage: python benchmarks/lightning_fidelity.py [--pairs 3] [--steps 40] [--warmup 5]
        [--batch 32] [--workers 0] [--seconds 2] [--trainer-thread]
