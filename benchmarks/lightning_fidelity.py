@@ -14,12 +14,16 @@ for the median step times (Trainer's over burst's: a ratio of speeds too), which
 machine's bursts of load disturb less than a window's mean. The load average is printed with
 them: on a machine others are using, read the figures with it.
 
-The Trainer's per-step work that a burst leaves out (its loop, ``self.log``'s result
-tracking, hooks and callbacks) is inside the Trainer's figure: a ratio above 1 is what that
-work costs. Where a loop runs matters as much on a CPU (issue 25, benchmarks/fidelity.py): a
-burst on a fresh thread meets other OpenMP conditions than the Trainer on the main thread.
-``--trainer-thread`` runs ``Trainer.fit`` on a fresh thread too, so both sides meet the same
-conditions and the ratio is the adapter's own (what the Trainer does that a burst does not).
+A burst of a Lightning workload is now ``Trainer.fit`` itself (``workbench.engine.lightning_fit``:
+the Trainer built from the knobs, timed by a callback), so the Trainer's per-step work (its
+loop, ``self.log``'s result tracking, hooks and callbacks) is on both sides and the ratio
+should be 1 within the noise; before, the burst called ``training_step`` in its own loop and a
+ratio above 1 was what that work costs. Where a loop runs matters as much on a CPU (issue 25,
+benchmarks/fidelity.py): ``--trainer-thread`` runs ``Trainer.fit`` on a fresh thread too, so
+both sides meet the same OpenMP conditions. On a loaded machine ``OMP_NUM_THREADS=1`` takes
+the OpenMP team out of both sides (with ``OMP_WAIT_POLICY=PASSIVE`` under load both sides'
+steps snapped to 16.0 ms, the scheduler's slice, hiding any difference); ``--steps 200`` gives
+the Trainer's side a window as long as the burst's 2 s.
 
 Seen on the 2-core test VM (2026-12-05, commit 77124eb, bursts still on a fresh thread):
 - cores busy with others' work (load average about 5): the burst read 5-20x above the Trainer
@@ -28,6 +32,19 @@ Seen on the 2-core test VM (2026-12-05, commit 77124eb, bursts still on a fresh 
 - quiet, ``OMP_WAIT_POLICY=PASSIVE`` (the same OpenMP conditions on both sides): 1.14
   (1.11-1.19) over 5 pairs, median steps 7.7 ms against 9.0: the Trainer's own work per step
   (its loop about 0.35 ms, each ``self.log`` about 0.35 ms, its optimizer closure and hooks).
+
+Seen on the same VM (2026-12-05, cores shared with others' tests, load average 2.5-3,
+``OMP_NUM_THREADS=1 ... --pairs 5 --steps 200``, interleaved runs of the two trees):
+- before (cc664d5: the burst calls ``training_step`` in its own loop): 1.100 (1.09-1.42),
+  1.084 (0.97-1.20), 1.101 (1.05-1.15); median steps 7.8-8.8 ms against the Trainer's
+  8.8-9.9 (p50 ratios 1.13, 1.15, 1.13);
+- after (the burst is ``Trainer.fit``): 0.986 (0.79-1.48: a load spike in two pairs), 0.998
+  (0.98-1.02), 0.978 (0.96-1.01); median steps 9.0-9.5 ms on both sides (p50 ratios 1.00,
+  1.02, 1.00);
+- after, on this branch merged with afe80fd (a CPU burst on the caller's thread, as the
+  Trainer): 0.980 (0.93-1.01), p50 ratio 1.00; without ``OMP_NUM_THREADS=1`` at a load of
+  4.6, 1.000 (0.71-1.86), both sides' steps about 205 ms (OpenMP threads spinning against
+  others' work), p50 ratio 0.99.
 
 Usage: python benchmarks/lightning_fidelity.py [--pairs 3] [--steps 40] [--warmup 5]
        [--batch 32] [--workers 0] [--seconds 2] [--trainer-thread]

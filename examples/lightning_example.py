@@ -2,11 +2,12 @@
 
 ``wb.Workload.from_lightning(LitClassifier, ShapesData)`` trains the module's own
 ``training_step`` with its own ``configure_optimizers`` (AdamW and a per-step OneCycle
-schedule here) on the DataModule's own dataset; the knobs decide the batch size, the loader
-and the precision. The tuned config then goes back into Lightning:
-``Trainer(**cfg.lightning_trainer_kwargs())`` (precision, gradient accumulation, devices) and
-the DataModule's loader built with ``cfg.dataloader_kwargs()``. Nothing is downloaded: the
-data are random 32x32 images made in memory.
+schedule here) on the DataModule's own dataset, and a burst of it is Lightning's own
+``Trainer.fit``, timed; the knobs decide the batch size, the loader and the precision. The
+tuned config then goes back into Lightning: ``Trainer(**cfg.lightning_trainer_kwargs())``
+(precision, gradient accumulation, devices) and the DataModule's loader built with
+``cfg.dataloader_kwargs()``. Nothing is downloaded: the data are random 32x32 images made in
+memory.
 
 From the repository root::
 
@@ -28,7 +29,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import workbench as wb
 
-STEPS_PER_CYCLE = 10_000  # the schedule's length in steps, given itself: a burst has no Trainer
+STEPS_PER_CYCLE = 10_000  # the schedule's length, given itself: set-up calls configure_optimizers
+# before any Trainer exists (self.trainer.estimated_stepping_batches would fail there)
 
 
 class LitClassifier(L.LightningModule):

@@ -15,6 +15,10 @@ The method (DESIGN.md, "Measurement method"):
 4. Per-step samples (step time, data wait, copy) are summarized by median and IQR; a burst
    whose IQR exceeds 10% of the median is flagged ``noisy``.
 
+A Lightning workload (``Workload.from_lightning``) in one process runs Lightning's own
+``Trainer.fit`` in place of steps 2 and 3, timed by the same rules from the Trainer's hooks: for
+a Lightning user that is the loop production runs (``workbench.engine.lightning_fit``).
+
 One burst at a time: a burst waits for the process's burst slot (``workbench.engine.slot``), and
 takes it from whoever holds it (a panel's burst, a tune), who is told to stop first.
 
@@ -61,6 +65,7 @@ from workbench.engine.failures import (
     note_failure,
     traceback_text,
 )
+from workbench.engine.lightning_fit import fit_with_trainer, trainer_no_effect
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
@@ -81,6 +86,7 @@ from workbench.engine.training import (
 )
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import Workload, count_train_flops, source_names
+from workbench.engine.workloads.lightning import is_lightning
 from workbench.history.store import record_result
 
 Clock = Callable[[], float]
@@ -283,24 +289,75 @@ def _measure(
         setup_s = plan.clock() - t0
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
-        counts = [compiler.read_counts()] if knobs.compile != "off" else None
-        warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan, rule)
-        if counts is not None:
-            counts.append(compiler.read_counts())
-        drop_before_window(stream)  # cache=cold only
-        measured = _window(state, stream, knobs, dev, plan, rule)
-        if counts is not None:
-            measured.compile_report = compiler.report(*counts, compiler.read_counts())
-        measured.ran_on = _device_name(next(state.model.parameters(), None))
-        measured.no_effect = dict(state.no_effect or {})
+        if is_lightning(wl) and isinstance(plan.coord, Solo):
+            measured = _fit_with_trainer(state, stream, knobs, dev, plan, rule)
+        else:
+            measured = _warm_up_and_window(state, stream, knobs, dev, plan, rule)
+        measured.no_effect = {**(state.no_effect or {}), **measured.no_effect}
         measured.notes = list(state.notes)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
     finally:
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
-    measured.setup_s, measured.warmup_s, measured.compile_s = setup_s, warmup_s, compile_s
+    measured.setup_s = setup_s
     measured.flops_per_sample, measured.samples_from = flops, rule.source
     return measured
+
+
+def _warm_up_and_window(
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    plan: BurstPlan,
+    rule: SampleRule,
+) -> _Measured:
+    """The burst's own loop: warm-up steps, then the measured window."""
+    counts = [compiler.read_counts()] if knobs.compile != "off" else None
+    warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan, rule)
+    if counts is not None:
+        counts.append(compiler.read_counts())
+    drop_before_window(stream)  # cache=cold only
+    measured = _window(state, stream, knobs, dev, plan, rule)
+    if counts is not None:
+        measured.compile_report = compiler.report(*counts, compiler.read_counts())
+    measured.ran_on = _device_name(next(state.model.parameters(), None))
+    measured.warmup_s, measured.compile_s = warmup_s, compile_s
+    return measured
+
+
+def _fit_with_trainer(
+    state: TrainState,
+    stream: BatchStream,
+    knobs: Knobs,
+    dev: torch.device,
+    plan: BurstPlan,
+    rule: SampleRule,
+) -> _Measured:
+    """A Lightning workload in one process: Lightning's own ``Trainer.fit`` of the module, in
+    place of the warm-up and the window, timed by the same rules (``engine.lightning_fit``).
+    The Trainer builds its own optimizer (``configure_optimizers``): the memory figures take
+    that one."""
+    report = lambda phase, elapsed, steps: _report(plan, phase, elapsed, steps)  # noqa: E731
+    fit = fit_with_trainer(state.plain or state.model, stream, knobs, dev, plan, rule, report)
+    if fit.optimizer is not None:
+        state.optimizer = fit.optimizer
+    return _Measured(
+        setup_s=0.0,
+        warmup_s=fit.warmup_s,
+        compile_s=None,
+        wall_window=fit.wall_window,
+        measured_s=fit.measured_s,
+        steps=fit.steps,
+        samples=fit.samples,
+        timing=fit.timing,
+        flops_per_sample=None,
+        final_loss=fit.final_loss,
+        epochs=fit.epochs,
+        cancelled=fit.cancelled,
+        ran_on=fit.ran_on,
+        no_effect=trainer_no_effect(knobs, dev),
+    )
 
 
 def _device_name(param: torch.Tensor | None) -> str | None:

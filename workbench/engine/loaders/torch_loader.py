@@ -122,6 +122,17 @@ class TorchStream:
                         f"hangs (a deadlock, or storage that stopped answering?)"
                     ) from None
 
+    def hand_over(self) -> DataLoader:
+        """The DataLoader itself, for a loop that iterates it on its own (a Lightning
+        Trainer, ``workbench.engine.lightning_fit``): this stream's workers are stopped (that
+        loop starts its own, as production's first epoch does), and a wait for a batch times
+        out after ``WORKER_TIMEOUT_S`` (the short slices are this stream's own retry loop,
+        which that loop does not have)."""
+        self.close()
+        if self._loader.timeout > 0:
+            self._loader.timeout = WORKER_TIMEOUT_S  # read when an iterator is made
+        return self._loader
+
     def close(self) -> None:
         """Stop worker processes now rather than whenever the garbage collector runs."""
         for it in (self._iter, getattr(self._loader, "_iterator", None)):

@@ -1,38 +1,43 @@
 """A LightningModule and a LightningDataModule as a Workload, both unchanged.
 
 ``Workload.from_lightning(module_factory, datamodule_factory)`` builds the workload from what
-the Trainer itself would call, and nothing else:
+the Trainer itself would call, and nothing else. A burst of it in one process *is* Lightning's
+own ``Trainer.fit`` of the module (``workbench.engine.lightning_fit``): for a Lightning user
+that is the loop production runs, and its loop, hooks and ``self.log`` cost time every step
+(a burst that left them out read 1.08-1.14x ``Trainer.fit`` on a small convnet). What this module
+gives the burst:
 
-- **The step** is the module's ``training_step(batch, batch_idx)``; its loss is the tensor it
-  returns or the ``"loss"`` of the dict it returns. The burst's model is a thin ``nn.Module``
-  (:class:`TrainingStep`) whose ``forward`` calls ``training_step``: the burst wraps *that* in
-  DDP and ``torch.compile``, so in a distributed burst the DDP-wrapped model is what runs
-  forward. DDP prepares its gradient all-reduce in its own ``forward``; a ``training_step``
-  called on the bare module (its ``self(x)`` goes straight to the module) would bypass DDP
-  and its gradients would never be reduced. Lightning's DDP strategy wraps the module the
-  same way. Autocast, gradient accumulation, loss scaling and the optimizer step are the
-  burst's, as the Trainer's are its own. With ``compile`` the whole ``training_step`` is
-  compiled (its loss too; ``self.log`` is a graph break); a production script's
-  ``torch.compile(module)`` before ``Trainer.fit`` compiles the module's ``forward``.
+- **The step hook** (``step=step_loss``): the module's ``training_step(batch, batch_idx)``,
+  whose loss is the tensor it returns or the ``"loss"`` of the dict it returns. Set-up's
+  first-batch check and the FLOP count run it, before any Trainer exists (``self.log`` then
+  returns without logging, Lightning's own behaviour; its warning that no Trainer is
+  registered is filtered). The burst's model is a thin ``nn.Module`` (:class:`TrainingStep`)
+  whose ``forward`` calls ``training_step``; the Trainer fits the LightningModule inside it
+  (``lightning_module``), fresh from the factory, with ``channels_last`` and
+  ``activation_checkpointing`` applied to it as ``cfg`` tells production to.
+- **A distributed burst** (a torchrun job: ``world_size > 1``, or NCCL variables or
+  ``alloc_conf`` on a GPU) keeps the step inside the burst's own loop, where the workbench
+  wraps *the TrainingStep* in DDP (and ``torch.compile``), so the DDP-wrapped model is what
+  runs forward. DDP prepares its gradient all-reduce in its own ``forward``; a
+  ``training_step`` called on the bare module (its ``self(x)`` goes straight to the module)
+  would bypass DDP and its gradients would never be reduced. Lightning's DDP strategy wraps
+  the module the same way. There, autocast, gradient accumulation, loss scaling and the
+  optimizer step are the burst's, and hooks other than those below do not run.
 - **The optimizer and its schedule** come from ``configure_optimizers()`` in every form
   Lightning accepts, read by Lightning's own parser. One optimizer only: several mean manual
-  optimization, which a burst cannot drive. A schedule with ``"interval": "step"`` is
-  stepped every ``frequency`` batches through the module's ``lr_scheduler_step`` hook, as
-  the Trainer steps it. An ``"epoch"`` schedule (Lightning's default for a bare scheduler)
-  and ``ReduceLROnPlateau`` are never stepped in a burst: the window has no epoch end and no
-  logged metric, and a learning rate changes no step time. The optimizer is trained as
-  ``configure_optimizers`` built it (the ``optimizer_impl`` knob has no effect: the Trainer
-  runs it as built too).
+  optimization, which a burst cannot drive. In the Trainer the Trainer steps them; in the
+  burst's own loop a schedule with ``"interval": "step"`` is stepped every ``frequency``
+  batches through the module's ``lr_scheduler_step`` hook, as the Trainer steps it, and an
+  ``"epoch"`` schedule or ``ReduceLROnPlateau`` is never stepped (no epoch end, no logged
+  metric; a learning rate changes no step time). The optimizer is trained as
+  ``configure_optimizers`` built it (the ``optimizer_impl`` knob has no effect). Set-up calls
+  ``configure_optimizers`` once without a Trainer (for the memory figures and the burst's own
+  loop), so it must not read ``self.trainer``.
 - **The data** is the DataModule's: ``prepare_data()``, ``setup("fit")`` and
   ``train_dataloader()`` run once, when the workload is made, and the burst takes that
   loader's dataset and ``collate_fn``. Its other settings (batch size, workers, ...) are kept
-  as information in ``extras["lightning"]``: in a burst the knobs decide them.
-- **Outside a Trainer**: no Trainer is attached, so ``self.log(...)`` returns without logging
-  (Lightning's own behaviour); its warning that no Trainer is registered is filtered. Hooks
-  other than those above (``on_train_batch_start``, ``optimizer_step`` overrides, gradient
-  clipping, validation) are not called, nor is the Trainer's own per-step work (logging,
-  progress bar, callbacks): ``benchmarks/lightning_fidelity.py`` measures a burst against
-  ``Trainer.fit`` of the same steps.
+  as information in ``extras["lightning"]``: in a burst the knobs decide them, and the Trainer
+  iterates the DataLoader the burst built from them.
 
 ``lightning`` is imported here only, when a workload is made; ``pytorch_lightning`` (the older
 package name) is taken when ``lightning`` is not installed.
@@ -88,6 +93,22 @@ def lightning_workload(
         extras=extras,
         **fields,
     )
+
+
+def is_lightning(workload: Any) -> bool:
+    """Whether ``workload`` came from :func:`lightning_workload` (its step is ``step_loss``)."""
+    return getattr(workload, "step", None) is step_loss
+
+
+def lightning_module(model: nn.Module) -> Any:
+    """The LightningModule inside a burst's model (its TrainingStep, under any wrapper)."""
+    return next(m for m in model.modules() if isinstance(m, TrainingStep)).module
+
+
+def lightning_package() -> ModuleType:
+    """``lightning.pytorch``, or ``pytorch_lightning`` where only the older package is
+    installed; an InputError that says what to install without either."""
+    return _lightning()
 
 
 def _lightning() -> ModuleType:
@@ -292,4 +313,11 @@ def _train_data(pl: ModuleType, factory: Callable[[], Any]) -> _TrainData:
     return _TrainData(loader.dataset, None if collate is default_collate else collate, info)
 
 
-__all__ = ["TrainingStep", "lightning_workload", "step_loss"]
+__all__ = [
+    "TrainingStep",
+    "is_lightning",
+    "lightning_module",
+    "lightning_package",
+    "lightning_workload",
+    "step_loss",
+]
