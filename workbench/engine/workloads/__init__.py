@@ -24,6 +24,7 @@ import torch
 from workbench.core.errors import InputError
 from workbench.engine import hardware
 from workbench.engine.workloads.base import Workload, count_train_flops, default_optimizer
+from workbench.engine.workloads.checks import Shown as _Shown
 from workbench.engine.workloads.checks import WorkloadFieldError, WorkloadWarning
 from workbench.engine.workloads.gpt import gpt
 from workbench.engine.workloads.vision import cnn, resnet50
@@ -292,16 +293,6 @@ def _spelled_name(obj: object) -> str | None:
     if not isinstance(module, str) or not isinstance(qualname, str) or not qualname:
         return None
     return f"{module}:{qualname}"
-
-
-class _Shown:
-    """A value as an error message shows it (``<function make_model>``, no address)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
 
 
 def name_for_ranks(

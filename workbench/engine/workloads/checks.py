@@ -78,7 +78,7 @@ def _default_loss(workload: Any) -> bool:
 
 
 def _refused(name: str, value: Any, allowed: str) -> WorkloadFieldError:
-    shown = _Shown(_short(value))
+    shown = Shown(_short(value))
     message = f"Workload {name}={shown!r} is not allowed: {allowed}"
     return WorkloadFieldError(message, name=name, value=shown, allowed=allowed)
 
@@ -196,8 +196,9 @@ def _short(value: Any) -> str:
     return f"<{type(value).__name__} instance>"
 
 
-class _Shown:
-    """A value as an error message shows it (its ``repr`` is the short form)."""
+class Shown:
+    """A value as an error message shows it (its ``repr`` is the short form, no address:
+    ``<function make_model>``, ``<LitNet instance>``); the workload errors all use it."""
 
     def __init__(self, text: str):
         self.text = text
