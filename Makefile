@@ -62,7 +62,7 @@ bench: $(STAMP)
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py
 
-# On a lent GPU box: the machine's own Python (no venv, no UI packages), under 6 minutes.
+# On a lent GPU box: the machine's own Python (no venv, no UI packages), 8 minutes; without CUDA, its dry path.
 gpu-session:
 	bash benchmarks/gpu_session.sh
 

@@ -1,0 +1,238 @@
+"""The GPU session: the open questions answered in order, every figure kept as it is measured.
+
+    bash benchmarks/gpu_session.sh [OUT_DIR] [--budget-s 480] [--steps a,b] [--dry] [--plan]
+
+Runs the steps of ``gpu_steps.py`` in order, each in its own process under its own timeout
+(a step that hangs or segfaults costs only itself), within ``--budget-s`` (default 480 s: 8
+minutes on one GPU). Before a step starts, one whose estimate does not fit what is left is
+skipped and says so; ``check``, ``pytest-gpu`` and ``lessons`` are given the time that is left.
+After every step the kept run (``gpu_record``: one JSON file named by date and device) is
+rewritten under ``--results-dir`` (default ``benchmarks/results``) and copied to OUT_DIR, so
+a run stopped anywhere keeps every step that ended. Commit that file; ``publish_gpu.py``
+generates the published tables from it.
+
+Without CUDA the session runs its dry path (``--dry``): the same steps on the CPU with the
+cnn workload and short windows, the GPU-only steps skipped with the reason, and the file
+written under OUT_DIR (never among the kept runs). It passes when every step that ran passed.
+
+The estimates (``--plan`` prints them) come from the first GPU session's measured costs on one
+H200: a resnet50 burst on a resident batch ~7 s (the precision row: 4 in 28 s), a burst on
+JPEGs with 8 workers ~5 s, a one-rank torchrun job ~21 s, start-up with CUDA and NVML ~6 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_record
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_BUDGET_S = 480.0
+LOG_TAIL_CHARS = 3000
+KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    est_s: float  # wall seconds on one H200, start-up included
+    timeout_s: float  # a step past this is killed (its process group)
+    why: str  # how est_s was reached
+    timed: bool = False  # given the time left (check, pytest-gpu, lessons)
+
+
+PLAN: tuple[Step, ...] = (
+    Step("environment", 8, 60, "nvidia-smi -q ~1 s; Python, torch, CUDA and NVML start ~6 s"),
+    Step("drift", 110, 200, "14 resnet50 bursts on a resident batch at ~7 s (the first "
+         "session's precision row: 4 in 28 s) and a fresh process ~12 s"),
+    Step("loader", 110, 240, "12,800 JPEGs drawn on the box (~25 s on 16 cores), the loader "
+         "alone ~8 s, 2 JPEG bursts ~10 s (the first session's real-data row: 5 s), 12,800 "
+         "images predecoded at 256 px ~30 s and a burst ~8 s"),
+    Step("paths", 120, 240, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
+         "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row), a tune of 8 "
+         "bursts on JPEGs ~60 s"),
+    Step("check", 130, 300, "gpu_check.py's rows in the time left: 144 s for every row but "
+         "max-autotune (its --plan), which is skipped unless time is left", timed=True),
+    Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
+    Step("lessons", 120, 300, "the core lessons on the GPU, when time allows", timed=True),
+)  # fmt: skip
+
+
+def plan_table(plan: tuple[Step, ...] = PLAN, budget_s: float = DEFAULT_BUDGET_S) -> str:
+    lines = ["| step | est s | timeout s | why |", "| --- | ---: | ---: | --- |"]
+    lines += [f"| {s.name} | {s.est_s:.0f} | {s.timeout_s:.0f} | {s.why} |" for s in plan]
+    total = sum(s.est_s for s in plan)
+    lines.append(f"| total | {total:.0f} | | budget {budget_s:.0f} s: what does not fit is "
+                 "skipped, and says so |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def time_for(step: Step, left_s: float, dry: bool) -> tuple[float | None, str | None]:
+    """The seconds a step gets, or why it is skipped. A dry run skips nothing for time."""
+    if dry:
+        return step.timeout_s, None
+    if step.est_s > left_s:
+        return None, f"would not fit (est {step.est_s:.0f} s, {max(left_s, 0):.0f} s left)"
+    return (min(step.timeout_s, left_s) if step.timed else step.timeout_s), None
+
+
+def run_step(step: Step, seconds: float, out_dir: Path, dry: bool, extra: list[str],
+             script: Path = HERE / "gpu_steps.py") -> dict[str, Any]:  # fmt: skip
+    """One step in its own process group (``script STEP --json PART ...``); its record,
+    however it ended: a step killed by its timeout keeps the bursts its JSON holds."""
+    part = out_dir / f"step-{step.name}.json"
+    part.unlink(missing_ok=True)
+    log = out_dir / f"step-{step.name}.log"
+    argv = [sys.executable, str(script), step.name, "--json", str(part),
+            "--budget-s", str(int(seconds)), *extra] + (["--dry"] if dry else [])  # fmt: skip
+    t0 = time.monotonic()
+    status = None
+    with log.open("w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc, status = None, "timeout"
+    rec = json.loads(part.read_text()) if part.exists() else {"name": step.name, "bursts": []}
+    text = log.read_text(errors="replace")
+    print(text, end="", flush=True)
+    rec.update(wall_s=round(time.monotonic() - t0, 1), est_s=step.est_s, timeout_s=seconds,
+               exit_code=rc, log_tail=text[-LOG_TAIL_CHARS:])  # fmt: skip
+    rec["status"] = status or _status(rec.get("status"), rc)
+    if status == "timeout":
+        rec["reason"] = f"stopped by its timeout after {seconds:.0f} s: the bursts above ran"
+    elif (rc and rc > 128) or (rc and rc < 0):
+        rec["reason"] = f"the process died (exit {rc}): see log_tail"
+    return rec
+
+
+def _status(written: str | None, rc: int | None) -> str:
+    if written in ("skipped",):
+        return "skipped"
+    if rc == 0 and written == "passed":
+        return "passed"
+    return "failed"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_session(args: argparse.Namespace) -> int:
+    dry = args.dry or not cuda_available()
+    steps = [s for s in PLAN if not args.steps or s.name in args.steps]
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results_dir) if args.results_dir else (out_dir if dry else
+                                                               gpu_record.RESULTS)  # fmt: skip
+    device = gpu_record.device_name()
+    plan = [{"name": s.name, "est_s": s.est_s, "timeout_s": s.timeout_s, "why": s.why}
+            for s in steps]  # fmt: skip
+    doc = gpu_record.new_run(device=device, dry=dry, plan=plan)
+    doc["budget_s"] = args.budget_s
+    path = gpu_record.run_path(results, device, datetime.now(timezone.utc), dry=dry)
+    print(f"# GPU session on {device}{' (dry: no CUDA)' if dry else ''}: {len(steps)} steps, "
+          f"budget {args.budget_s:.0f} s; kept run: {path}", flush=True)  # fmt: skip
+    started = time.monotonic()
+    extra = ["--workdir", str(out_dir / "work")] + (["--seconds", str(args.seconds)]
+                                                    if args.seconds else [])  # fmt: skip
+    for step in steps:
+        seconds, why_not = time_for(step, args.budget_s - (time.monotonic() - started), dry)
+        if seconds is None:
+            rec = {"name": step.name, "status": "skipped", "reason": why_not, "bursts": [],
+                   "est_s": step.est_s}  # fmt: skip
+            print(f"= {step.name}: skipped: {why_not}", flush=True)
+        else:
+            doc["running"] = step.name
+            _save(doc, path, out_dir)
+            rec = run_step(step, seconds, out_dir, dry, extra)
+            print(f"= {step.name}: {rec['status']} in {rec['wall_s']:.0f} s "
+                  f"(est {step.est_s:.0f} s)" + (f": {rec['reason']}" if rec.get("reason")
+                                                 else ""), flush=True)  # fmt: skip
+        if step.name == "environment" and rec.get("facts"):
+            doc["environment"] = rec["facts"]
+        doc["steps"].append(rec)
+        doc["running"] = None
+        doc["summary"] = gpu_record.summary(doc["steps"])
+        _save(doc, path, out_dir)
+    doc["ended_at"] = gpu_record.utc_now()
+    doc["wall_s"] = round(time.monotonic() - started, 1)
+    _save(doc, path, out_dir)
+    return _report(doc, path, out_dir)
+
+
+def _save(doc: dict[str, Any], path: Path, out_dir: Path) -> None:
+    gpu_record.write_atomic(path, doc)
+    if path.parent.resolve() != out_dir.resolve():
+        shutil.copyfile(path, out_dir / path.name)  # OUT_DIR is what comes back from a lent box
+
+
+def _report(doc: dict[str, Any], path: Path, out_dir: Path) -> int:
+    lines = [f"{s['name']}: {s['status']}" + (f" ({s['reason']})" if s.get("reason") else "")
+             for s in doc["steps"]]  # fmt: skip
+    c = doc["summary"]
+    lines.append(f"session {doc['wall_s']:.0f} s: {c['passed']} passed, {c['failed']} failed, "
+                 f"{c['timeout']} timed out, {c['skipped']} skipped; kept run {path}")  # fmt: skip
+    text = "\n".join(lines)
+    (out_dir / "summary.txt").write_text(text + "\n")
+    print(text, flush=True)
+    return 1 if c["failed"] or c["timeout"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", nargs="?", default=os.environ.get("OUT") or "/tmp/gpu-session")
+    ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
+    ap.add_argument(
+        "--steps",
+        type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+        default=None,
+        help="comma-separated step names (default: all, in order)",
+    )
+    ap.add_argument("--results-dir", default=None, help="where the kept run goes")
+    ap.add_argument("--seconds", type=float, default=None, help="each burst's window")
+    ap.add_argument("--dry", action="store_true", help="the CPU rehearsal, even with CUDA")
+    ap.add_argument("--plan", action="store_true", help="print the steps and estimates")
+    args = ap.parse_args(argv)
+    unknown = [s for s in args.steps or [] if s not in {p.name for p in PLAN}]
+    if unknown:
+        ap.error(f"--steps {','.join(unknown)}: not a step; steps: "
+                 f"{', '.join(p.name for p in PLAN)}")  # fmt: skip
+    if args.plan:
+        print(plan_table(budget_s=args.budget_s))
+        return 0
+    return run_session(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

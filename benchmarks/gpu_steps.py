@@ -1,0 +1,567 @@
+"""The GPU session's steps: each one question, each run in its own process by gpu_session.py.
+
+    python benchmarks/gpu_steps.py STEP --json FILE [--dry] [--seconds S]
+
+A step writes ``FILE`` (the step's part of the kept run: ``gpu_record``'s step layout) after
+every burst, so a step stopped by its timeout keeps what it measured. The steps, in the order
+the session runs them (the open questions of the first GPU session, 2026-12-04):
+
+- ``environment``: nvidia-smi -q, the usable cores (affinity, cgroup quota), versions.
+- ``drift``: ``IDENTICAL`` identical resnet50 bf16 bursts in one process; cudnn_benchmark
+  A-B-B-A twice (ABBA cancels a drift that is linear in time: the pair's on/off ratio is the
+  sum of its on bursts over the sum of its off ones); the same config in a fresh process.
+  The first session read 4,306 / 3,990 / 3,819 / 3,816 samples/s from four identical bursts.
+- ``loader``: the JPEG loader on a set big enough for batch 128 at 100 batches an epoch
+  (12,800 images, built on the box: it has no network), so the window does not measure epoch
+  restarts; the loader alone (no model), 8 and 16 workers, predecoded pixels, GPU decode and
+  DALI where they exist (else the step says why not).
+- ``paths``: what never ran on a GPU: activation checkpointing, fused and foreach optimizers,
+  a pinned dict batch, ``memory_snapshot``, ``alloc_conf`` (a fresh one-rank process), and a
+  tune of 8 bursts whose start and "start again" show drift in place.
+- ``check``: ``gpu_check.py``'s rows within the time the session gives it.
+- ``pytest-gpu``: the tests marked ``gpu`` (DALI's listed as not run where DALI is absent).
+- ``lessons``: the core lessons executed on the GPU (``run_lessons.py``), when time allows.
+
+``--dry`` (a CPU without CUDA): the same steps with the cnn workload and short windows, so the
+layout and the logic are exercised everywhere; the GPU-only steps say "skipped: no CUDA".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import faulthandler
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_record, run as a script
+import gpu_record
+
+HERE = Path(__file__).resolve().parent
+IDENTICAL = 6
+"""Identical bursts in the drift step: enough to see a trend past two bursts' noise."""
+BIG_SET_IMAGES_PER_CLASS = 1280
+"""12,800 images over 10 classes: batch 128 gives 100 batches an epoch, batch 256 gives 50."""
+DRY_SECONDS = 0.25
+
+
+class StepSkipped(Exception):
+    """A step that cannot run here (no CUDA): recorded as skipped with the reason."""
+
+
+@dataclass
+class Context:
+    """Where and how big: a GPU session, or its CPU rehearsal (``dry``)."""
+
+    dry: bool
+    seconds: float
+    out: Path  # the step's own JSON
+    workdir: Path  # data sets built for the session
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.dry else "cuda"
+
+    def reference(self, **kw: Any) -> tuple[str, Any]:
+        """The drift step's config: resnet50 bf16 on a resident batch of 128 (compute only,
+        the first session's precision row), or a small cnn on a CPU."""
+        from workbench import Knobs
+
+        if self.dry:
+            return "cnn", Knobs(**{"batch_size": 16, "loader": "synthetic", **kw})
+        return "resnet50", Knobs(**{"batch_size": 128, "loader": "synthetic",
+                                    "channels_last": True, "precision": "bf16", **kw})  # fmt: skip
+
+    def jpeg(self, **kw: Any) -> tuple[str, Any]:
+        """The data path's config: resnet50 bf16 on the JPEG set (cnn on a CPU)."""
+        from workbench import Knobs
+
+        if self.dry:
+            return "cnn", Knobs(**{"batch_size": 16, **kw})
+        return "resnet50", Knobs(**{"batch_size": 128, "channels_last": True,
+                                    "precision": "bf16", **kw})  # fmt: skip
+
+
+@dataclass
+class StepLog:
+    """What one step measured, written to its JSON after every burst."""
+
+    name: str
+    ctx: Context
+    bursts: list[dict[str, Any]] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    reason: str | None = None  # why the whole step was skipped
+
+    def burst(self, label: str, workload: Any, knobs: Any, **kw: Any) -> Any:
+        from workbench import run_burst
+
+        kw.setdefault("seconds", self.ctx.seconds)
+        kw.setdefault("device", self.ctx.device)
+        r = run_burst(workload, knobs, record=False, **kw)
+        self.add(label, r)
+        return r
+
+    def add(self, label: str, result: Any, *, must_pass: bool = True) -> None:
+        """Keep a burst; ``must_pass``: a failed burst fails the step (a tune's OOM or a batch
+        bigger than the data set is a result the tune handles, not a failure)."""
+        self.bursts.append(gpu_record.burst_record(label, result))
+        if must_pass:
+            self.expect(f"{label}: ok", result.ok, f"{result.status}: {result.error}")
+        print(f"{self.name}: {label}: {result.summary().splitlines()[0]}", flush=True)
+        self.write()
+
+    def expect(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append({"name": name, "ok": bool(ok), "detail": "" if ok else detail})
+        return bool(ok)
+
+    def skip(self, what: str, reason: str) -> None:
+        self.skipped.append({"what": what, "reason": reason})
+        print(f"{self.name}: {what}: skipped: {reason}", flush=True)
+        self.write()
+
+    def doc(self, status: str | None = None) -> dict[str, Any]:
+        failed = [c for c in self.checks if not c["ok"]]
+        return {"name": self.name, "status": status or ("failed" if failed else "passed"),
+                "bursts": self.bursts, "facts": self.facts, "checks": self.checks,
+                "skipped": self.skipped, "reason": self.reason}  # fmt: skip
+
+    def write(self, status: str | None = None) -> None:
+        gpu_record.write_atomic(self.ctx.out, self.doc(status))
+
+
+# -- environment -------------------------------------------------------------------------------
+
+
+def environment(log: StepLog) -> None:
+    """The machine: what nvidia-smi -q says, the cores this process may use, the versions."""
+    from workbench.engine.telemetry import nvml_status
+
+    log.facts.update(gpu_record.environment())
+    log.facts["nvml"] = nvml_status() or "ok"
+    log.facts["device"] = gpu_record.device_name()
+    log.expect("NVML answers", log.ctx.dry or log.facts["nvml"] == "ok", log.facts["nvml"])
+
+
+# -- drift -------------------------------------------------------------------------------------
+
+ABBA = (("off", False), ("on", True), ("on", True), ("off", False))
+
+
+def drift(log: StepLog) -> None:
+    """Identical bursts, cudnn A-B-B-A twice, then the same config in a fresh process."""
+    wl, knobs = log.ctx.reference()
+    for i in range(IDENTICAL if not log.ctx.dry else 3):
+        log.burst(f"identical {i + 1}", wl, knobs)
+    for p in (1, 2):
+        for label, on in ABBA:
+            abba = dataclasses.replace(knobs, cudnn_benchmark=on)
+            log.burst(f"cudnn ABBA {p}: {label}", wl, abba)
+    fresh = fresh_process_burst(log.ctx, wl, knobs.to_dict())
+    if fresh is not None:
+        log.bursts.append({"label": "fresh process", **fresh})
+        log.expect("fresh process: ok", fresh.get("status") == "ok", str(fresh.get("error")))
+    log.facts.update(drift_facts(log.bursts))
+    log.write()
+
+
+def fresh_process_burst(ctx: Context, workload: str, knobs: dict[str, Any]) -> dict | None:
+    """One burst of the same config in a new Python process: its CUDA context, cuDNN plans
+    and allocator start cold, as a production job's do."""
+    out = ctx.out.with_suffix(".fresh.json")
+    argv = [sys.executable, str(Path(__file__)), "one-burst", "--json", str(out),
+            "--seconds", str(ctx.seconds), "--workload", workload,
+            "--knobs", json.dumps(knobs)] + (["--dry"] if ctx.dry else [])  # fmt: skip
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    if not out.exists():
+        tail = (p.stdout + p.stderr)[-2000:]
+        return {"status": "error", "error": f"exit {p.returncode}: {tail}"}
+    return json.loads(out.read_text())
+
+
+def drift_facts(bursts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the drift step answers, from its bursts (a pure function: tested on CPU records).
+
+    - ``identical``: samples/s of the identical bursts in order, ``first_over_last``,
+      ``spread_pct`` ((max - min) / median) and ``trend_pct_per_burst`` (least-squares slope
+      over the median: the drift a comparison of neighbours would suffer);
+    - ``abba``: per pass, cudnn on/off as (on1 + on2) / (off1 + off2), which a drift linear
+      in time leaves unbiased, and ``pass_gap_pct`` between the two passes;
+    - ``fresh_over_first``: the fresh process's burst over this process's first;
+    - ``clocks``: per burst, SM clock (median), temperature (max), power (mean) and throttle
+      reasons, so a trend in speed can be set beside one in clocks.
+    """
+    by = {b["label"]: b for b in bursts}
+    same = [b["samples_per_s"] for b in bursts if b["label"].startswith("identical")]
+    facts: dict[str, Any] = {"identical": same}
+    if len(same) >= 2 and all(same):
+        med = statistics.median(same)
+        facts["first_over_last"] = round(same[0] / same[-1], 4)
+        facts["spread_pct"] = round(100 * (max(same) - min(same)) / med, 2)
+        facts["trend_pct_per_burst"] = round(100 * _slope(same) / med, 2)
+    passes = {}
+    for p in (1, 2):
+        on = [b["samples_per_s"] for b in _abba(bursts, p, "on")]
+        off = [b["samples_per_s"] for b in _abba(bursts, p, "off")]
+        if len(on) == 2 and len(off) == 2 and all(on + off):
+            passes[p] = sum(on) / sum(off)
+    facts["abba_on_over_off"] = {str(p): round(r, 4) for p, r in passes.items()}
+    if len(passes) == 2:
+        a, b = passes[1], passes[2]
+        facts["abba_pass_gap_pct"] = round(100 * abs(a - b) / ((a + b) / 2), 2)
+    fresh = by.get("fresh process", {}).get("samples_per_s")
+    if fresh and same and same[0]:
+        facts["fresh_over_first"] = round(fresh / same[0], 4)
+    facts["clocks"] = [_clock_row(b) for b in bursts]
+    return facts
+
+
+def _abba(bursts: Sequence[dict[str, Any]], p: int, side: str) -> list[dict[str, Any]]:
+    return [b for b in bursts if b["label"] == f"cudnn ABBA {p}: {side}"]
+
+
+def _slope(ys: Sequence[float]) -> float:
+    """Least-squares slope of ``ys`` against 0, 1, 2, ...: units per burst."""
+    n = len(ys)
+    xbar, ybar = (n - 1) / 2, statistics.fmean(ys)
+    den = sum((x - xbar) ** 2 for x in range(n))
+    return sum((x - xbar) * (y - ybar) for x, y in enumerate(ys)) / den
+
+
+def _clock_row(b: dict[str, Any]) -> dict[str, Any]:
+    return {"label": b["label"], "samples_per_s": b.get("samples_per_s"),
+            "sm_clock_mhz": b.get("sm_clock_mhz"), "mem_clock_mhz": b.get("mem_clock_mhz"),
+            "temp_c": b.get("temp_c"), "power_w": b.get("power_w"),
+            "throttle_reasons": b.get("throttle_reasons"), "suspect": b.get("suspect")}  # fmt: skip
+
+
+# -- the data path -----------------------------------------------------------------------------
+
+
+def loader(log: StepLog) -> None:
+    """The JPEG loader on a set with long epochs: alone, inside bursts, and its alternatives."""
+    big = big_set(log)
+    cores = gpu_record.cores()["usable"] or 1
+    few, many = (1, 2) if log.ctx.dry else (8, min(16, cores))
+    log.facts["workers"] = [few, many]
+    _loader_alone(log, big, few)
+    for n in dict.fromkeys((few, many)):
+        wl, knobs = log.ctx.jpeg(num_workers=n, persistent_workers=True, pin_memory=not log.ctx.dry)
+        log.burst(f"jpeg, {n} workers", wl, knobs, data_dir=big)
+    _predecoded(log, big, few)
+    _gpu_decode(log, big, few)
+    _dali(log, big)
+
+
+def big_set(log: StepLog) -> Path:
+    """The image set with long epochs, built on the box (no network: the images are drawn)."""
+    from workbench.engine.datasets import ensure_datasets
+
+    per_class = 8 if log.ctx.dry else BIG_SET_IMAGES_PER_CLASS
+    t0 = time.perf_counter()
+    paths = ensure_datasets(log.ctx.workdir / "big", images_per_class=per_class)
+    log.facts["big_set"] = {"images": per_class * 10, "build_s": round(time.perf_counter() - t0, 1),
+                            "root": str(paths.root)}  # fmt: skip
+    log.write()
+    return paths.root
+
+
+def _loader_alone(log: StepLog, data: Path, workers: int) -> None:
+    from workbench.analysis.loader_ceiling import run_loader_burst
+    from workbench.engine.window import BurstWindow
+
+    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
+                             pin_memory=not log.ctx.dry)  # fmt: skip
+    r = run_loader_burst(wl, knobs, window=BurstWindow(seconds=log.ctx.seconds),
+                         device=log.ctx.device, data_dir=data)  # fmt: skip
+    log.facts["loader_alone"] = r.to_dict()
+    log.expect(f"loader alone, {workers} workers: ok", r.ok, f"{r.status}: {r.error}")
+    print(f"{log.name}: loader alone, {workers} workers: {r.samples_per_s or 0:,.1f} samples/s",
+          flush=True)  # fmt: skip
+    log.write()
+
+
+def _predecoded(log: StepLog, data: Path, workers: int) -> None:
+    from workbench import convert_dataset
+
+    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
+                             pin_memory=not log.ctx.dry, data_format="predecoded")  # fmt: skip
+    t0 = time.perf_counter()
+    res = 73 if log.ctx.dry else 256
+    convert_dataset("predecoded", data / "images", resolution=res)
+    log.facts["predecoded_convert_s"] = round(time.perf_counter() - t0, 1)
+    log.burst(f"predecoded, {workers} workers", wl, knobs, data_dir=data)
+
+
+def _gpu_decode(log: StepLog, data: Path, workers: int) -> None:
+    from workbench import Knobs
+
+    if "decode" not in {f.name for f in dataclasses.fields(Knobs)}:
+        log.skip("gpu decode", "the torch loader has no decode knob yet (the data-path issue)")
+        return
+    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True, decode="gpu")
+    log.burst(f"gpu decode, {workers} workers", wl, knobs, data_dir=data)
+
+
+def _dali(log: StepLog, data: Path) -> None:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        log.skip("dali", "not installed")
+        return
+    if log.ctx.dry:
+        log.skip("dali", "no CUDA: DALI's mixed decode needs a GPU")
+        return
+    wl, knobs = log.ctx.jpeg(loader="dali")
+    log.burst("dali mixed decode", wl, knobs, data_dir=data)
+
+
+# -- paths that never ran on a GPU -------------------------------------------------------------
+
+
+def paths(log: StepLog) -> None:
+    """Each knob's first contact with a GPU: it runs, acts (not in no_effect), and says so."""
+    wl, knobs = log.ctx.reference()
+    for label, change in (("activation_checkpointing", {"activation_checkpointing": True}),
+                          ("optimizer fused", {"optimizer_impl": "fused"}),
+                          ("optimizer foreach", {"optimizer_impl": "foreach"})):  # fmt: skip
+        r = log.burst(label, wl, dataclasses.replace(knobs, **change))
+        knob = next(iter(change))
+        log.expect(f"{label}: acted", knob not in r.no_effect, r.no_effect.get(knob, ""))
+    _dict_batch(log)
+    _snapshot(log, wl, knobs)
+    _alloc_conf(log, wl, knobs)
+    _tune(log)
+
+
+def _dict_batch(log: StepLog) -> None:
+    from workbench import Knobs, Workload
+
+    wl = Workload(name="dict-batch", model=_DictNet, dataset=_DictItems,
+                  forward=_forward_dict)  # fmt: skip
+    pin = not log.ctx.dry
+    r = log.burst("pinned dict batch", wl, Knobs(batch_size=64, num_workers=2, pin_memory=pin))
+    if pin:
+        log.expect("pin_memory acted on a dict", "pin_memory" not in r.no_effect,
+                   r.no_effect.get("pin_memory", ""))  # fmt: skip
+
+
+def _snapshot(log: StepLog, wl: str, knobs: Any) -> None:
+    from workbench import memory_snapshot
+
+    path = log.ctx.workdir / "snapshot.pickle"
+    snap = memory_snapshot(wl, knobs, path=path, seconds=log.ctx.seconds, record=False,
+                           device=log.ctx.device)  # fmt: skip
+    log.add("memory_snapshot", snap.result)
+    size = path.stat().st_size if path.exists() else 0
+    log.facts["snapshot_bytes"] = size
+    log.expect("snapshot file written", log.ctx.dry or size > 0, snap.why_no_file or "no file")
+
+
+def _alloc_conf(log: StepLog, wl: str, knobs: Any) -> None:
+    if log.ctx.dry:
+        log.skip(
+            "alloc_conf",
+            "no CUDA: on a CPU alloc_conf does not act (a one-rank job "
+            "costs 25 s here; tests/distributed cover the launch)",
+        )
+        return
+    conf = dataclasses.replace(knobs, alloc_conf="expandable_segments:True")
+    r = log.burst("alloc_conf expandable_segments, one-rank job", wl, conf, timeout_s=150)
+    why = r.no_effect.get("alloc_conf", "")
+    log.expect("alloc_conf acted", "alloc_conf" not in r.no_effect, why)
+
+
+def _tune(log: StepLog) -> None:
+    """A tune of 8 bursts: its start is measured first and again in the confirmation, so the
+    two readings of one config, minutes apart, show drift inside a real tune."""
+    from workbench import tune
+
+    stages: list[str] = []
+    # on a GPU the JPEG set with one worker (a loader to grow); a rehearsal tunes the resident
+    # batch, whose bursts start in a second instead of five
+    wl, start = log.ctx.reference() if log.ctx.dry else log.ctx.jpeg(num_workers=1)
+    res = tune(wl, budget=8, base=start, seconds=log.ctx.seconds, record=False,
+               device=log.ctx.device, data_dir=log.ctx.workdir / "big",
+               progress=lambda p: stages.append(p.stage))  # fmt: skip
+    for i, (r, stage) in enumerate(zip(res.bursts, stages, strict=False)):
+        log.add(f"tune {i + 1}: {stage}", r, must_pass=False)
+    starts = [r.samples_per_s for r in res.bursts if r.knobs == start and r.ok]
+    log.facts["tune"] = {"speedup": res.speedup, "best": res.best.changes() if res.best else None,
+                         "start_runs_samples_per_s": starts, "noise_pct": res.noise_pct,
+                         "summary": res.summary()}  # fmt: skip
+    if len(starts) >= 2 and starts[0]:
+        log.facts["tune"]["start_again_over_first"] = round(starts[-1] / starts[0], 4)
+    log.write()
+
+
+class _DictItems:
+    """Items ``({"x": features, "mask": bools}, label)``: a dict batch the loader must pin
+    leaf by leaf."""
+
+    def __len__(self) -> int:
+        return 4096
+
+    def __getitem__(self, i: int) -> tuple[dict[str, Any], Any]:
+        import torch
+
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(256, generator=g)
+        return {"x": x, "mask": x > 0}, int(i % 10)
+
+
+def _DictNet() -> Any:
+    from torch import nn
+
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def _forward_dict(model: Any, batch: dict[str, Any]) -> Any:
+    return model(batch["x"] * batch["mask"])
+
+
+# -- the check, the tests, the lessons ---------------------------------------------------------
+
+
+def check(log: StepLog, budget_s: float) -> None:
+    """gpu_check.py's rows in this process, within ``budget_s``; its rows become this step's."""
+    if log.ctx.dry:
+        raise StepSkipped("no CUDA device: the check's rows need a GPU")
+    rows_json = log.ctx.out.with_suffix(".rows.json")
+    argv = [sys.executable, str(HERE / "gpu_check.py"), "--budget-s", str(int(budget_s)),
+            "--json", str(rows_json)]  # fmt: skip
+    rc = subprocess.run(argv, timeout=budget_s + 60).returncode
+    if rc > 128 and rows_json.exists():  # a crash in a library: the rest in a fresh process
+        subprocess.run([*argv, "--resume"], timeout=budget_s + 60)
+    doc = json.loads(rows_json.read_text()) if rows_json.exists() else {"rows": []}
+    log.facts["rows"] = [{k: v for k, v in row.items() if k != "bursts"} for row in doc["rows"]]
+    for row in doc["rows"]:
+        for b in row.get("bursts", []):
+            log.bursts.append({**b, "label": f"{row['label']}: {b['label']}"})
+        log.expect(row["label"], row["status"] != "failed", row.get("reason") or
+                   "; ".join(row.get("problems", [])))  # fmt: skip
+    log.write()
+
+
+def pytest_gpu(log: StepLog, budget_s: float) -> None:
+    """The tests marked gpu; DALI's are named as not run where DALI cannot be imported."""
+    if log.ctx.dry:
+        raise StepSkipped("no CUDA device: every gpu test would skip")
+    files, not_run = gpu_test_files()
+    log.facts["dali_not_run"] = not_run
+    out = log.ctx.out.with_suffix(".pytest.txt")
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *files]
+    with out.open("w") as f:
+        p = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=budget_s)
+    text = out.read_text()
+    log.facts["pytest_exit"] = p.returncode
+    log.facts["pytest_tail"] = text[-3000:]
+    log.expect("pytest -m gpu passed", p.returncode == 0, text.strip().splitlines()[-1:])
+    log.write()
+
+
+def gpu_test_files(root: Path = HERE.parent) -> tuple[list[str], list[str]]:
+    """Test files with gpu-marked tests, and DALI's gpu tests listed as not run (without
+    DALI they would be collected and skipped, which reads as passed)."""
+    files = sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
+                   if "pytest.mark.gpu" in p.read_text())  # fmt: skip
+    try:
+        import nvidia.dali  # noqa: F401
+
+        return files, []
+    except ImportError:
+        pass
+    dali = [f for f in files if Path(f).name.startswith("test_dali")]
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
+            "-p", "no:cacheprovider", *dali]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=120).stdout
+    ids = [line for line in out.splitlines() if "::" in line]
+    return [f for f in files if f not in dali], [f"{i}: not run: DALI not installed" for i in ids]
+
+
+def lessons(log: StepLog, budget_s: float) -> None:
+    """The core lessons on the GPU, with the wheelhouse installed offline (run_lessons.py)."""
+    if log.ctx.dry:
+        raise StepSkipped("no CUDA device: the lessons run on a CPU in the test suite")
+    runner = HERE / "run_lessons.py"
+    wheels = HERE.parent / ".wheelhouse"
+    if not runner.exists() or not any(wheels.glob("*.whl")):
+        raise StepSkipped("no wheelhouse here: `make wheelhouse`, and carry .wheelhouse")
+    out = log.ctx.out.with_suffix(".lessons.json")
+    argv = [sys.executable, str(runner), "--install", str(wheels), "--budget-s",
+            str(int(budget_s) - 10), "--json", str(out)]  # fmt: skip
+    p = subprocess.run(argv, timeout=budget_s)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    log.facts["lessons"] = doc
+    log.expect("lessons ran", p.returncode == 0, f"exit {p.returncode}")
+    log.write()
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+STEPS: dict[str, Callable[..., None]] = {
+    "environment": environment, "drift": drift, "loader": loader, "paths": paths,
+    "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons,
+}  # fmt: skip
+TIMED = frozenset({"check", "pytest-gpu", "lessons"})
+"""Steps that are given their time (the rest of the budget), not just a timeout."""
+
+
+def one_burst(args: argparse.Namespace) -> int:
+    """The drift step's fresh process: one burst, its record written to ``--json``."""
+    from workbench import Knobs, run_burst
+
+    device = "cpu" if args.dry else "cuda"
+    r = run_burst(args.workload, Knobs.from_dict(json.loads(args.knobs)), record=False,
+                  seconds=args.seconds, device=device)  # fmt: skip
+    gpu_record.write_atomic(Path(args.json), gpu_record.burst_record("fresh process", r))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("step", choices=[*STEPS, "one-burst"])
+    ap.add_argument("--json", required=True, help="the step's record, rewritten as it goes")
+    ap.add_argument("--dry", action="store_true", help="a CPU rehearsal: cnn, short windows")
+    ap.add_argument("--seconds", type=float, default=None, help="each burst's window")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="for check/pytest/lessons")
+    ap.add_argument("--workdir", default=os.environ.get("WORKBENCH_SESSION_DIR", "/tmp/wb-gpu"))
+    ap.add_argument("--workload", help=argparse.SUPPRESS)  # one-burst
+    ap.add_argument("--knobs", help=argparse.SUPPRESS)  # one-burst
+    args = ap.parse_args(argv)
+    if args.seconds is None:
+        args.seconds = DRY_SECONDS if args.dry else 2.0
+    if args.step == "one-burst":
+        return one_burst(args)
+    ctx = Context(dry=args.dry, seconds=args.seconds, out=Path(args.json),
+                  workdir=Path(args.workdir))  # fmt: skip
+    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    log = StepLog(args.step, ctx)
+    log.write("running")
+    try:
+        step = STEPS[args.step]
+        step(log, args.budget_s) if args.step in TIMED else step(log)
+    except StepSkipped as why:
+        log.reason = str(why)
+        log.write("skipped")
+        return 0
+    except Exception as exc:  # a step that raises is a failed step; the session goes on
+        log.expect("ran without raising", False, f"{type(exc).__name__}: {exc}")
+        log.write()
+        raise
+    log.write()
+    return 1 if any(not c["ok"] for c in log.checks) else 0
+
+
+if __name__ == "__main__":
+    faulthandler.enable()
+    sys.exit(main())
