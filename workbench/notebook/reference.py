@@ -7,8 +7,10 @@ GPU, its own figures, each with its provenance. The files live in ``notebooks/re
 (shipped in the wheel with the lessons); every entry names its kind:
 
 - ``published``: printed by a source; ``url`` and ``read_on`` (the date it was read) say where;
-- ``measured``: measured by this project; ``command`` says how, ``url`` where it is written up
-  (a GPU session adds one per figure, with the ``device_name`` the burst reported);
+- ``measured``: measured by this project; ``command`` says how, ``url`` where it is written up;
+  a GPU figure also names its ``run``, the kept file ``benchmarks/publish_gpu.py`` generated it
+  from (``gpu_runs.json`` is generated whole; a run whose command was not kept says so in
+  ``command``);
 - ``derived``: computed here from other figures (``formula`` says how), e.g. MFU.
 
 Loading refuses an entry that lacks its provenance: a number without a source is not shown.
@@ -59,6 +61,8 @@ class Reference:
     notes: str = ""
     gpus: int | None = None
     device_name: str = ""
+    run: str = ""
+    """A GPU run's kept file (``benchmarks/results/gpu-*.json``) the figure was generated from."""
 
     def cited(self) -> str:
         """The source in one line: what, where, when."""

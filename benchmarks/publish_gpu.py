@@ -1,0 +1,424 @@
+"""Every published GPU figure, written from the kept runs: README.md, docs/, the lessons.
+
+    python benchmarks/publish_gpu.py           # rewrite the generated blocks and the reference file
+    python benchmarks/publish_gpu.py --check   # exit 1, naming each difference, if any is stale
+
+A GPU figure is published only from a kept run (``benchmarks/results/gpu-*.json``, written by
+the GPU session as it measured: ``gpu_record``). Markdown tables live between
+``<!-- gpu-table: NAME -->`` and ``<!-- /gpu-table -->``; each row is taken from the newest
+kept run that holds its burst, and the block names each run it used with the command that
+produced it, or says that the command was not recorded. ``notebooks/reference/gpu_runs.json``
+(the lessons' own GPU figures, beside the published ones) is generated whole, each entry with
+its run file and that run's command. ``tests/test_publish_gpu.py`` fails when a published
+figure differs from its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_record
+
+ROOT = gpu_record.ROOT
+REFERENCE = ROOT / "notebooks" / "reference" / "gpu_runs.json"
+BLOCK = re.compile(r"(<!-- gpu-table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /gpu-table -->)",
+                   re.S)  # fmt: skip
+Where = tuple[tuple[str, str], ...]
+"""(step, burst label) alternatives: a new run names a burst one way, an older one another."""
+
+PRECISION = "precisions fp32/tf32/bf16/fp16"
+
+
+def _precision(p: str) -> Where:
+    return (("check", f"{PRECISION}: {p}"),)
+
+
+JPEG_8: Where = (("loader", "jpeg, 8 workers"), ("check", "NVML, real data: real data, 8 workers"))
+COMPILE_DEFAULT: Where = (("check", "compile default (tf32): compile=default"),
+                          ("compile", "compile default (tf32)"))  # fmt: skip
+COMPILE_RO: Where = (("compile", "compile reduce-overhead (tf32)"),)
+
+
+@dataclass(frozen=True)
+class Row:
+    text: str
+    where: Where
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    first: str  # the first column's header
+    columns: tuple[tuple[str, str], ...]  # (header, burst field)
+    rows: tuple[Row, ...]
+
+
+FORMATS: dict[str, str] = {"samples_per_s": "{:,.0f}", "step_ms_p50": "{:.1f}",
+                           "step_ms_mean": "{:.1f}", "peak_mem_mib": "{:,.0f}",
+                           "mfu_pct": "{:.1f}", "compile_s": "{:.1f}",
+                           "gpu_util_pct": "{:.0f}", "sm_clock_mhz": "{:,.0f}"}  # fmt: skip
+
+TABLES: tuple[Table, ...] = (
+    Table("readme", "burst (resnet50, batch 128, channels_last)",
+          (("samples/s", "samples_per_s"), ("step ms p50", "step_ms_p50"),
+           ("step ms mean", "step_ms_mean"), ("peak MiB", "peak_mem_mib")),
+          (Row("fp32 (IEEE: the workbench's fp32 is strict)", _precision("fp32")),
+           Row("tf32", _precision("tf32")), Row("bf16", _precision("bf16")),
+           Row("fp16", _precision("fp16")),
+           Row("bf16 on JPEGs, 8 decode workers", JPEG_8))),
+    Table("readme-compile", "gpt, batch 32, TF32",
+          (("samples/s", "samples_per_s"), ("compile s", "compile_s")),
+          (Row("compile=default", COMPILE_DEFAULT), Row("compile=reduce-overhead", COMPILE_RO))),
+)  # fmt: skip
+
+
+# -- finding figures ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    run: dict[str, Any]
+    burst: dict[str, Any]
+
+
+def load_runs(results_dir: Path = gpu_record.RESULTS) -> list[tuple[Path, dict[str, Any]]]:
+    """Kept runs, newest first."""
+    return [(p, gpu_record.load(p)) for p in reversed(gpu_record.kept_runs(results_dir))]
+
+
+def find(runs: Sequence[tuple[Path, dict[str, Any]]], where: Where) -> Found | None:
+    """The burst in the newest run that holds one of ``where``."""
+    for path, run in runs:
+        for step, label in where:
+            try:
+                return Found(path, run, gpu_record.find_burst(run, step, label))
+            except KeyError:
+                continue
+    return None
+
+
+def provenance(path: Path, run: dict[str, Any]) -> str:
+    """Where a figure comes from, in one line: the file, and the command that wrote it or
+    why there is none."""
+    name = f"`{kept_name(path)}`"
+    if not run.get("recorded"):
+        return f"{name}: {run.get('command_note') or 'unrecorded: the command was not kept'}"
+    commit = (run.get("git_commit") or "unknown")[:7]
+    commit += " (+ changes)" if run.get("git_dirty") else ""
+    versions = (run.get("environment") or {}).get("versions") or {}
+    return (
+        f"{name}: `{run['command']}`, commit {commit}, {run['device']}, "
+        f"torch {versions.get('torch')}, {run['started_at'][:10]}"
+    )
+
+
+def short_epochs(burst: dict[str, Any]) -> bool:
+    """The burst's window held epoch restarts: its ``short_epochs`` says it measured them (or
+    an unrecorded run's note says so)."""
+    measured = (burst.get("short_epochs") or {}).get("handled") == "measured"
+    return measured or bool(burst.get("short_epochs_note"))
+
+
+def kept_name(path: Path) -> str:
+    """A kept run as the repository names it (kept runs live in benchmarks/results/)."""
+    return f"benchmarks/results/{path.name}"
+
+
+def cell(value: Any, field: str) -> str:
+    if value is None:
+        return "-"
+    return FORMATS.get(field, "{}").format(value)
+
+
+# -- markdown ----------------------------------------------------------------------------------
+
+
+def render(table: Table, runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
+    """The block's body: the table, each row marked with its source, then the sources."""
+    sources: list[Path] = []
+    by_path: dict[Path, dict[str, Any]] = {}
+    head = [table.first, *(h for h, _ in table.columns), "run"]
+    lines = ["| " + " | ".join(head) + " |",
+             "| --- | " + " | ".join("---:" for _ in table.columns) + " | --- |"]  # fmt: skip
+    for row in table.rows:
+        found = find(runs, row.where)
+        if found is None:
+            values, mark = ["-" for _ in table.columns], "not measured yet"
+        else:
+            if found.path not in sources:
+                sources.append(found.path)
+                by_path[found.path] = found.run
+            values = [cell(found.burst.get(f), f) for _, f in table.columns]
+            mark = f"[{sources.index(found.path) + 1}]"
+        text = row.text + (" (short epochs: loader restarts in the window)"
+                           if found and short_epochs(found.burst) else "")  # fmt: skip
+        lines.append("| " + " | ".join([text, *values, mark]) + " |")
+    lines.append("")
+    lines += [f"[{i + 1}] {provenance(p, by_path[p])}" for i, p in enumerate(sources)]
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(path: Path, run: dict[str, Any]) -> str:
+    """Every burst of one kept run (docs/development.md): nothing left out, nothing added."""
+    lines = [f"#### {path.name}", "", provenance(path, run), "",
+             "| step | burst | status | samples/s | step ms p50 | step ms mean | peak MiB | "
+             "MFU % | SM MHz | throttle |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for step in run["steps"]:
+        for b in step.get("bursts", []):
+            throttle = ", ".join(b.get("throttle_reasons") or []) or "-"
+            label = b["label"] + (f" ({b['knobs_note']})" if b.get("knobs_note") else "")
+            lines.append(
+                f"| {step['name']} | {label} | {b.get('status', '-')} | "
+                + " | ".join(cell(b.get(f), f) for f in ("samples_per_s", "step_ms_p50",
+                                                         "step_ms_mean", "peak_mem_mib",
+                                                         "mfu_pct")) + " | "
+                + f"{cell(b.get('sm_clock_mhz'), 'sm_clock_mhz')} | {throttle} |"
+            )  # fmt: skip
+        if not step.get("bursts"):
+            lines.append(f"| {step['name']} | ({step.get('reason') or 'no bursts'}) | "
+                         f"{step['status']} | | | | | | | |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def blocks(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
+    """Every generated block's body, by name: the figure tables, and the two plans (the
+    session's steps, the check's rows), printed by the code that runs them."""
+    import gpu_check
+    import gpu_session
+
+    out = {t.name: render(t, runs) for t in TABLES}
+    out["development-runs"] = "\n".join(runs_table(p, r) for p, r in runs)
+    out["session-plan"] = gpu_session.plan_table() + "\n"
+    out["check-plan"] = gpu_check.plan_table(gpu_check.plan()) + "\n"
+    return out
+
+
+def fill(text: str, bodies: dict[str, str], origin: str) -> str:
+    """``text`` with each block's body replaced; ValueError naming a block with no body."""
+
+    def swap(m: re.Match[str]) -> str:
+        name = m["name"]
+        if name not in bodies:
+            raise ValueError(f"{origin}: no generator for gpu-table {name!r}; known: "
+                             f"{', '.join(bodies)}")  # fmt: skip
+        return m.group(1) + bodies[name] + m.group(4)
+
+    return BLOCK.sub(swap, text)
+
+
+def markdown_files(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+# -- the lessons' reference figures ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    lessons: tuple[str, ...]
+    workload: str
+    what: str
+    units: str
+    precision: str
+    where: Where
+    notes: Callable[[dict[str, Any], Callable[[Where], Found | None]], str] = lambda b, f: ""
+
+
+def _steps_peak(b: dict[str, Any], _: Any) -> str:
+    return f"step {cell(b.get('step_ms_p50'), 'step_ms_p50')} ms p50, peak " \
+           f"{cell(b.get('peak_mem_mib'), 'peak_mem_mib')} MiB"  # fmt: skip
+
+
+def _over_fp32(b: dict[str, Any], find_in: Callable[[Where], Found | None]) -> str:
+    fp32 = find_in(_precision("fp32"))
+    ratio = ""
+    if fp32 and fp32.burst.get("samples_per_s") and b.get("samples_per_s"):
+        ratio = f"{b['samples_per_s'] / fp32.burst['samples_per_s']:.1f}x IEEE fp32; "
+    return ratio + _steps_peak(b, find_in)
+
+
+R50_WHAT = ("training throughput, resnet50 on one device-resident batch (loader=synthetic), "
+            "channels_last, 2 s window")  # fmt: skip
+ENTRIES: tuple[Entry, ...] = (
+    Entry("wb-gpu-r50-fp32", ("01", "03"), "resnet50", R50_WHAT, "images/s",
+          "fp32 (IEEE: TF32 off)", _precision("fp32"), _steps_peak),
+    Entry("wb-gpu-r50-tf32", ("01", "03", "05"), "resnet50", R50_WHAT, "images/s", "TF32",
+          _precision("tf32"), _over_fp32),
+    Entry("wb-gpu-r50-bf16", ("01", "03", "04", "05", "07", "11"), "resnet50", R50_WHAT,
+          "images/s", "bf16 (autocast)", _precision("bf16"), _over_fp32),
+    Entry("wb-gpu-r50-fp16", ("03",), "resnet50", R50_WHAT, "images/s",
+          "fp16 (autocast + GradScaler)", _precision("fp16"), _over_fp32),
+    Entry("wb-gpu-r50-jpeg-8workers", ("02", "05"), "resnet50",
+          "training throughput, resnet50 on JPEGs, torch DataLoader with 8 decode workers",
+          "images/s", "bf16 (autocast)", JPEG_8,
+          lambda b, f: f"GPU util {cell(b.get('gpu_util_pct'), 'gpu_util_pct')}%; "
+                       f"{b.get('short_epochs_note') or 'epochs of 50+ batches'}"),
+    Entry("wb-gpu-gpt-compile-default", ("11",), "gpt",
+          "training throughput, gpt (small decoder-only), torch.compile default", "samples/s",
+          "TF32", COMPILE_DEFAULT,
+          lambda b, f: f"cold compile {cell(b.get('compile_s'), 'compile_s')} s (compile_s)"),
+    Entry("wb-gpu-gpt-compile-reduce-overhead", ("11",), "gpt",
+          "training throughput, gpt (small decoder-only), torch.compile reduce-overhead "
+          "(CUDA graphs)", "samples/s", "TF32", COMPILE_RO,
+          lambda b, f: f"cold compile {cell(b.get('compile_s'), 'compile_s')} s"),
+)  # fmt: skip
+
+
+def reference_doc(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    entries = []
+    for e in ENTRIES:
+        found = find(runs, e.where)
+        if found is None or found.burst.get("samples_per_s") is None:
+            continue
+        entries.append(_entry(e, found, lambda w, path=found.path: _same_run(runs, path, w)))
+    return {"about": "This project's own GPU figures, generated by benchmarks/publish_gpu.py "
+                     "from the kept runs under benchmarks/results/ (never typed): each entry "
+                     "names its run file and the command that wrote it, or says it was not "
+                     "recorded. Read beside NVIDIA's published figures in resnet50.json.",
+            "entries": entries}  # fmt: skip
+
+
+def _same_run(
+    runs: Sequence[tuple[Path, dict[str, Any]]], path: Path, where: Where
+) -> Found | None:
+    return find([(p, r) for p, r in runs if p == path], where)
+
+
+def _entry(e: Entry, found: Found, find_in: Callable[[Where], Found | None]) -> dict[str, Any]:
+    run, b = found.run, found.burst
+    env = run.get("environment") or {}
+    versions = env.get("versions") or {}
+    mem = env.get("device_mem_mib")
+    hardware = f"1x {run['device']}" + (f" ({mem:,} MiB)" if mem else "") + \
+        f", torch {versions.get('torch')}, CUDA {versions.get('cuda')}"  # fmt: skip
+    rel = kept_name(found.path)
+    recorded = bool(run.get("recorded"))
+    return {"id": e.id, "lessons": list(e.lessons), "workload": e.workload, "what": e.what,
+            "value": round(b["samples_per_s"]), "units": e.units, "precision": e.precision,
+            "batch_size": (b.get("knobs") or {}).get("batch_size"),
+            "notes": e.notes(b, find_in), "kind": "measured", "hardware": hardware, "gpus": 1,
+            "device_name": run["device"],
+            "source": f"workbench GPU run {found.path.name}" + ("" if recorded else
+                                                                " (unrecorded)"),
+            "command": run["command"] if recorded else (run.get("command_note") or "unrecorded"),
+            "run": rel, "url": "docs/development.md#gpu-runs",
+            "read_on": run["started_at"][:10]}  # fmt: skip
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def outputs(results_dir: Path = gpu_record.RESULTS, root: Path = ROOT) -> dict[Path, str]:
+    """Every generated file's wanted content, by path."""
+    runs = load_runs(results_dir)
+    bodies = blocks(runs)
+    out = {}
+    for path in markdown_files(root):
+        text = path.read_text()
+        if BLOCK.search(text):
+            out[path] = fill(text, bodies, path.name)
+    out[root / REFERENCE.relative_to(ROOT)] = json.dumps(reference_doc(runs), indent=2) + "\n"
+    return out
+
+
+def stale(results_dir: Path = gpu_record.RESULTS, root: Path = ROOT) -> list[str]:
+    """The generated files that differ from what the kept runs give."""
+    return [str(p.relative_to(root)) for p, text in outputs(results_dir, root).items()
+            if not p.exists() or p.read_text() != text]  # fmt: skip
+
+
+OUR_GPU = re.compile(r"H100|H200|GB200|B200|GPU session|gpu_session|GPU run")
+THROUGHPUT = re.compile(r"\d[\d,.]*\s*(?:samples|images|img|tokens)/s")
+RATE_HEADER = re.compile(r"(?:samples|images|img|tokens)/s")
+NUMBER_CELL = re.compile(r"\|\s*(\d[\d,]*(?:\.\d+)?)\s*(?=\|)")
+
+
+def stray_figures(root: Path = ROOT) -> list[str]:
+    """Paragraphs outside the generated blocks that put a throughput figure beside one of our
+    GPUs or GPU runs (in the paragraph or in the one before it: a table's caption): a figure
+    typed by hand, which nothing checks against a kept run. A table counts as a figure when
+    its header names a rate (samples/s, images/s, ...) and a cell holds a number. The lessons'
+    text (markdown and code cells) is read too."""
+    found = []
+    texts = [(p, p.read_text()) for p in markdown_files(root)]
+    for nb in sorted((root / "notebooks").rglob("*.ipynb")):
+        cells = json.loads(nb.read_text()).get("cells", [])
+        texts.append((nb, "\n\n".join("".join(c.get("source", [])) for c in cells)))
+    for path, text in texts:
+        paras = re.split(r"\n\s*\n", BLOCK.sub("", text))
+        for before, para in zip(["", *paras], paras, strict=False):
+            figure = _figure(para)
+            if figure and (OUR_GPU.search(para) or OUR_GPU.search(before)):
+                found.append(f"{path.relative_to(root)}: {figure!r} in: {para[:160]!r}")
+    return found
+
+
+def _figure(para: str) -> str | None:
+    if m := THROUGHPUT.search(para):
+        return m.group(0)
+    rows = [line for line in para.splitlines() if line.lstrip().startswith("|")]
+    if len(rows) >= 3 and RATE_HEADER.search(rows[0]):
+        for row in rows[2:]:
+            if m := NUMBER_CELL.search(row):
+                return m.group(1)
+    return None
+
+
+def reference_problems(root: Path = ROOT, results_dir: Path = gpu_record.RESULTS) -> list[str]:
+    """Measured GPU entries in any reference file that do not name a kept run, or that name a
+    command the run did not record."""
+    runs = {kept_name(p): r for p, r in load_runs(results_dir)}
+    bad = []
+    for path in sorted((root / "notebooks" / "reference").glob("*.json")):
+        for e in json.loads(path.read_text())["entries"]:
+            if e.get("kind") != "measured" or not e.get("device_name"):
+                continue
+            run = runs.get(e.get("run", ""))
+            if run is None:
+                bad.append(f"{path.name} {e['id']}: run {e.get('run')!r} is no kept run")
+                continue
+            said = run["command"] if run.get("recorded") else run.get("command_note")
+            if e.get("command") != said:
+                bad.append(f"{path.name} {e['id']}: command {e.get('command')!r}, but "
+                           f"{e['run']} was written by {said!r}")  # fmt: skip
+    return bad
+
+
+def problems(results_dir: Path = gpu_record.RESULTS, root: Path = ROOT) -> list[str]:
+    """Everything ``--check`` reports: stale files, stray figures, unsourced entries."""
+    out = [f"{name}: its GPU figures differ from the kept runs: run "
+           "python benchmarks/publish_gpu.py" for name in stale(results_dir, root)]  # fmt: skip
+    out += [f"a GPU figure typed by hand (generate it from a kept run): {s}"
+            for s in stray_figures(root)]  # fmt: skip
+    return out + reference_problems(root, results_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a published figure is stale")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = problems()
+        for line in bad:
+            print(line, file=sys.stderr)
+        return 1 if bad else 0
+    for path, text in outputs().items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
