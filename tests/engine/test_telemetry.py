@@ -19,6 +19,7 @@ import torch
 
 from workbench import Knobs, Workload, run_burst
 from workbench.engine import burst, telemetry
+from workbench.engine.nvml_record import throttle_names
 from workbench.engine.telemetry import (
     Sampler,
     TelemetrySummary,
@@ -65,6 +66,7 @@ class FakeNvml(types.ModuleType):
     NVMLError_NotSupported = FakeNotSupported
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
 
     def __init__(
         self,
@@ -123,8 +125,8 @@ class FakeNvml(types.ModuleType):
         return self._next("temp")
 
     def nvmlDeviceGetClockInfo(self, h: str, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_SM
-        return self._next("sm_clock")
+        names = {self.NVML_CLOCK_SM: "sm_clock", self.NVML_CLOCK_MEM: "mem_clock"}
+        return self._next(names[clock])
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: str) -> int:
         return self._next("reasons")
@@ -140,6 +142,7 @@ def fake_nvml(**overrides: Any) -> FakeNvml:
         "power_mw": [300_000],
         "temp": [60],
         "sm_clock": [1980],
+        "mem_clock": [3201],
         "reasons": [0],
         "power_limit_mw": [700_000],
     }
@@ -655,12 +658,9 @@ def test_no_window_means_every_sample_and_empty_means_unknown() -> None:
 
 
 def test_throttle_bits_are_named() -> None:
-    assert telemetry._throttle_names([0x1]) == ()
-    assert telemetry._throttle_names([0x4 | 0x1, 0x80]) == (
-        "sw_power_cap",
-        "hw_power_brake_slowdown",
-    )
-    assert telemetry._throttle_names([0x20 | 0x800]) == ("sw_thermal_slowdown", "unknown_0x800")
+    assert throttle_names([0x1]) == ()
+    assert throttle_names([0x4 | 0x1, 0x80]) == ("sw_power_cap", "hw_power_brake_slowdown")
+    assert throttle_names([0x20 | 0x800]) == ("sw_thermal_slowdown", "unknown_0x800")
 
 
 # --------------------------------------------------------------------------- plausibility
