@@ -759,6 +759,12 @@ def test_real_nvml_sees_a_busy_gpu() -> None:
     assert summary.gpu_util_pct is not None and summary.gpu_util_pct > 20
     assert summary.gpu_mem_used_mib is not None and summary.gpu_mem_used_mib > 32
     assert summary.sm_clock_mhz is not None and summary.sm_clock_mhz > 100
+    assert summary.mem_clock_mhz is None or summary.mem_clock_mhz > 100
     assert summary.power_w is None or summary.power_w > 10
+    record = summary.nvml  # the window's NVML record, as a burst keeps it
+    assert record is not None and record["samples"] == summary.samples
+    assert record["start"]["sm_clock_mhz"] is not None and record["end"]["t_s"] > 1.0
+    assert len(record["window"]["sm_clock_mhz"]) == summary.samples
+    assert summary.clock_drop_pct is not None and 0 <= summary.clock_drop_pct < 100
     assert summary.samples >= 10
     assert telemetry_problems(summary) == []  # every figure in its physical range
