@@ -131,7 +131,8 @@ def throttled_in_window(result: BurstResult) -> str | None:
         single 50 ms dip does not count, ``workbench.engine.nvml_record``), with or without a
         reason bit;
     (iii) ``sw_power_cap`` appears with such a drop, or sets in partway: absent from the
-        window's first ``SUSTAIN_SAMPLES`` samples and present in each of its last ones.
+        window's first ``SUSTAIN_SAMPLES`` points and present in each of its last ones (a point
+        is a reading, or past 100 readings a stretch of them).
 
     A power cap held over the whole window at a steady clock is *not* suspect. NVML describes
     nvmlClocksEventReasonSwPowerCap as "the clocks have been optimized to ensure not to exceed
@@ -139,8 +140,8 @@ def throttled_in_window(result: BurstResult) -> str | None:
     clocks below requested clocks"; NVML API Reference, group nvmlClocksEventReasons,
     docs.nvidia.com/deploy/nvml-api), and NVIDIA's GPU Boost raises the clocks "when sufficient
     power and thermal headroom are available" (NVIDIA developer blog, "Increase Performance with
-    GPU Boost and K80 Autoboost"). A datacenter GPU under full training load therefore climbs
-    until it meets its power limit and stays there, flagged sw_power_cap: that is the board's
+    GPU Boost and K80 Autoboost"). A datacenter GPU under full training load thus typically
+    climbs until it meets its power limit and stays there, flagged sw_power_cap: that is the board's
     steady state, which the user's production run gets too, not a slow-down inside the window.
     Only a change (a falling clock, a cap that arrives partway) means the window's start and end
     ran at different speeds.
