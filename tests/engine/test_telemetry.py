@@ -19,6 +19,7 @@ import torch
 
 from workbench import Knobs, Workload, run_burst
 from workbench.engine import burst, telemetry
+from workbench.engine.nvml_record import throttle_names
 from workbench.engine.telemetry import (
     Sampler,
     TelemetrySummary,
@@ -65,6 +66,7 @@ class FakeNvml(types.ModuleType):
     NVMLError_NotSupported = FakeNotSupported
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
 
     def __init__(
         self,
@@ -123,8 +125,8 @@ class FakeNvml(types.ModuleType):
         return self._next("temp")
 
     def nvmlDeviceGetClockInfo(self, h: str, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_SM
-        return self._next("sm_clock")
+        names = {self.NVML_CLOCK_SM: "sm_clock", self.NVML_CLOCK_MEM: "mem_clock"}
+        return self._next(names[clock])
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: str) -> int:
         return self._next("reasons")
@@ -140,6 +142,7 @@ def fake_nvml(**overrides: Any) -> FakeNvml:
         "power_mw": [300_000],
         "temp": [60],
         "sm_clock": [1980],
+        "mem_clock": [3201],
         "reasons": [0],
         "power_limit_mw": [700_000],
     }
@@ -655,12 +658,9 @@ def test_no_window_means_every_sample_and_empty_means_unknown() -> None:
 
 
 def test_throttle_bits_are_named() -> None:
-    assert telemetry._throttle_names([0x1]) == ()
-    assert telemetry._throttle_names([0x4 | 0x1, 0x80]) == (
-        "sw_power_cap",
-        "hw_power_brake_slowdown",
-    )
-    assert telemetry._throttle_names([0x20 | 0x800]) == ("sw_thermal_slowdown", "unknown_0x800")
+    assert throttle_names([0x1]) == ()
+    assert throttle_names([0x4 | 0x1, 0x80]) == ("sw_power_cap", "hw_power_brake_slowdown")
+    assert throttle_names([0x20 | 0x800]) == ("sw_thermal_slowdown", "unknown_0x800")
 
 
 # --------------------------------------------------------------------------- plausibility
@@ -759,6 +759,12 @@ def test_real_nvml_sees_a_busy_gpu() -> None:
     assert summary.gpu_util_pct is not None and summary.gpu_util_pct > 20
     assert summary.gpu_mem_used_mib is not None and summary.gpu_mem_used_mib > 32
     assert summary.sm_clock_mhz is not None and summary.sm_clock_mhz > 100
+    assert summary.mem_clock_mhz is None or summary.mem_clock_mhz > 100
     assert summary.power_w is None or summary.power_w > 10
+    record = summary.nvml  # the window's NVML record, as a burst keeps it
+    assert record is not None and record["samples"] == summary.samples
+    assert record["start"]["sm_clock_mhz"] is not None and record["end"]["t_s"] > 1.0
+    assert len(record["window"]["sm_clock_mhz"]) == summary.samples
+    assert summary.clock_drop_pct is not None and 0 <= summary.clock_drop_pct < 100
     assert summary.samples >= 10
     assert telemetry_problems(summary) == []  # every figure in its physical range

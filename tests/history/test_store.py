@@ -222,6 +222,44 @@ def test_old_rows_read_renamed_fields_under_their_new_names(
     assert "mem_bw_util_pct" in sql(db, "SELECT record FROM bursts WHERE id = 1")[0][0]
 
 
+NVML_RECORD = {
+    "start": {"t_s": 0.01, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_c": 63.0,
+              "power_w": 626.5, "throttle_reasons": []},
+    "end": {"t_s": 1.96, "sm_clock_mhz": 1830.0, "mem_clock_mhz": 3201.0, "temp_c": 70.0,
+            "power_w": 626.6, "throttle_reasons": ["sw_thermal_slowdown"]},
+    "window": {"t_s": [0.01, 0.06], "sm_clock_mhz": [1980.0, None],
+               "mem_clock_mhz": [3201.0, 3201.0], "temp_c": [63.0, 64.0],
+               "power_w": [626.5, 630.1], "throttle_mask": [0, 32]},
+    "samples": 2,
+    "stride": 1,
+    "clock_drop": {"from_mhz": 1980.0, "to_mhz": 1830.0, "pct": 7.58},
+}  # fmt: skip
+
+
+def test_a_bursts_nvml_record_round_trips_and_old_rows_load_without_it(
+    history: HistoryStore, db: Path
+) -> None:
+    result = BurstResult(workload="resnet50", device="cuda:0", mem_clock_mhz=3201.0,
+                         clock_drop_pct=7.58, nvml=NVML_RECORD)  # fmt: skip
+    new_id = history.append(result.to_dict())
+    old_row = burst(sm_clock_mhz=1980.0, throttle_reasons=["sw_power_cap"])  # before the record
+    sql(
+        db,
+        "INSERT INTO bursts (created_at, workload, device, status, samples_per_s, peak_mem_mib,"
+        " record) VALUES ('2026-01-02T03:04:05.000000+00:00', 'cnn', 'cuda:0', 'ok', 1234.5,"
+        f" 512.0, '{json.dumps(old_row)}')",
+    )
+
+    kept = BurstResult.from_dict(history.get(new_id))
+    assert kept.nvml == NVML_RECORD
+    assert (kept.mem_clock_mhz, kept.clock_drop_pct) == (3201.0, 7.58)
+    old = BurstResult.from_dict(history.records()[-1])
+    assert (old.nvml, old.mem_clock_mhz, old.clock_drop_pct) == (None, None, None)
+    assert old.sm_clock_mhz == 1980.0 and old.throttle_reasons == ["sw_power_cap"]
+    frame = history.frame()
+    assert {"nvml", "mem_clock_mhz", "clock_drop_pct"} <= set(frame.columns)
+
+
 def test_store_renames_what_results_renames() -> None:
     from workbench.core import results
     from workbench.history import records

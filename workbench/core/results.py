@@ -138,6 +138,19 @@ class BurstResult(Outcome):
     outside ``peak_mem_mib``; None where the loader holds none or cannot say."""
     sm_clock_mhz: float | None = None
     throttle_reasons: list[str] = field(default_factory=list)
+    mem_clock_mhz: float | None = None
+    """NVML's memory clock, window median; None without NVML."""
+    clock_drop_pct: float | None = None
+    """How far the SM clock fell inside the window, from its highest sustained reading to a
+    later lowest (a rolling median of 3 NVML readings, so one 50 ms dip does not count), in %
+    of the high; 0.0 when it held, None without NVML or with under 3 readings. Past
+    ``selfcheck.CLOCK_DROP_SHARE`` the burst is suspect."""
+    nvml: dict[str, Any] | None = None
+    """What NVML read at the window's edges and inside it (``workbench.engine.nvml_record``):
+    ``start`` and ``end`` (``t_s``, ``sm_clock_mhz``, ``mem_clock_mhz``, ``temp_c``,
+    ``power_w``, ``throttle_reasons``), ``window`` (the same as columns, with ``throttle_mask``
+    ints, at most 100 points), ``samples``, ``stride`` and ``clock_drop`` (``from_mhz``,
+    ``to_mhz``, ``pct``). None where NVML gave nothing (a CPU burst)."""
     cpu_util_pct: float | None = None
     telemetry: str | None = None
     peak_mem_kind: str | None = None

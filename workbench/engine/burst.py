@@ -579,6 +579,7 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
     r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
     r.gpu_mem_used_mib, r.mem_busy_pct = t.gpu_mem_used_mib, t.mem_busy_pct
     r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)
+    r.mem_clock_mhz, r.clock_drop_pct, r.nvml = t.mem_clock_mhz, t.clock_drop_pct, t.nvml
     r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source
 
 

@@ -2,10 +2,12 @@
 
 A `Sampler` runs beside a burst on a daemon thread and takes one sample every `interval_s`
 (50 ms by default): NVML device utilization, the share of time device memory was busy, device
-memory in use, power, temperature, SM clock and clock-limiting ("throttle") reasons, plus the CPU
-time and RSS of this process and its children (DataLoader workers). The burst marks its measured
-window with `mark_window()`; `stop()` summarizes, and `telemetry_problems()` lists the figures
-that are out of their physical range (a number not to trust).
+memory in use, power, temperature, SM and memory clocks and clock-limiting ("throttle") reasons,
+plus the CPU time and RSS of this process and its children (DataLoader workers). The burst marks
+its measured window with `mark_window()`; `stop()` summarizes, and `telemetry_problems()` lists
+the figures that are out of their physical range (a number not to trust). Beside the summary,
+the burst keeps NVML's clocks, temperature, power and reasons at the window's edges and over it
+(`nvml_record`), so a slow-down inside the window can be seen and checked.
 
 Why a thread and these statistics:
 - NVML is polled, not event driven: the driver refreshes utilization over its own sample period
@@ -37,7 +39,7 @@ see `Sampler.overhead_pct`. That is after two choices: process figures are read 
 /proc/<pid>/stat on Linux (one read per process, a third of psutil's cost; psutil elsewhere),
 and children are rediscovered at most every 0.5 s from /proc/<pid>/task/<tid>/children (0.2 ms)
 instead of psutil's scan of every process (3 ms for 78 processes here, more on a busy server).
-NVML adds six queries per sample; not measured here (no GPU): read `overhead_pct` on one.
+NVML adds seven queries per sample; not measured here (no GPU): read `overhead_pct` on one.
 
 PSS is the expensive figure: the kernel walks every resident page to split the shared ones,
 8-25 ms of CPU for a cnn burst's three processes (about 1.7 GiB summed RSS) against 0.007 ms
@@ -72,6 +74,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from workbench.engine.nvml_record import nvml_record, throttle_names
+
 if TYPE_CHECKING:
     # torch only for a GPU: provenance reads NVML through here without it
     import torch
@@ -85,23 +89,6 @@ _CHILD_REFRESH_S = 0.1
 short burst's window can be a quarter of a second, so a slower look-up missed them (~0.1 ms)."""
 _START_WAIT_S = 10.0
 _JOIN_TIMEOUT_S = 5.0
-
-# Clock event ("throttle") reason bits, as nvml.h / pynvml name them
-# (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*).
-_THROTTLE_BITS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
-_NOT_LIMITING = frozenset({"gpu_idle"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +131,14 @@ class TelemetrySummary:
     host_mem_timeline: tuple[tuple[float, float], ...] = ()
     """``(seconds since the first sample, MiB)`` of the same figure over the whole burst, thinned
     to at most ``TIMELINE_POINTS`` points (each the highest of its stretch, so the peak stays)."""
+    mem_clock_mhz: float | None = None
+    """Memory clock (NVML_CLOCK_MEM), window median."""
+    clock_drop_pct: float | None = None
+    """How far the sustained SM clock fell inside the window, in % of its high
+    (``nvml_record.clock_drop``); 0.0 when it held, None with too few readings or no NVML."""
+    nvml: dict[str, Any] | None = None
+    """NVML at the window's edges and over it (``nvml_record.nvml_record``: ``start``, ``end``,
+    ``window`` columns, ``clock_drop``); None where NVML gave nothing (a CPU burst)."""
 
 
 @dataclass(slots=True)
@@ -155,6 +150,7 @@ class _Sample:
     power_w: float | None = None
     temp_c: float | None = None
     sm_clock: float | None = None
+    mem_clock: float | None = None
     throttle: int | None = None
     cpu_s: float | None = None
     rss_mib: float | None = None
@@ -354,6 +350,10 @@ class _NvmlProbe:
         sample.temp_c = None if temp is None else float(temp)
         clock = self._query("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         sample.sm_clock = None if clock is None else float(clock)
+        mem_clock = self._query(
+            "mem_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)
+        )
+        sample.mem_clock = None if mem_clock is None else float(mem_clock)
         sample.throttle = self._query("throttle", lambda: int(self._reasons(h)))
 
 
@@ -784,19 +784,6 @@ def _cpu_pct(all_samples: list[_Sample], used: list[_Sample]) -> float | None:
     return 100.0 * (pts[-1].cpu_s - pts[0].cpu_s) / (pts[-1].t - pts[0].t)  # type: ignore[operator]
 
 
-def _throttle_names(masks: list[float]) -> tuple[str, ...]:
-    seen = 0
-    for m in masks:
-        seen |= int(m)
-    names = [name for bit, name in _THROTTLE_BITS if seen & bit and name not in _NOT_LIMITING]
-    known = 0
-    for bit, _ in _THROTTLE_BITS:
-        known |= bit
-    unknown = seen & ~known
-    names += [f"unknown_0x{1 << b:x}" for b in range(unknown.bit_length()) if unknown >> b & 1]
-    return tuple(names)
-
-
 def _summarize(
     samples: list[_Sample],
     window: tuple[float, float] | None,
@@ -815,6 +802,9 @@ def _summarize(
         used = _nearest(samples, window)
         notes.append("no sample inside the measured window: used the nearest one")
     clocks = _values(used, "sm_clock")
+    mem_clocks = _values(used, "mem_clock")
+    record = nvml_record(samples, window)
+    drop = record["clock_drop"] if record else None
     mem = _values(samples, "mem_used_mib")
     temps = _values(used, "temp_c")
     rss = _values(samples, "rss_mib")
@@ -827,7 +817,7 @@ def _summarize(
         power_w=_mean(_values(used, "power_w")),
         temp_c=max(temps) if temps else None,
         sm_clock_mhz=statistics.median(clocks) if clocks else None,
-        throttle_reasons=_throttle_names(_values(used, "throttle")),
+        throttle_reasons=throttle_names(_values(used, "throttle")),
         cpu_util_pct=_cpu_pct(samples, used),
         rss_peak_mib=max(rss) if rss else None,
         samples=len(inside),
@@ -836,6 +826,9 @@ def _summarize(
         host_mem_peak_mib=host_mib,
         host_mem_kind=host_kind,
         host_mem_timeline=_host_timeline(samples, "pss_mib" if host_kind == "pss" else "rss_mib"),
+        mem_clock_mhz=statistics.median(mem_clocks) if mem_clocks else None,
+        clock_drop_pct=drop["pct"] if drop else None,
+        nvml=record,
     )
 
 
