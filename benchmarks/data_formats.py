@@ -82,6 +82,9 @@ def _run(root: Path, args: argparse.Namespace) -> int:
                             progress=lambda m: print("   ", m, file=sys.stderr))  # fmt: skip
     table = summary(frame)
     print(table.round(1).to_string())
+    for mode, drift in frame.attrs.get("drift", {}).items():  # a reading needs --repeats 2+
+        if drift["sentence"]:
+            print(f"  drift ({mode}): {drift['sentence']}")
     failed = frame[frame["status"] != "ok"]
     for row in failed.itertuples():
         print(f"  FAILED {row.data_format} {row.cache} {row.mode}: {row.error}")

@@ -6,6 +6,7 @@ import pytest
 from workloads_for_tests import tensor_workload
 
 from workbench import Knobs, sweep
+from workbench.analysis import sweeps
 from workbench.analysis.sweeps import with_knob
 from workbench.core.knobs import KNOB_NAMES, KnobError
 from workbench.core.results import BurstResult
@@ -18,7 +19,8 @@ FAST = {"seconds": 0.2, "warmup_steps": 1, "min_steps": 3}
 def test_one_row_per_value_with_the_knob_varying(store_path):
     seen: list[BurstResult] = []
     df = sweep(tensor_workload(), "batch_size", [8, 16, 32], base=Knobs(num_workers=0),
-               store=store_path, progress=seen.append, **FAST)  # fmt: skip
+               store=store_path, progress=seen.append, reference_every=None,
+               **FAST)  # fmt: skip
     assert len(df) == 3 and list(df["batch_size"]) == [8, 16, 32]
     assert set(df["status"]) == {"ok"} and (df["samples_per_s"] > 0).all()
     fields = [f.name for f in dataclasses.fields(BurstResult)]
@@ -33,7 +35,8 @@ def test_other_knobs_are_held_and_repeats_interleave():
     base = Knobs(batch_size=8, grad_accum=2)
     df = sweep(tensor_workload(), "num_workers", [0, 1], base=base, repeats=2, record=False,
                **FAST)  # fmt: skip
-    assert list(df["num_workers"]) == [0, 1, 0, 1]
+    assert list(df["num_workers"]) == [0, 1, 0, 1, 0]  # the first value again, for drift
+    assert list(df["reference"]) == [False] * 4 + [True]
     assert set(df["batch_size"]) == {8} and set(df["grad_accum"]) == {2}
 
 
@@ -68,7 +71,8 @@ def test_an_empty_sweep_has_the_columns_of_a_full_one(store_path):
     empty = sweep(tensor_workload(), "batch_size", [8, 16], cancel=stop, record=False, **FAST)
     full = sweep(tensor_workload(), "batch_size", [8], record=False, **FAST)
     assert empty.empty and list(empty.columns) == list(full.columns)
-    assert list(open_store(store_path).frame().columns) == list(full.columns)
+    drift = ["reference", "drift_factor", "samples_per_s_corrected"]  # a sweep's own
+    assert [*open_store(store_path).frame().columns, *drift] == list(full.columns)
     for frame in (empty, full):  # UTC timestamps in both
         dtype = frame["created_at"].dtype
         assert isinstance(dtype, pd.DatetimeTZDtype) and str(dtype.tz) == "UTC"
@@ -88,3 +92,76 @@ def test_sweep_chart_draws_throughput_and_memory_against_the_knob():
     titles = [c["title"]["text"] for c in spec["hconcat"]]
     assert titles[0].startswith("Throughput") and titles[1].startswith("Peak memory")
     assert all("batch_size" in t for t in titles)
+
+
+# -- drift: a machine that slows down between bursts ------------------------------------------
+
+TRUE_SPEED = {8: 100.0, 16: 101.5, 32: 103.0}
+"""Each doubling of the batch is truly 1.5% faster: 3% from the first value to the last."""
+
+
+class DriftingBursts:
+    """Stands in for run_burst on a machine that loses ``slowdown`` of its speed every burst
+    (thermal, another job): burst n reads ``TRUE_SPEED * (1 - slowdown) ** n``."""
+
+    def __init__(self, slowdown: float) -> None:
+        self.slowdown, self.calls = slowdown, 0
+
+    def __call__(self, workload, knobs: Knobs, **kwargs) -> BurstResult:
+        sps = TRUE_SPEED[knobs.batch_size] * (1 - self.slowdown) ** self.calls
+        self.calls += 1
+        return BurstResult(workload="tiny", device="cpu", knobs=knobs, samples_per_s=sps,
+                           step_ms_p50=1000.0 * knobs.batch_size / sps,
+                           peak_mem_mib=10.0 * knobs.batch_size)  # fmt: skip
+
+
+def _drifting(monkeypatch, slowdown: float, **kw) -> pd.DataFrame:
+    monkeypatch.setattr(sweeps, "run_burst", DriftingBursts(slowdown))
+    return sweep(tensor_workload(), "batch_size", [8, 16, 32], record=False, **FAST, **kw)
+
+
+def _ranked(df: pd.DataFrame, column: str) -> list[int]:
+    values = df[~df["reference"]].groupby("batch_size")[column].median()
+    return list(values.sort_values(ascending=False).index)
+
+
+def test_a_drift_of_2_percent_a_burst_misranks_the_old_sweep_and_not_the_new(monkeypatch):
+    old = _drifting(monkeypatch, 0.02, reference_every=None)
+    assert _ranked(old, "samples_per_s") == [8, 16, 32]  # upside down: 32 is truly fastest
+    assert old.attrs["drift"]["drift_pct"] is None  # the first value ran once: no reading
+
+    new = _drifting(monkeypatch, 0.02)  # the default: the first value again at the end
+    assert list(new["batch_size"]) == [8, 16, 32, 8] and list(new["reference"]) == [0, 0, 0, 1]
+    assert _ranked(new, "samples_per_s_corrected") == [32, 16, 8]
+    corrected = new.groupby("batch_size")["samples_per_s_corrected"].median()
+    assert corrected[32] / corrected[8] == pytest.approx(1.03, abs=0.001)  # linear vs 0.98^n
+    assert new["drift_factor"].iloc[-1] == pytest.approx(0.98**3)
+    drift = new.attrs["drift"]
+    assert drift["drift_pct"] == pytest.approx(100 * (1 - 0.98**3)) and drift["exceeds"]
+    assert drift["effect_pct"] == pytest.approx(3.0, abs=0.1)
+    assert "drifted 5.9% over the sweep" in drift["sentence"]
+    assert (
+        "more than the 3.0% between the values: these bursts cannot rank them"
+        in (drift["sentence"])
+    )
+
+
+def test_without_drift_the_factors_are_one_and_nothing_is_said(monkeypatch):
+    df = _drifting(monkeypatch, 0.0, reference_every=2)
+    assert list(df["batch_size"]) == [8, 16, 32, 8] and (df["drift_factor"] == 1.0).all()
+    assert list(df["samples_per_s_corrected"]) == list(df["samples_per_s"])
+    assert df.attrs["drift"]["drift_pct"] == 0.0 and df.attrs["drift"]["sentence"] == ""
+    assert df.attrs["drift"]["exceeds"] is False
+
+
+def test_the_chart_leaves_out_the_extra_runs_and_draws_corrected_throughput(monkeypatch):
+    df = _drifting(monkeypatch, 0.02)
+    spec = plots.sweep(df).to_dict()
+    assert spec["hconcat"][0]["title"]["text"].startswith("Throughput (samples/s, drift-corrected)")
+    assert spec["hconcat"][0]["title"]["subtitle"] == "3 bursts"  # not 4: 8 counted once
+    old = _drifting(monkeypatch, 0.02, reference_every=None)
+    assert (
+        plots.sweep(old)
+        .to_dict()["hconcat"][0]["title"]["text"]
+        .startswith("Throughput (samples/s) vs")
+    )

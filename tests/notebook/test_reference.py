@@ -63,6 +63,10 @@ def test_beside_puts_the_sweep_over_the_references():
     mine = table[table["source"] == "your sweep"]
     assert mine["value"].tolist() == [40.0, 11.0]
     assert (table["source"] != "your sweep").sum() == len(reference.table("03"))
+    again = pd.concat([df, df.iloc[:1].assign(samples_per_s=20.0)], ignore_index=True)
+    again["reference"] = [False, False, False, True]  # fp32 run again, for drift
+    mine = reference.beside(again, "precision", "03")
+    assert mine[mine["source"] == "your sweep"]["value"].tolist() == [40.0, 11.0]
 
 
 def test_a_cpu_ratio_opposite_to_the_gpu_is_called_out():

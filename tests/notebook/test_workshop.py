@@ -46,6 +46,16 @@ def test_check_best_accepts_the_best_and_noise_ties_only():
     assert not workshop.check_best(None, WORKERS, "num_workers")
 
 
+def test_a_sweeps_extra_runs_for_drift_count_for_nothing():
+    """The first value's re-measurements (``reference``) read the drift, not the value: a
+    slowed machine's last run must not pull the first value's median down."""
+    frame = _sweep("num_workers", [(0, 200.0, "ok"), (1, 170.0, "ok"), (0, 120.0, "ok")])
+    assert workshop.check_best(1, frame, "num_workers")  # counted, 0 reads 160: 1 "wins"
+    frame["reference"] = [False, False, True]
+    assert workshop.check_best(0, frame, "num_workers")
+    assert not workshop.check_best(1, frame, "num_workers")
+
+
 def test_check_best_says_why_it_cannot_read_a_frame_instead_of_raising():
     wrong = workshop.check_best(2, WORKERS, "batch_size", exercise="04-knee")
     assert not wrong and "'batch_size' is not a column" in wrong.message

@@ -472,3 +472,29 @@ def test_the_batch_walk_picks_off_its_curve_not_its_luckiest_burst(fake):
         search.measure(k, "walk")
     assert smoothed_batch(search, walked).batch_size >= 256
     assert smoothed_batch(search, walked[:2]) is None  # two sizes are no curve
+
+
+def test_drift_larger_than_the_speedup_is_said_plainly(fake):
+    """A machine that loses 2% a burst under a knob worth 3%: the start's runs (first, and
+    again in the confirmation) read the drift, and the result says it exceeds the speed-up."""
+    true = {0: 100.0, 1: 103.0}
+    f = fake(lambda k, n: true[k.num_workers] * 0.98 ** (len(f.calls) - 1))
+    t = _tune({"num_workers": [0, 1]}, budget=8)
+    starts = [i for i, k in enumerate(f.calls) if k == Knobs()]
+    assert len(starts) >= 2 and t.start_runs == len(starts)
+    assert t.drift_pct == pytest.approx(100 * (1 - 0.98 ** (starts[-1] - starts[0])))
+    assert t.drift_pct_per_burst == pytest.approx(-2.0)
+    assert t.speedup_uncertain is True and t.drift_pct > 100 * abs(t.speedup - 1)
+    assert "the runs cannot tell the speed-up from drift" in t.drift_sentence
+    assert f"  drift: {t.drift_sentence}" in t.summary().splitlines()
+    doc = t.to_dict()
+    assert doc["drift_pct_per_burst"] == t.drift_pct_per_burst and doc["speedup_uncertain"]
+
+
+def test_a_steady_machine_reads_no_drift(fake):
+    fake(lambda k, n: 200.0 if k.num_workers == 1 else 100.0)
+    t = _tune({"num_workers": [0, 1]}, budget=8)
+    assert t.drift_pct == 0.0 and t.drift_pct_per_burst == 0.0 and t.speedup_uncertain is False
+    assert t.drift_sentence == "" and "  drift: the start held within 0.0% over the tune" in (
+        t.summary().splitlines()
+    )

@@ -4,7 +4,11 @@ One row per (format, cache, mode): ``loader`` is the loader-only ceiling (``run_
 read, decode, augment, no model), ``full`` a training burst (``run_burst``). Formats not
 converted yet are converted first (``build=True``; the conversion is reused afterwards), so a
 notebook cell or the benchmark runs on a fresh data folder. Runs are interleaved by repeat, so
-drift on a shared machine spreads over every format rather than landing on one.
+drift on a shared machine spreads over every format rather than landing on one; with two
+repeats or more, the first format and cache of each mode (run at the start of every repeat)
+is the reference that measures it (``workbench.analysis.drift``): each row gets
+``drift_factor`` and ``samples_per_s_corrected``, and ``frame.attrs["drift"]`` the summary
+per mode, with a sentence when the drift is larger than the differences between the formats.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.analysis.drift import Wording, estimate_drift
 from workbench.analysis.loader_ceiling import run_loader_burst
 from workbench.core.errors import InputError
 from workbench.core.knobs import DATA_FORMATS, Knobs
@@ -47,7 +52,8 @@ def compare_formats(
     progress: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Measure each format; columns ``data_format, cache, mode, repeat, samples_per_s,
-    status, error, bytes_on_disk``."""
+    status, error, bytes_on_disk, drift_factor, samples_per_s_corrected`` (module
+    docstring), ``attrs["drift"]``: mode -> ``Drift.to_dict()``."""
     base = knobs or Knobs()
     window = BurstWindow(seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
     wl = resolve_workload(workload, data_dir)
@@ -70,7 +76,32 @@ def compare_formats(
                         "status": r.status, "error": r.error,
                         "bytes_on_disk": sizes.get(fmt),
                     })  # fmt: skip
-    return pd.DataFrame(rows)
+    return _with_drift(pd.DataFrame(rows))
+
+
+def _with_drift(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, the drift read from the first format and cache's run in each repeat (one
+    repeat: one reading, factors 1.0 and no drift figure)."""
+    frame["drift_factor"] = 1.0
+    frame["samples_per_s_corrected"] = frame["samples_per_s"].astype(float)
+    frame.attrs["drift"] = {}
+    for mode, rows in frame.groupby("mode", sort=False):
+        first = rows.iloc[0]
+        reference = (rows["data_format"] == first["data_format"]) & (
+            rows["cache"] == first["cache"]
+        )
+        words = Wording(over=f"the comparison ({mode})", effect="the {pct} between the formats",
+                        cannot="these runs cannot rank them; rerun on a quiet machine",
+                        corrected="; samples_per_s_corrected is corrected by it")  # fmt: skip
+        sps = [None if pd.isna(v) else float(v) for v in rows["samples_per_s"]]
+        groups = list(rows["data_format"] + ", " + rows["cache"])
+        drift = estimate_drift(sps, list(reference), groups, words=words)
+        frame.loc[rows.index, "drift_factor"] = drift.factors
+        frame.loc[rows.index, "samples_per_s_corrected"] = [
+            float("nan") if c is None else c for c in drift.corrected
+        ]
+        frame.attrs["drift"][str(mode)] = drift.to_dict()
+    return frame
 
 
 def _ensure_formats(

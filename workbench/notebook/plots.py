@@ -60,6 +60,7 @@ _STEP_PARTS = (  # (label, column, colour), stacked bottom to top
     ("compute", "compute_ms_p50", "#4c78a8"),
 )
 _METRIC_TITLES = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s",
+                  "samples_per_s_corrected": "samples/s, drift-corrected",
                   "cost_per_million_samples": "cost per million samples"}  # fmt: skip
 _ZOOM_RATIO = 2.0
 """The memory chart draws the capacity rule inside the axis only while the highest peak is
@@ -622,12 +623,21 @@ def sweep(
     """Throughput and peak memory against the swept knob, side by side.
 
     For the frame ``wb.sweep`` returns: ``knob`` defaults to the one it swept
-    (``df.attrs["knob"]``).
+    (``df.attrs["knob"]``). The first value's extra runs for drift (``reference`` True) are
+    left out, so that value counts its own repeats only; where the sweep measured its drift
+    (``df.attrs["drift"]``), throughput is the drift-corrected ``samples_per_s_corrected``.
     """
     knob = knob or df.attrs.get("knob")
     if not knob:
         raise ValueError("which knob? pass knob=... (this frame does not say what was swept)")
-    return alt.hconcat(throughput(df, knob), memory(df, knob, capacity_mib=capacity_mib))
+    drift = df.attrs.get("drift") or {}
+    if "reference" in df.columns:
+        df = df[~df["reference"].eq(True)]
+    measured = drift.get("drift_pct") is not None and "samples_per_s_corrected" in df.columns
+    metric = "samples_per_s_corrected" if measured else "samples_per_s"
+    return alt.hconcat(
+        throughput(df, knob, metric=metric), memory(df, knob, capacity_mib=capacity_mib)
+    )
 
 
 def step_split(df: pd.DataFrame, knob: str, *, highlight_id: int | None = None) -> alt.LayerChart:

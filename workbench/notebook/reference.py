@@ -167,7 +167,10 @@ def beside(
     device: str = "this machine", refs: Iterable[Reference] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """The learner's sweep (median ``metric`` per value of ``knob``, successful bursts) on top,
-    the lesson's reference figures below it, in one table with a ``where`` column."""
+    the lesson's reference figures below it, in one table with a ``where`` column. A sweep's
+    extra runs of its first value for drift (``reference``) are left out of its median."""
+    if "reference" in frame.columns:
+        frame = frame[~frame["reference"].eq(True)]
     ok = frame[frame["status"] == "ok"] if "status" in frame.columns and len(frame) else frame
     mine = []
     if knob in ok.columns and metric in ok.columns:

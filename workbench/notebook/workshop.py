@@ -443,10 +443,14 @@ def gpu_verdicts(plan: LessonPlan, compute_sps: float, decode_sps_per_core: floa
 
 
 def _medians(frame: pd.DataFrame, knob: str, metric: str) -> dict[Any, float]:
-    """Median ``metric`` of the successful bursts at each value of ``knob``."""
+    """Median ``metric`` of the successful bursts at each value of ``knob``. A sweep's extra
+    runs of its first value for drift (``reference``) are left out: each value counts its own
+    repeats (``metric="samples_per_s_corrected"`` reads the drift-corrected figures)."""
     for column in (knob, metric):
         if column not in frame.columns:
             raise ValueError(f"{column!r} is not a column of this frame: pass the sweep's frame")
+    if "reference" in frame.columns:
+        frame = frame[~frame["reference"].eq(True)]
     ok = frame[(frame["status"] == "ok") & frame[metric].notna()] if len(frame) else frame
     values: dict[Any, list[float]] = {}
     for value, measured in zip(ok[knob], ok[metric], strict=True):

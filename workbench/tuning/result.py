@@ -115,6 +115,16 @@ class TuneResult:
     saving: dict[str, Any] | None = None
     """With a price: what the best saves against the start for the same work, per million
     samples, per epoch and per month (``workbench.core.cost.tune_saving``); None without one."""
+    drift_pct: float | None = None
+    """How far the start's runs moved over the tune, in % of its first run (the spread of
+    ``workbench.analysis.drift`` factors); None when the start ran fewer than twice."""
+    drift_pct_per_burst: float | None = None
+    """The start's trend across the tune, in % per burst (negative: the machine slowed)."""
+    speedup_uncertain: bool | None = None
+    """True when the drift is larger than the speed-up's effect (``|speedup - 1|``): the runs
+    cannot tell the one from the other. None when either is unknown."""
+    drift_sentence: str = ""
+    """The drift in words (``Drift.sentence``); empty when the start held."""
 
     @property
     def separated(self) -> bool | None:
@@ -150,6 +160,9 @@ class TuneResult:
             lines.insert(2, "  the start was already the fastest config measured")
         elif self.speedup is not None:
             lines.insert(2, self._speedup_line(best))
+        drift = self._drift_line()
+        if drift:
+            lines.append(drift)
         lines.append("  contenders:")
         lines += [f"    {_line(c)}  {changed(c.knobs)}" for c in self.candidates[:5] if c.fits]
         lines += [f"  note: {n}" for n in self.notes]
@@ -177,6 +190,14 @@ class TuneResult:
             text += f"; noise {self.noise_pct:.1f}% per burst"
         return text
 
+    def _drift_line(self) -> str:
+        """The drift across the tune, or that the start held; empty when it ran once."""
+        if self.drift_pct is None:
+            return ""
+        if self.drift_sentence:
+            return f"  drift: {self.drift_sentence}"
+        return f"  drift: the start held within {self.drift_pct:.1f}% over the tune"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``workbench tune --json``)."""
         return {
@@ -201,6 +222,10 @@ class TuneResult:
             "workload": self.workload,
             "device": self.device,
             "saving": self.saving,
+            "drift_pct": self.drift_pct,
+            "drift_pct_per_burst": self.drift_pct_per_burst,
+            "speedup_uncertain": self.speedup_uncertain,
+            "drift_sentence": self.drift_sentence,
         }
 
     def frame(self) -> pd.DataFrame:

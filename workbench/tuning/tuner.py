@@ -26,6 +26,12 @@ workbench/tune_noise.py):
 5. **The speed-up with its interval**: the winner's median over the start's, with a 95%
    interval from the pooled noise (``tune_noise.ratio_interval``); when it holds 1 the
    summary says the runs cannot separate them.
+6. **Drift.** The start's runs (its first burst and its re-measurements in the confirmation)
+   are readings of one config across the tune: ``workbench.analysis.drift`` turns them into
+   the drift over the tune and per burst, and the result says when that drift is larger
+   than the speed-up (``speedup_uncertain``). It does not steer the search: a re-measure of
+   the start midway would cost a burst of every budget, and the confirmation already
+   interleaves the start with the contenders, so drift after the search hits both alike.
 
 Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
 store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
@@ -45,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from workbench.analysis.drift import TUNE_WORDS, Drift, estimate_drift
 from workbench.analysis.sweeps import check_values
 from workbench.core import cost
 from workbench.core.errors import InputError
@@ -413,6 +420,7 @@ def _result(
         if best.knobs != start:
             low, high = tune_noise.ratio_interval(speedup, best.ok_runs, begin.ok_runs, noise, df)
     stopped = search.stopped or ("budget" if len(search.bursts) >= search.budget else "converged")
+    drift = tune_drift(search, start, speedup if best and best.knobs != start else None)
     return TuneResult(
         best=best.knobs if best else None,
         best_result=best.representative if best else None,
@@ -434,7 +442,21 @@ def _result(
         notes=list(search.notes),
         workload=workload,
         device=str(dev),
+        drift_pct=drift.drift_pct,
+        drift_pct_per_burst=drift.pct_per_burst,
+        speedup_uncertain=drift.exceeds,
+        drift_sentence=drift.sentence,
     )
+
+
+def tune_drift(search: Search, start: Knobs, speedup: float | None) -> Drift:
+    """The drift across the tune, read from the start's runs where they ran among the bursts,
+    against the speed-up's effect (``100 * |speedup - 1|``; none when ``speedup`` is None)."""
+    runs = search.runs.get(start, [])
+    reference = [any(r is run for run in runs) for r in search.bursts]
+    sps = [r.samples_per_s if r.ok else None for r in search.bursts]
+    effect = None if speedup is None else 100.0 * abs(speedup - 1.0)
+    return estimate_drift(sps, reference, effect_pct=effect, words=TUNE_WORDS)
 
 
 __all__ = ["Candidate", "TuneProgress", "TuneResult", "default_space", "tune", "tune_on"]
