@@ -36,6 +36,7 @@ import time
 _STARTED = time.monotonic()  # the budget counts the imports too
 
 import argparse  # noqa: E402
+import atexit  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -125,6 +126,8 @@ def run_lesson(
     except Exception as error:  # a dead kernel, a kernel that did not start: the lesson failed
         lines = str(error).strip().splitlines() or [""]
         return "failed", _one_line(f"{type(error).__name__}: {lines[-1]}")
+    finally:  # a kernel that never started leaves nbclient's exit hook, which then fails loudly
+        atexit.unregister(client._cleanup_kernel)
     return "passed", None
 
 
