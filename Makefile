@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test docs lint format data bench gpu-check gpu-session clean
+.PHONY: lab test docs lint format data bench gpu-check gpu-session wheelhouse clean
 
 # The docs extra installs MkDocs and its plugins: make test builds the site, strict.
 # The dali extra installs NVIDIA DALI where it has wheels (Linux x86_64; its markers skip it
@@ -65,6 +65,12 @@ gpu-check: $(STAMP)
 # On a lent GPU box: the machine's own Python (no venv, no UI packages), 8 minutes; without CUDA, its dry path.
 gpu-session:
 	bash benchmarks/gpu_session.sh
+
+# What the lessons need on a lent GPU box beyond what it has (it has no network): wheels for
+# CPython 3.12 x86_64 in .wheelhouse/, pinned in benchmarks/wheelhouse.txt, under 48 MiB.
+# benchmarks/run_lessons.py names the two commands that install them there and run the lessons.
+wheelhouse: $(STAMP)
+	$(PY) benchmarks/wheelhouse.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site

@@ -1,0 +1,246 @@
+"""The wheelhouse: what the lessons need beyond what a lent GPU box has, as wheels that install
+there with ``pip install --no-index`` (the box has no network).
+
+The box (``python3`` is CPython 3.12 on x86_64 Linux) has torch, pandas, numpy, pyyaml, jinja2,
+narwhals, attrs... but no kernel, no notebook client and no UI packages. The lessons need those
+to run headless: ipykernel (the kernel nbclient starts), nbclient and nbformat, jupyter_client,
+ipywidgets, anywidget, altair and vl-convert-python (``workshop.start()`` draws charts as SVG
+through it), and webdataset and lmdb (the storage lesson). ``wheelhouse.txt`` beside this file
+pins every wheel of their closure that the box lacks, so two builds fetch the same versions.
+
+    make wheelhouse                              # .wheelhouse/, checked and sized
+    python benchmarks/wheelhouse.py [--dir D] [--limit-mib N]
+    python benchmarks/wheelhouse.py --lock       # print pins from this environment's versions
+
+The build downloads each pin for cp312 manylinux x86_64 (``--only-binary=:all:``, no
+dependencies: the pins are the whole list), removes wheels that are not pinned (one version of
+each: two stop the install), then walks every wheel's METADATA ``Requires-Dist``: a requirement
+that applies on the box (markers evaluated for cp312 Linux x86_64, extras skipped) must be
+pinned, with a version it accepts, be one the box has (``BOX_HAS``) or one left out on
+purpose (``LEFT_OUT``: debugpy and jedi, 8.5 MiB that no headless lesson uses). It prints the
+total size and fails above ``--limit-mib`` (48 MiB: a call to the box carries at most 64 MiB,
+the working tree included). On the box (benchmarks/run_lessons.py gives the commands):
+    python3 -m pip install -q --no-index --no-deps --target /tmp/wb-site .wheelhouse/*.whl
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterable
+from email.parser import HeaderParser
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = Path(__file__).with_name("wheelhouse.txt")
+DEFAULT_DIR = REPO / ".wheelhouse"
+LIMIT_MIB = 48.0
+
+# What the lessons import beyond the engine (and the kernel that runs them).
+ROOTS = (
+    "ipykernel",
+    "nbclient",
+    "nbformat",
+    "jupyter-client",
+    "ipywidgets",
+    "anywidget",
+    "altair",
+    "vl-convert-python",
+    "webdataset",
+    "lmdb",
+)
+
+# The box's packages that the closure relies on (device/KINDS.md, "Python packages already
+# there", read on a box on 2026-11-17). Not carried: a second copy would shadow the box's
+# own build. A requirement outside this set and the pins fails the build, so a new dependency
+# is noticed here, not on the box.
+BOX_HAS = frozenset(
+    {
+        "attrs",
+        "certifi",
+        "idna",
+        "jinja2",
+        "markupsafe",
+        "narwhals",
+        "numpy",
+        "packaging",
+        "pandas",
+        "pillow",
+        "psutil",
+        "pygments",
+        "python-dateutil",
+        "pyyaml",
+        "requests",
+        "six",
+        "typing-extensions",
+        "urllib3",
+    }
+)
+
+# Required by a pinned wheel, needed by no lesson, and left out to keep the carry small
+# (8.5 MiB of 49.5): the code that uses each tries the import and does without.
+LEFT_OUT = {
+    "debugpy": "ipykernel's debugger only (ipykernel.debugger tries the import)",
+    "jedi": "IPython's tab completion only (imported when a completion is asked for)",
+}
+
+# The box's interpreter, for markers and wheel tags.
+TARGET_ENV = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "implementation_version": "3.12.3",
+    "platform_python_implementation": "CPython",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "sys_platform": "linux",
+    "os_name": "posix",
+    "extra": "",
+}
+# pip matches a manylinux tag's glibc version exactly: name every one the box can load.
+PLATFORMS = (
+    *(f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
+
+
+def read_lock(path: Path = LOCK) -> dict[str, Version]:
+    """The pins: one ``name==version`` a line; ``#`` starts a comment."""
+    pins: dict[str, Version] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not version.strip():
+            raise ValueError(f"{path.name}:{number}: {raw!r} is not name==version")
+        key = canonicalize_name(name.strip())
+        if key in pins:
+            raise ValueError(f"{path.name}:{number}: {name.strip()} is pinned twice")
+        pins[key] = Version(version.strip())
+    return pins
+
+
+def applies(requirement: Requirement) -> bool:
+    """True where ``requirement`` is needed on the box: no extra, markers true for cp312."""
+    return requirement.marker is None or requirement.marker.evaluate(TARGET_ENV)
+
+
+def wheel_requirements(wheel: Path) -> list[Requirement]:
+    """The ``Requires-Dist`` lines of ``wheel``'s METADATA that apply on the box."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        headers = HeaderParser().parsestr(zf.read(name).decode())
+    found = [Requirement(line) for line in headers.get_all("Requires-Dist") or []]
+    return [r for r in found if applies(r)]
+
+
+def closure_problems(wheels: Iterable[Path], pins: dict[str, Version]) -> list[str]:
+    """Each requirement of ``wheels`` that is neither pinned (at a version it accepts) nor on
+    the box, as a sentence; empty when the wheelhouse is complete."""
+    problems = []
+    for wheel in wheels:
+        owner = wheel.name.split("-", 2)[:2]
+        for req in wheel_requirements(wheel):
+            key = canonicalize_name(req.name)
+            if key in BOX_HAS or key in LEFT_OUT:
+                continue
+            if key not in pins:
+                problems.append(f"{'-'.join(owner)} needs {req}: neither pinned nor on the box")
+            elif not req.specifier.contains(pins[key], prereleases=True):
+                problems.append(f"{'-'.join(owner)} needs {req}, pinned {key}=={pins[key]}")
+    return problems
+
+
+def download(pins: dict[str, Version], into: Path) -> None:
+    """Fetch each pin's wheel for the box unless ``into`` already holds it."""
+    have = {_wheel_key(w) for w in into.glob("*.whl")}
+    missing = [
+        f"{name}=={version}" for name, version in pins.items() if (name, version) not in have
+    ]
+    if not missing:
+        return
+    tags = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+               "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+               *tags, "--dest", str(into), *missing]  # fmt: skip
+    subprocess.run(command, check=True)
+
+
+def prune(pins: dict[str, Version], into: Path) -> list[str]:
+    """Remove wheels that are not pinned (older versions, dropped packages); their names."""
+    removed = []
+    for wheel in sorted(into.glob("*.whl")):
+        name, version = _wheel_key(wheel)
+        if pins.get(name) != version:
+            wheel.unlink()
+            removed.append(wheel.name)
+    return removed
+
+
+def lock_from_environment() -> list[str]:
+    """``name==version`` for the closure of ``ROOTS`` outside the box, at the versions this
+    environment has installed (the project's venv: what its tests ran against)."""
+    seen: dict[str, str] = {}
+    todo = [canonicalize_name(r) for r in ROOTS]
+    while todo:
+        key = todo.pop()
+        if key in seen or key in BOX_HAS or key in LEFT_OUT:
+            continue
+        dist = metadata.distribution(key)
+        seen[key] = dist.version
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if applies(req):
+                todo.append(canonicalize_name(req.name))
+    return [f"{name}=={seen[name]}" for name in sorted(seen)]
+
+
+def _wheel_key(wheel: Path) -> tuple[str, Version]:
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    return canonicalize_name(name), version
+
+
+def build(into: Path, limit_mib: float) -> int:
+    """Download, prune and check the wheelhouse; 0 when complete and under the limit."""
+    pins = read_lock()
+    into.mkdir(parents=True, exist_ok=True)
+    download(pins, into)
+    for name in prune(pins, into):
+        print(f"removed {name}: not pinned")
+    wheels = sorted(into.glob("*.whl"))
+    problems = closure_problems(wheels, pins)
+    absent = sorted(set(pins) - {_wheel_key(w)[0] for w in wheels})
+    problems += [f"{name}: pinned but no wheel was downloaded" for name in absent]
+    size_mib = sum(w.stat().st_size for w in wheels) / 2**20
+    print(f"{len(wheels)} wheels in {into}: {size_mib:.1f} MiB (limit {limit_mib:g} MiB)")
+    if size_mib > limit_mib:
+        problems.append(f"{size_mib:.1f} MiB is over the limit of {limit_mib:g} MiB")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where the wheels go")
+    parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help="largest total size")
+    parser.add_argument("--lock", action="store_true", help="print pins from this environment")
+    args = parser.parse_args(argv)
+    if args.lock:
+        print("\n".join(lock_from_environment()))
+        return 0
+    return build(args.dir, args.limit_mib)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
