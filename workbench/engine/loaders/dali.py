@@ -644,6 +644,8 @@ class DaliStream:
     """
 
     backend = "dali"
+    batches_per_epoch = None  # the reader prefetches across epochs: not short (engine.epochs)
+    epoch_handling = None
 
     def __init__(self, plan: DaliPlan, *, record_files: bool = False):
         dali, dali_torch = _import_dali()
