@@ -231,7 +231,7 @@ def _add_data(p: argparse.ArgumentParser) -> None:
         metavar="B",
         help=f"images enough for {SHORT_EPOCH_BATCHES} batches of B an epoch, so a burst "
         f"measures the loader rather than epoch restarts: --for-batch 256 is 12,800 images "
-        f"(built in {BIG_SET_BUILD}; --images 12800 is the same)",
+        f"(the same as --images 12800; BUILD_FIGURE)",
     )
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--token-mb", type=float, default=4.0)

@@ -183,3 +183,16 @@ def test_the_synthetic_loader_has_no_epochs_to_report(tiny_data):
     k = Knobs(batch_size=8, loader="synthetic")
     r = run_burst("cnn", k, data_dir=tiny_data, **FAST)
     assert r.ok and r.short_epochs is None
+
+
+def test_a_built_in_workload_continues_on_a_sample_set_only(tiny_data, tmp_path):
+    import shutil
+
+    from workbench.engine.epochs import SAMPLE_SET
+    from workbench.engine.workloads import resolve_workload
+
+    mine = tmp_path / "photos"
+    shutil.copytree(tiny_data / "images", mine)  # a user's folder: no build's manifest
+    assert resolve_workload("cnn", tiny_data).extras[SAMPLE_SET] is True
+    assert resolve_workload("gpt", tiny_data).extras[SAMPLE_SET] is True
+    assert resolve_workload("cnn", mine).extras[SAMPLE_SET] is False
