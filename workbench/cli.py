@@ -231,7 +231,7 @@ def _add_data(p: argparse.ArgumentParser) -> None:
         metavar="B",
         help=f"images enough for {SHORT_EPOCH_BATCHES} batches of B an epoch, so a burst "
         f"measures the loader rather than epoch restarts: --for-batch 256 is 12,800 images "
-        f"(the same as --images 12800; BUILD_FIGURE)",
+        f"(the same as --images 12800; 1.4 GB, 297 s on a busy 2-core machine, 195 s of CPU)",
     )
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--token-mb", type=float, default=4.0)
@@ -586,6 +586,10 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from workbench.engine.workloads.base import say_progress
 
     if args.format:
+        for option in ("images_per_class", "images", "for_batch"):
+            if getattr(args, option) is not None:
+                name = "--" + option.replace("_", "-")
+                raise InputError(f"{name} is not allowed with --format: it sizes a sample build")
         return _convert(args)
     for option in ("source", "to", "resolution", "workers"):
         if getattr(args, option) is not None:

@@ -175,6 +175,7 @@ def test_data_command_builds_a_set_by_its_total_or_for_a_batch(tmp_path, capsys)
         (["--images-per-class", "0"], "--images-per-class=0 is not allowed: an integer >= 1"),
         (["--classes", "0"], "--classes=0 is not allowed: an integer >= 1"),
         (["--images", "8", "--for-batch", "2"], "not allowed with argument"),
+        (["--for-batch", "2", "--format", "lmdb"], "--for-batch is not allowed with --format"),
     ],
 )
 def test_data_command_refuses_a_bad_size(args, said, tmp_path, capsys):
