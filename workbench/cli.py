@@ -511,8 +511,9 @@ def _short_epoch_lines(d: dict[str, Any]) -> list[str]:
     short = d.get("short_epochs")
     if not short:
         return []
+    n = short["restarts_in_window"]
     lines = [f"{'short epochs':<18} {short['handling']}: {short['batches_per_epoch']} batches an "
-             f"epoch, {short['restarts_in_window']} restarts in the window"]  # fmt: skip
+             f"epoch, {n} restart{'' if n == 1 else 's'} in the window"]  # fmt: skip
     warning = short_epochs_line(short, d["knobs"])
     return lines + ([warning] if warning else [])
 

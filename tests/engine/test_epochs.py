@@ -142,6 +142,9 @@ def test_the_report_and_the_summary_line():
     assert "persistent_workers" not in short_epochs_line(report, kept)
     assert short_epochs_line({**report, "handling": "continued"}, kept) is None
     assert short_epochs_line({**report, "restarts_in_window": 0}, kept) is None
+    assert "crossed 1 epoch restart," in short_epochs_line(
+        {**report, "restarts_in_window": 1}, kept
+    )
     assert short_epochs_report(None, 60, 0, 10, [1.0]) is None
 
 

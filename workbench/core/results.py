@@ -28,11 +28,9 @@ RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
 """Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
 SHORT_EPOCH_BATCHES = 50
-"""An epoch of fewer full batches than this is short: a window over it crosses epoch restarts
-a long run would pay rarely. Why 50: a restart costs about one refill of the loader's queue
-(``num_workers x prefetch_factor`` batches), a few percent of a 50-batch epoch, about the share
-it has in a real run (ImageNet at batch 256 is 5,000 batches an epoch). What a burst does with a
-short epoch: ``workbench.engine.epochs``."""
+"""An epoch of fewer full batches than this is short: a window over it measures epoch restarts
+that a long run pays rarely. Why 50, and what a burst does with a short epoch: the docstring of
+``workbench.engine.epochs`` (the number lives here so that the CLI reads it without torch)."""
 TRACEBACK_CHARS = 16_000
 """The longest ``traceback`` a result keeps (its end): a deep torch.compile chain runs to tens
 of KB, and every result is stored whole in the history (one JSON record per burst)."""
@@ -305,10 +303,14 @@ def short_epochs_line(short: dict[str, Any] | None, knobs: dict[str, Any]) -> st
         fixes.append("persistent_workers=True (the workers survive each restart)")
     return (
         f"SHORT EPOCHS: {short['batches_per_epoch']} batches an epoch (under {threshold}): the "
-        f"window crossed {short['restarts_in_window']} epoch restarts, step p50 "
+        f"window crossed {_restarts(short['restarts_in_window'])}, step p50 "
         f"{readable(short['step_ms_p50'])} ms against mean {readable(short['step_ms_mean'])} ms; "
         f"a long run restarts rarely. To measure its steady state: {' or '.join(fixes)}"
     )
+
+
+def _restarts(n: int) -> str:
+    return f"{n} epoch restart" + ("" if n == 1 else "s")
 
 
 def readable(x: float | None) -> str:

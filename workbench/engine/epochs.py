@@ -8,10 +8,16 @@ inside its window, and then measures the restarts rather than the loader. Seen o
 turned bimodal (median 35.6 ms, mean 183 ms).
 
 An epoch is *short* when it holds fewer than ``SHORT_EPOCH_BATCHES`` (50) full batches. Why 50:
-a restart costs about one refill of the queue (``num_workers x prefetch_factor`` batches of
-decode), and at 50+ batches an epoch that cost is a few percent of the epoch, about the share it
-has in a real run on a real data set (ImageNet at batch 256 is 5,000 batches an epoch). The
-constant lives in ``workbench.core.results`` (the CLI and the summary read it without torch).
+a restart costs about one batch's decode time, that is about ``num_workers`` batches of a
+data-bound loader's steady output (plus forking the workers without ``persistent_workers``).
+At 6 batches an epoch and 8 workers that is more than the epoch itself (the H200 row above). At
+50, a window of a few seconds crosses a restart or two, each up to ``num_workers / 50`` of an
+epoch's time for a data-bound loader (8 workers: about a sixth) and little for a compute-bound
+one; ``step_ms_mean`` against ``step_ms_p50`` still shows it, and ``loader_epochs`` counts
+them. A real epoch (ImageNet at batch 256: 5,000 batches) pays it about 0.2%. A higher bound
+would need bigger sample sets, and their build time grows with them (12,800 images, batch 256
+at 50 batches: 297 s on the 2-core test machine, ``datasets.ensure_datasets_for_batch``).
+The number lives in ``workbench.core.results`` (the CLI and the summaries read it without torch).
 
 What a burst does with a short epoch (its result's ``short_epochs`` records it either way):
 
@@ -25,8 +31,9 @@ What a burst does with a short epoch (its result's ``short_epochs`` records it e
   summary shows the median step against the mean, and what to do about it).
 - Not applicable (``short_epochs`` None): epochs of ``SHORT_EPOCH_BATCHES`` or more; an
   IterableDataset (shards: it has no length to count batches by, and it orders itself); DALI
-  (its reader prefetches across the epoch boundary, and the iterator's reset keeps it);
-  the synthetic loader (one batch, no epochs); a Lightning workload (its Trainer's own loop).
+  (its own reader and iterator run the epochs: there is no sampler to continue, and what its
+  reset costs at an epoch's end is not measured yet; ``loader_epochs`` still counts them); the
+  synthetic loader (one batch, no epochs); a Lightning workload (its Trainer runs the loop).
 """
 
 from __future__ import annotations

@@ -644,7 +644,7 @@ class DaliStream:
     """
 
     backend = "dali"
-    batches_per_epoch = None  # the reader prefetches across epochs: not short (engine.epochs)
+    batches_per_epoch = None  # DALI's reader runs its epochs: short_epochs does not apply
     epoch_handling = None
 
     def __init__(self, plan: DaliPlan, *, record_files: bool = False):
