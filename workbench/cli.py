@@ -613,7 +613,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 def _images_per_class(args: argparse.Namespace) -> int:
     """Images in each class from ``--images-per-class``, ``--images`` or ``--for-batch``."""
-    from workbench.engine.datasets import images_for_batch
+    from workbench.engine.datasets import images_for_batch  # torch, PIL, numpy: data only
 
     if args.for_batch is not None:
         if args.for_batch < 1:
