@@ -525,6 +525,7 @@ def test_a_cpu_dali_burst_runs_and_counts_every_sample(tiny_data):
     assert r.ok, r.error
     assert r.samples == r.steps * 8 and r.samples_per_s > 0
     assert r.loader_epochs >= 1  # 36 files: several epochs in the window, each restarted
+    assert r.short_epochs is None  # DALI runs its own epochs: nothing continued, none claimed
     assert "decoded on the CPU" in r.no_effect["dali_decode"]
 
 

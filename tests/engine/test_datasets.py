@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import sysconfig
 from pathlib import Path
 
@@ -429,3 +430,28 @@ def test_build_workers_leave_ctrl_c_to_the_parent():
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: the build runs serially, in this process")
     assert all(_parallel_map(_sigint_is_ignored, list(range(32))))
+
+
+def test_images_for_batch_gives_an_epoch_of_short_epoch_batches():
+    assert data.images_for_batch(256) == 1280  # x 10 classes = 12,800 = 50 batches of 256
+    assert data.images_for_batch(100, classes=3, batches=2) == 67  # rounded up: 201 >= 200
+    with pytest.raises(data.InputError, match="batch_size=0 is not allowed"):
+        data.images_for_batch(0)
+
+
+def test_a_set_for_a_batch_is_built_without_network_and_then_reused(tmp_path):
+    paths = data.ensure_datasets_for_batch(tmp_path / "big", batch_size=1, classes=2)
+    count, classes = data.check_image_folder(paths.images)
+    assert count == 50 and len(classes) == 2  # 50 batches of 1
+    first = sorted(p.stat().st_mtime_ns for p in paths.images.rglob("*.jpg"))
+    again = data.ensure_datasets_for_batch(tmp_path / "big", batch_size=1, classes=2)
+    assert again == paths
+    assert sorted(p.stat().st_mtime_ns for p in paths.images.rglob("*.jpg")) == first
+
+
+def test_a_generated_set_is_told_from_a_users_folder(tiny_data, tmp_path):
+    assert data.is_sample_data(tiny_data / "images")
+    assert data.is_sample_data(tiny_data / "tokens" / "stdlib.bin")
+    mine = tmp_path / "images"
+    shutil.copytree(tiny_data / "images", mine)  # the same files, but no build's manifest
+    assert not data.is_sample_data(mine) and not data.is_sample_data(tiny_data)

@@ -27,6 +27,10 @@ first for a torchrun job ("rank 0: KnobError: ...", "node n1, rank 2: ..." acros
 RENAMED = {"mem_bw_util_pct": "mem_busy_pct"}
 """Fields renamed since results were first stored: old name -> new name (old rows read as new)."""
 NOISY_IQR_RATIO = 0.10  # as torch.utils.benchmark: IQR/median above 10% is worth a warning
+SHORT_EPOCH_BATCHES = 50
+"""An epoch of fewer full batches than this is short: a window over it measures epoch restarts
+that a long run pays rarely. Why 50, and what a burst does with a short epoch: the docstring of
+``workbench.engine.epochs`` (the number lives here so that the CLI reads it without torch)."""
 TRACEBACK_CHARS = 16_000
 """The longest ``traceback`` a result keeps (its end): a deep torch.compile chain runs to tens
 of KB, and every result is stored whole in the history (one JSON record per burst)."""
@@ -158,6 +162,18 @@ class BurstResult(Outcome):
     proportional set size of the process and its loader workers, each shared page counted
     once) or "rss" (summed RSS where PSS cannot be read: an upper bound)."""
     loader_epochs: int | None = None
+    """Times the loader ran out and restarted at an epoch's end during the burst (set-up and
+    warm-up included); 0 when a short epoch is continued (``short_epochs``)."""
+    step_ms_mean: float | None = None
+    """Mean of the window's step times (``step_ms``): far above ``step_ms_p50`` when a few
+    steps are much slower than the rest (epoch restarts, a stall)."""
+    short_epochs: dict[str, Any] | None = None
+    """An epoch shorter than ``SHORT_EPOCH_BATCHES`` (``workbench.engine.epochs``):
+    ``handling`` ("continued": the loader ran on across epochs, as in a long epoch; "measured":
+    a user's own data, restarts measured as their loop has them), ``batches_per_epoch``,
+    ``threshold_batches``, ``restarts_in_window``, ``epochs_in_window``, ``step_ms_p50`` and
+    ``step_ms_mean``. None when the epoch is not short or the loader has no countable epoch
+    (an IterableDataset, DALI, synthetic, a Lightning Trainer's loop)."""
     final_loss: float | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     workload_source: dict[str, str | None] | None = None
@@ -276,11 +292,38 @@ class BurstResult(Outcome):
         line = ", ".join(parts)
         if self.suspect:
             line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)
+        short = short_epochs_line(self.short_epochs, self.knobs.to_dict())
+        line += f"\n{short}" if short else ""
         return line + "".join(f"\nNOTE: {note}" for note in self.notes) + self._env_lines()
 
     def _env_lines(self) -> str:
         """The ambient environment's warnings, one line each (``ambient_notes``)."""
         return "".join(f"\nENVIRONMENT: {note}" for note in self.ambient_notes)
+
+
+def short_epochs_line(short: dict[str, Any] | None, knobs: dict[str, Any]) -> str | None:
+    """The summary's line for a window that measured epoch restarts (``short_epochs``
+    "measured", at least one restart in the window): the median step against the mean, and
+    what to do. None otherwise: a continued loader, or no restart inside the window."""
+    if not short or short.get("handling") != "measured" or not short.get("restarts_in_window"):
+        return None
+    threshold = short.get("threshold_batches", SHORT_EPOCH_BATCHES)
+    fixes = [
+        f"an epoch of {threshold}+ batches (the built-in workloads' sample images: "
+        f"workbench data --for-batch {knobs.get('batch_size')})"
+    ]
+    if knobs.get("num_workers") and not knobs.get("persistent_workers"):
+        fixes.append("persistent_workers=True (the workers survive each restart)")
+    return (
+        f"SHORT EPOCHS: {short['batches_per_epoch']} batches an epoch (under {threshold}): the "
+        f"window crossed {_restarts(short['restarts_in_window'])}, step p50 "
+        f"{readable(short['step_ms_p50'])} ms against mean {readable(short['step_ms_mean'])} ms; "
+        f"a long run restarts rarely. To measure its steady state: {' or '.join(fixes)}"
+    )
+
+
+def _restarts(n: int) -> str:
+    return f"{n} epoch restart" + ("" if n == 1 else "s")
 
 
 def readable(x: float | None) -> str:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from workbench.engine import compiler, hardware, memory, oom
 from workbench.engine.batches import Batch, SampleRule, sample_rule
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
+from workbench.engine.epochs import short_epochs_report
 from workbench.engine.failures import (
     compile_hint,
     cuda_health,
@@ -134,6 +136,7 @@ class _Measured:
     no_effect: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     samples_from: str | None = None
+    short_epochs: dict[str, Any] | None = None
 
 
 def run_in_process(
@@ -474,6 +477,7 @@ def _window(
     together, so the window's wall time covers the slowest rank."""
     timer = StepTimer(dev, plan.clock)
     steps = samples = 0
+    epochs_before = stream.epochs
     synchronize(dev)
     plan.coord.barrier()
     start, wall_start = plan.clock(), time.perf_counter()
@@ -506,6 +510,13 @@ def _window(
         final_loss=float(loss) * state.grad_accum if loss is not None else None,
         epochs=stream.epochs,
         cancelled=plan.stop.is_set(),
+        short_epochs=short_epochs_report(
+            stream.epoch_handling,
+            stream.batches_per_epoch,
+            stream.epochs - epochs_before,
+            steps * state.grad_accum,
+            timing.step_ms,
+        ),
     )
 
 
@@ -522,6 +533,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.steps, r.samples, r.measured_s = m.steps, m.samples, m.measured_s
     r.samples_from = m.samples_from
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
+    r.short_epochs = m.short_epochs
     r.loader_device_mem_mib = m.loader_device_mem_mib
     r.no_effect.update(m.no_effect)
     r.notes = list(m.notes)
@@ -548,6 +560,7 @@ def _fill_step_stats(r: BurstResult, t: StepSamples, measured_s: float) -> None:
     step = spread(t.step_ms)
     r.step_ms_p50, r.step_ms_iqr, r.noisy = step.p50, step.iqr, step.noisy
     r.step_ms = [round(v, 3) for v in t.step_ms]
+    r.step_ms_mean = statistics.fmean(t.step_ms) if t.step_ms else None
     r.data_wait_ms_p50 = spread(t.data_wait_ms).p50
     r.data_wait_pct = 100.0 * sum(t.data_wait_ms) / 1e3 / measured_s
     r.h2d_ms_p50 = spread(t.h2d_ms).p50

@@ -5,6 +5,9 @@ workload's ``collate_fn`` makes it from the dataset's items where the backend is
 
 ``build_loader`` picks the backend from ``knobs.loader``: the torch DataLoader, NVIDIA DALI, or
 ``synthetic`` (one batch resident on the device, replayed: the compute-only ceiling).
+
+An epoch shorter than ``SHORT_EPOCH_BATCHES`` is continued or measured as it is, by the rule
+of ``workbench.engine.epochs``; the stream's ``epoch_handling`` says which.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from workbench.core.knobs import Knobs
+from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.formats import dataset_for, release_mappings
 from workbench.engine.loaders.dali import build_dali_stream  # imports DALI only when called
 from workbench.engine.loaders.stream import BatchStream, LoaderUnavailable, check_batch_fits
@@ -56,7 +60,12 @@ def _build(
             return build_dali_stream(workload, knobs, device)
         return build_dali_stream(workload, knobs, device, shard=shard)
     return TorchStream(
-        dataset_for(workload, knobs), knobs, device, shard=shard, collate_fn=workload.collate_fn
+        dataset_for(workload, knobs),
+        knobs,
+        device,
+        shard=shard,
+        collate_fn=workload.collate_fn,
+        sample_set=bool(workload.extras.get(SAMPLE_SET)),
     )
 
 

@@ -644,6 +644,8 @@ class DaliStream:
     """
 
     backend = "dali"
+    batches_per_epoch = None  # DALI's reader runs its epochs: short_epochs does not apply
+    epoch_handling = None
 
     def __init__(self, plan: DaliPlan, *, record_files: bool = False):
         dali, dali_torch = _import_dali()

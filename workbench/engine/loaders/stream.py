@@ -8,11 +8,17 @@ from workbench.core.knobs import KnobError
 
 
 class BatchStream(Protocol):
-    """Endless batches across epochs; ``close`` shuts workers down (idempotent)."""
+    """Endless batches across epochs; ``close`` shuts workers down (idempotent).
+
+    ``epochs``: times the stream restarted its loader at an epoch's end. ``batches_per_epoch``
+    and ``epoch_handling`` (``continued``/``measured``, ``workbench.engine.epochs``): None
+    where the backend cannot count its epoch in batches, or the epoch is not short."""
 
     backend: str
     on_device: bool
     epochs: int
+    batches_per_epoch: int | None
+    epoch_handling: str | None
 
     def __next__(self) -> Any: ...
 

@@ -23,6 +23,8 @@ from workbench.engine.loaders.stream import check_batch_fits
 class SyntheticStream:
     backend = "synthetic"
     on_device = True
+    batches_per_epoch = None  # one batch replayed: no epochs
+    epoch_handling = None
 
     def __init__(self, batch: Batch):
         self._batch = batch

@@ -6,6 +6,10 @@ platform has it). A notebook user's dataset is usually defined in a cell, and ``
 fork shares it as it is. Python 3.12+ warns that forking a multi-threaded process (a Jupyter
 kernel has about 20 threads) may deadlock; DataLoader workers only touch the dataset, and that
 has been the PyTorch default on Linux for years, so we keep it deliberately.
+
+Epochs: a new iterator starts when one runs out, as a plain loop's ``for`` over the loader
+does; a short epoch of a sample set (``workbench.engine.epochs``) is continued instead: a
+``ContinuingSampler`` feeds one iterator that never runs out.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
 from workbench.core.knobs import Knobs
+from workbench.engine.epochs import (
+    CONTINUED,
+    ContinuingSampler,
+    batches_per_epoch,
+    epoch_handling,
+)
 from workbench.engine.loaders.stream import check_batch_fits
 
 # A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
@@ -50,7 +60,9 @@ def dataloader_kwargs(knobs: Knobs, device: torch.device | str) -> dict[str, Any
 
 
 class TorchStream:
-    """Batches from a torch DataLoader; a new epoch starts when one runs out."""
+    """Batches from a torch DataLoader; a new epoch starts when one runs out, unless the
+    epoch is short and ``sample_set`` (``workbench.engine.epochs``): then one shuffled pass
+    follows another in a single iterator."""
 
     backend = "torch"
     on_device = False
@@ -63,14 +75,45 @@ class TorchStream:
         seed: int = 0,
         shard: tuple[int, int] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        sample_set: bool = False,
     ):
         generator = torch.Generator().manual_seed(seed)
         kwargs = dataloader_kwargs(knobs, device)
         self._sampler: DistributedSampler | None = None
+        self.batches_per_epoch: int | None = None
+        """Full batches in one epoch (this rank's share); None for an IterableDataset."""
+        self.epoch_handling: str | None = None
+        """How a short epoch is run: ``continued`` or ``measured``; None when not short."""
+        dataset = self._order(dataset, kwargs, seed, shard, sample_set)
+        if collate_fn is not None:  # the workload's own: the pipeline production will run
+            kwargs["collate_fn"] = collate_fn
+        self._loader = DataLoader(dataset, generator=generator, **kwargs)
+        self._iter: Any = None
+        self._batch_size = knobs.batch_size
+        self.epochs = 0
+        """Times the iterator ran out and a new epoch's began (0 when epochs continue)."""
+
+    def _order(
+        self,
+        dataset: Dataset,
+        kwargs: dict[str, Any],
+        seed: int,
+        shard: tuple[int, int] | None,
+        sample_set: bool,
+    ) -> Dataset:
+        """Decide who orders the samples (into ``kwargs``) and the short-epoch handling;
+        returns the dataset to load (an IterableDataset's share for this rank)."""
         if isinstance(dataset, IterableDataset):  # shards: it shuffles itself, by shard
             kwargs.pop("shuffle")
-            if shard is not None:
-                dataset = dataset.for_rank(*shard)  # type: ignore[attr-defined]
+            return dataset.for_rank(*shard) if shard else dataset  # type: ignore[attr-defined]
+        n = len(dataset)  # type: ignore[arg-type]
+        self.batches_per_epoch = batches_per_epoch(
+            n, kwargs["batch_size"], shard[1] if shard else 1
+        )
+        self.epoch_handling = epoch_handling(sample_set, self.batches_per_epoch)
+        if self.epoch_handling == CONTINUED:
+            kwargs.pop("shuffle")  # the sampler shuffles each pass
+            kwargs["sampler"] = ContinuingSampler(n, seed=seed, shard=shard)
         elif shard is not None:
             rank, world_size = shard
             self._sampler = DistributedSampler(
@@ -78,12 +121,7 @@ class TorchStream:
             )
             kwargs.pop("shuffle")  # the sampler shuffles, with the same seed on every rank
             kwargs["sampler"] = self._sampler
-        if collate_fn is not None:  # the workload's own: the pipeline production will run
-            kwargs["collate_fn"] = collate_fn
-        self._loader = DataLoader(dataset, generator=generator, **kwargs)
-        self._iter: Any = None
-        self._batch_size = knobs.batch_size
-        self.epochs = 0
+        return dataset
 
     def __next__(self) -> Any:
         if self._iter is None:
