@@ -57,13 +57,14 @@ PLAN: tuple[Step, ...] = (
     Step("environment", 8, 60, "nvidia-smi -q ~1 s; Python, torch, CUDA and NVML start ~6 s"),
     Step("drift", 110, 200, "14 resnet50 bursts on a resident batch at ~7 s (the first "
          "session's precision row: 4 in 28 s) and a fresh process ~12 s"),
-    Step("loader", 110, 240, "12,800 JPEGs drawn on the box (~25 s on 16 cores), the loader "
+    Step("loader", 120, 240, "12,800 JPEGs drawn on the box (195 s of CPU measured on the "
+         "2-core test machine: ~15-25 s over 16 cores), the loader "
          "alone ~8 s, 2 JPEG bursts ~10 s (the first session's real-data row: 5 s), 12,800 "
          "images predecoded at 256 px ~30 s and a burst ~8 s"),
     Step("paths", 120, 240, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
          "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row), a tune of 8 "
          "bursts on JPEGs ~60 s"),
-    Step("check", 130, 300, "gpu_check.py's rows in the time left: 144 s for every row but "
+    Step("check", 120, 300, "gpu_check.py's rows in the time left: 144 s for every row but "
          "max-autotune (its --plan), which is skipped unless time is left", timed=True),
     Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
     Step("lessons", 120, 300, "the core lessons on the GPU, when time allows", timed=True),

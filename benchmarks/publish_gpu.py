@@ -124,7 +124,7 @@ def provenance(path: Path, run: dict[str, Any]) -> str:
 def short_epochs(burst: dict[str, Any]) -> bool:
     """The burst's window held epoch restarts: its ``short_epochs`` says it measured them (or
     an unrecorded run's note says so)."""
-    measured = (burst.get("short_epochs") or {}).get("handled") == "measured"
+    measured = (burst.get("short_epochs") or {}).get("handling") == "measured"
     return measured or bool(burst.get("short_epochs_note"))
 
 
