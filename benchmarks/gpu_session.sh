@@ -4,8 +4,9 @@
 # OUT_DIR defaults to $OUT, else /tmp/gpu-session: logs, summary.txt and a copy of the kept
 # run, which goes to benchmarks/results/gpu-<date>-<device>.json (commit it; then
 # `python benchmarks/publish_gpu.py` regenerates the published tables from it).
-# Runs with the machine's own Python ($PYTHON, default python3: torch, nvidia-ml-py, pyyaml,
-# psutil, pandas; no UI packages, no DALI, no network). A copy of the tree without .git (a
+# Runs with $PYTHON, else this checkout's .venv where there is one (a dev machine), else the
+# machine's own python3 (a lent box: torch, nvidia-ml-py, pyyaml, psutil, pandas; no UI
+# packages, no DALI, no network). A copy of the tree without .git (a
 # lent machine) records the commit from $WORKBENCH_COMMIT: start it with
 #   WORKBENCH_COMMIT=<sha> WORKBENCH_DIRTY=0 bash benchmarks/gpu_session.sh
 # Without CUDA it runs its dry path: the same steps on the CPU, short, never kept.
@@ -14,4 +15,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export WORKBENCH_HOME="${WORKBENCH_HOME:-$(mktemp -d -t wb-gpu-XXXX)}"
 export WORKBENCH_COMMAND="bash benchmarks/gpu_session.sh${*:+ $*}"
 export PYTHONUNBUFFERED=1
-exec "${PYTHON:-python3}" benchmarks/gpu_session.py "$@"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+exec "$PYTHON" benchmarks/gpu_session.py "$@"

@@ -97,9 +97,8 @@ def test_every_burst_is_kept_whole(dry_run):
     for b in bursts:
         assert b["label"] and "knobs" in b and "samples_per_s" in b
         if b["status"] == "ok":
-            assert b["step_ms"] and b["step_ms_mean"] == pytest.approx(
-                sum(b["step_ms"]) / len(b["step_ms"])
-            )
+            mean = sum(b["step_ms"]) / len(b["step_ms"])  # the kept times are rounded to 1 us
+            assert b["step_ms"] and b["step_ms_mean"] == pytest.approx(mean, abs=1e-3)
             assert b["step_ms_p50"] is not None and "sm_clock_mhz" in b
 
 
