@@ -663,3 +663,14 @@ def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path, same
     path.write_text(text.replace("--gpus-per-node=8", "--gpus-per-node=4"))
     with pytest.raises(ConfigError, match=r"launch\.sbatch: .* disagrees with the knobs"):
         load_config(path, check_machine=False)
+
+
+def test_saving_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
+    """A temporary name others can guess (``.NAME.<pid>.tmp``) was opened with ``open(.., "w")``:
+    a symlink planted there made the save overwrite the file it points at."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / f".t.yaml.{os.getpid()}.tmp").symlink_to(victim)
+    target = save_config(Knobs(batch_size=48), tmp_path / "t.yaml")
+    assert victim.read_text() == "mine\n"
+    assert not target.is_symlink() and _load_quietly(target).knobs.batch_size == 48
