@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["locked", "scratch_file", "write_atomic"]
+__all__ = ["locked", "new_folder", "scratch_file", "write_atomic"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -61,6 +61,15 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, sync: bool 
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def new_folder(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A new empty folder in ``parent`` under a random name (``mkdtemp``: nothing planted there
+    beforehand is reused), with the usual permissions (``0o777`` less the umask), not
+    ``mkdtemp``'s owner-only ones: what is built in it is read by others as any folder is."""
+    folder = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    os.chmod(folder, 0o777 & ~_umask())
+    return folder
 
 
 @contextlib.contextmanager
