@@ -347,8 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
     args.debug = args.debug or bool(os.environ.get("WORKBENCH_DEBUG"))
-    if getattr(args, "workload", None):
-        import_from_here()
+    import_from_here(add=bool(getattr(args, "workload", None)))
     try:
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -363,14 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def import_from_here() -> None:
-    """Put the current directory first on the import path, as ``python -m`` does, so
-    ``--workload mymod:make`` finds ``mymod.py`` where the command is run. The ``workbench``
-    script's own path starts with its bin folder instead. A torchrun job's ranks get this
-    path through PYTHONPATH (``distributed.worker_env``) and run in the same directory."""
+def import_from_here(add: bool = True) -> None:
+    """Put the current directory *last* on the import path, so ``--workload mymod:make``
+    finds ``mymod.py`` where the command is run, but a file there named like an installed
+    package (a ``torch.py``) is never imported in its place. ``python -m workbench`` puts it
+    first (as ``python -m`` always does): it is moved to the end, even without a workload
+    (``add``). A torchrun job's ranks get this path, in this order, through PYTHONPATH
+    (``distributed.worker_env``) and run in the same directory."""
     here = os.getcwd()
-    if not sys.path or os.path.abspath(sys.path[0] or os.curdir) != here:
-        sys.path.insert(0, here)
+    kept = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    sys.path[:] = [*kept, here] if add or len(kept) < len(sys.path) else kept
 
 
 def _as_options(exc: Exception) -> str:

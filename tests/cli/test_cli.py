@@ -362,6 +362,32 @@ def test_a_module_in_the_current_directory_is_found_by_the_command_and_its_ranks
     assert len(doc["ranks"] or [None]) == world_size
 
 
+SHADOW = """
+from pathlib import Path
+
+Path(__file__).with_name("SHADOW-IMPORTED").touch()
+raise ImportError("this is not torch")
+"""
+
+
+def test_a_file_in_the_current_directory_never_shadows_an_installed_package(tmp_path):
+    """The current directory went first on the import path for any --workload: a ``torch.py``
+    there was imported instead of torch. ``python -m`` puts it first too; the command moves it
+    after everything installed, and the workload beside it still loads."""
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    (tmp_path / "torch.py").write_text(SHADOW)
+    (tmp_path / "yaml.py").write_text(SHADOW)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    p = subprocess.run(
+        [sys.executable, "-m", "workbench", "burst", "--workload", "mymodel:make_model",
+         "--seconds", "0.3", "--set", "batch_size=8", "--no-record", "--json"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert not (tmp_path / "SHADOW-IMPORTED").exists(), p.stderr
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["workload"] == "mine"
+
+
 @pytest.mark.parametrize(
     ("workload", "words"),
     [
@@ -380,7 +406,7 @@ def test_a_bad_workload_name_exits_2_with_one_line_naming_the_option(
 ):
     (tmp_path / "mymodel.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the directory first
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the directory last
     monkeypatch.delitem(sys.modules, "mymodel", raising=False)
     for world_size in (1, 2):  # a distributed burst refuses it before launching, in the same words
         code = main(["burst", "--workload", workload, "--set", f"world_size={world_size}",
@@ -390,7 +416,7 @@ def test_a_bad_workload_name_exits_2_with_one_line_naming_the_option(
         assert err.startswith(f"workbench burst: error: --workload='{workload}' is not allowed: ")
         assert words.format(here=tmp_path) in err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert sys.path[0] == str(tmp_path)
+    assert sys.path[-1] == str(tmp_path) and str(tmp_path) not in sys.path[:-1]
 
 
 def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monkeypatch, capsys):

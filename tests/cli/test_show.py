@@ -62,6 +62,20 @@ def test_show_puts_machine_warnings_on_stderr(tmp_path, capsys, monkeypatch):
     assert "saved (not measured) on NVIDIA H200; this machine has NVIDIA L4" in err
 
 
+def test_show_flags_each_variable_that_can_run_code_or_touch_files(tmp_path, capsys):
+    knobs = dataclasses.replace(KNOBS, nccl={**KNOBS.nccl, "NCCL_TUNER_PLUGIN": "mine"})
+    path = save_config(knobs, tmp_path / "tuned.yaml", env={"PYTHONPATH": "/shared/mods"})
+    assert main(["show", str(path)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    at = lines.index("export NCCL_TUNER_PLUGIN=mine")
+    assert lines[at - 1].startswith("# trusted input: NCCL_TUNER_PLUGIN: NCCL loads the tuner")
+    at = lines.index("export PYTHONPATH=/shared/mods")
+    assert lines[at - 1].startswith("# trusted input: PYTHONPATH: Python imports modules")
+    assert sum(line.startswith("# trusted input:") for line in lines) == 2
+    assert err.count("a config is trusted input, like a script") == 2
+
+
 def test_a_bad_file_exits_2_with_one_line_naming_file_key_and_problem(tmp_path, capsys):
     path = save_config(KNOBS, tmp_path / "tuned.yaml")
     path.write_text(path.read_text().replace("batch_size: 64", "batch_size: -1", 1))

@@ -663,3 +663,41 @@ def test_the_launch_section_has_an_srun_line_and_an_sbatch_script(tmp_path, same
     path.write_text(text.replace("--gpus-per-node=8", "--gpus-per-node=4"))
     with pytest.raises(ConfigError, match=r"launch\.sbatch: .* disagrees with the knobs"):
         load_config(path, check_machine=False)
+
+
+def test_saving_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
+    """A temporary name others can guess (``.NAME.<pid>.tmp``) was opened with ``open(.., "w")``:
+    a symlink planted there made the save overwrite the file it points at."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / f".t.yaml.{os.getpid()}.tmp").symlink_to(victim)
+    target = save_config(Knobs(batch_size=48), tmp_path / "t.yaml")
+    assert victim.read_text() == "mine\n"
+    assert not target.is_symlink() and _load_quietly(target).knobs.batch_size == 48
+
+
+def test_loading_warns_about_each_variable_that_can_run_code_or_touch_files(tmp_path):
+    """A config is trusted input: its variables reach every rank. Loading names each one that
+    loads a library or writes a file there, with what it can do, and refuses none."""
+    knobs = Knobs(nccl={"NCCL_ALGO": "Ring", "NCCL_NET_PLUGIN": "aws-ofi",
+                        "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"})  # fmt: skip
+    path = save_config(knobs, tmp_path / "t.yaml", env={"LD_PRELOAD": "/opt/x.so"})
+    text = path.read_text()
+    assert "trusted input: NCCL loads the network plugin" in text  # the file says it too
+    with pytest.warns(ConfigWarning) as caught:
+        cfg = load_config(path, check_machine=False)
+    said = [str(w.message) for w in caught if "trusted input" in str(w.message)]
+    assert len(said) == 3
+    assert any("knobs.nccl.NCCL_NET_PLUGIN='aws-ofi': NCCL loads the network plugin" in m
+               for m in said)  # fmt: skip
+    assert any("knobs.nccl.NCCL_DEBUG_FILE" in m and "truncated" in m for m in said)
+    assert any("env.LD_PRELOAD='/opt/x.so'" in m and "loads the libraries" in m for m in said)
+    assert cfg.env()["NCCL_NET_PLUGIN"] == "aws-ofi"  # warned, not refused
+
+
+def test_a_config_without_such_variables_loads_without_that_warning(tmp_path):
+    path = save_config(Knobs(nccl={"NCCL_ALGO": "Ring"}), tmp_path / "t.yaml")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_config(path, check_machine=False)
+    assert not [w for w in caught if "trusted input" in str(w.message)]

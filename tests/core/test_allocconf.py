@@ -126,3 +126,17 @@ def test_a_saved_alloc_conf_is_the_env_of_production_and_a_disagreeing_copy_is_r
         load_config(tmp_path / "edited.yaml")
     with pytest.raises(ConfigError, match=r"disagrees with knobs\.alloc_conf"):
         save_config(k, tmp_path / "x.yaml", env={"PYTORCH_CUDA_ALLOC_CONF": "backend:native"})
+
+
+@pytest.mark.parametrize("value", ["expandable_segments:True\x00", "max_split_size_mb:20\x1b",
+                                   "expandable_segments:True\nPYTHONPATH=/x",
+                                   "roundup_power2_divisions:[256:1\x00,>:8]"])  # fmt: skip
+def test_control_characters_never_reach_the_variable(value):
+    """Whitespace (a newline too) is dropped and every option's value is checked whole, so a
+    NUL or an escape is refused naming the knob, and a newline cannot start another line."""
+    try:
+        normalized = allocconf.normalize(value)
+    except KnobError as exc:
+        assert exc.knob == "alloc_conf" and exc.value == value
+        return
+    assert normalized.isprintable() and "\n" not in normalized

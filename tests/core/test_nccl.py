@@ -128,3 +128,15 @@ def test_socket_threads_times_sockets_is_capped_at_64_in_knobs_and_env():
         wb.Knobs(nccl={"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "16"})
     with pytest.raises(NcclError, match="NCCL_SOCKET_NTHREADS=16"):
         check_env({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"})
+
+
+@pytest.mark.parametrize("value", ["/tmp/nccl.log\nexport LD_PRELOAD=/x.so", "Ring\x00", "a\tb",
+                                   "x\x1b[2J", "x\ry"])  # fmt: skip
+@pytest.mark.parametrize("name", ["NCCL_ALGO", "NCCL_DEBUG_FILE", "NCCL_NOT_IN_THE_TABLE"])
+def test_a_control_character_in_any_value_is_refused_naming_variable_and_value(name, value):
+    """A newline would start a line of its own in the exports, the sbatch script or an ssh
+    command a value is written into; a NUL cannot be put in an environment at all."""
+    with pytest.raises(NcclError) as caught:
+        wb.Knobs(nccl={name: value})
+    assert (caught.value.knob, caught.value.value) == (name, value.strip())
+    assert "without control characters" in str(caught.value)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import errno
+import gc
 import json
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -11,6 +16,8 @@ from workbench import cli
 from workbench.core.knobs import KnobError
 from workbench.engine.convert import convert_dataset
 from workbench.engine.datasets import DataError, build_datasets
+from workbench.engine.formats import open_format
+from workbench.engine.formats.inuse import CopyInUse
 from workbench.engine.formats.manifest import read_manifest
 
 
@@ -33,7 +40,7 @@ def test_a_conversion_is_reused_only_while_its_source_is_unchanged(images):
     (images / "class_00" / "0.jpg").write_bytes((images / "class_01" / "1.jpg").read_bytes())
     changed = convert_dataset("lmdb", images)  # same count, other bytes: made again
     assert not changed.reused and read_manifest(changed.folder).source_bytes == changed.source_bytes
-    assert _leftovers(images.parent) == [".lock"]
+    assert _leftovers(images.parent) == [".images.lmdb.lock", ".lock"]
 
 
 def test_ctrl_c_leaves_no_half_dataset(images):
@@ -44,7 +51,7 @@ def test_ctrl_c_leaves_no_half_dataset(images):
     with pytest.raises(KeyboardInterrupt):
         convert_dataset("shards", images, progress=interrupt)
     assert not (images.parent / "images.shards").exists()
-    assert _leftovers(images.parent) == [".lock"]
+    assert _leftovers(images.parent) == [".images.shards.lock", ".lock"]
 
 
 def test_a_full_disk_leaves_no_half_dataset_and_says_so(images, monkeypatch):
@@ -57,7 +64,67 @@ def test_a_full_disk_leaves_no_half_dataset_and_says_so(images, monkeypatch):
     with pytest.raises(DataError, match="No space left on device; nothing was left behind"):
         convert_dataset("predecoded", images, workers=1)
     assert not list(images.parent.glob("images.predecoded*"))
-    assert _leftovers(images.parent) == [".lock"]
+    assert _leftovers(images.parent) == [".images.predecoded-73.lock", ".lock"]
+
+
+def test_two_conversions_at_once_make_one_copy_and_the_second_reuses_it(images):
+    """Without a lock, both converted and the second swapped its copy in, deleting the first's
+    while a burst could already be reading it."""
+    first_writing, results = threading.Event(), {}
+
+    def slow(message: str) -> None:
+        first_writing.set()
+        time.sleep(0.05)  # the second conversion starts while this one writes
+
+    def first() -> None:
+        results["first"] = convert_dataset("lmdb", images, workers=1, progress=slow)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_writing.wait(30)
+    second = convert_dataset("lmdb", images, workers=1)
+    thread.join(30)
+    assert not results["first"].reused and second.reused
+    assert second.folder == results["first"].folder
+    assert _leftovers(images.parent) == [".images.lmdb.lock", ".lock"]
+
+
+def test_a_copy_being_read_is_never_replaced_under_its_reader(images):
+    """A reader in another process (here: a live dataset) holds the copy; a conversion from a
+    changed source leaves it in place and says so, and goes ahead once the reader is gone."""
+    folder = convert_dataset("shards", images).folder
+    reader = open_format(folder, "shards")
+    (images / "class_00" / "0.jpg").write_bytes((images / "class_01" / "1.jpg").read_bytes())
+    with pytest.raises(CopyInUse, match="is being read by another process"):
+        convert_dataset("shards", images)
+    assert sum(1 for _ in reader.raw_samples()) == 8  # its files are all still there
+    assert _leftovers(images.parent) == [".images.shards.lock", ".lock"]
+    del reader
+    gc.collect()
+    assert not convert_dataset("shards", images).reused
+
+
+def test_a_reader_in_another_process_keeps_the_copy(images, tmp_path):
+    folder = convert_dataset("predecoded", images, resolution=16, workers=1).folder
+    ready = tmp_path / "ready"
+    code = (
+        "import sys, time; from pathlib import Path; from workbench.engine.formats import "
+        "open_format; d = open_format(Path(sys.argv[1]), 'predecoded'); "
+        "Path(sys.argv[2]).touch(); time.sleep(60)"
+    )
+    reader = subprocess.Popen([sys.executable, "-c", code, str(folder), str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists()
+        (images / "class_00" / "0.jpg").write_bytes((images / "class_01" / "1.jpg").read_bytes())
+        with pytest.raises(CopyInUse):
+            convert_dataset("predecoded", images, resolution=16, workers=1)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert not convert_dataset("predecoded", images, resolution=16, workers=1).reused
 
 
 def test_bad_arguments_name_the_option(images):

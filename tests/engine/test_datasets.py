@@ -122,6 +122,24 @@ def test_counts_rewrite_one_line_and_other_messages_end_it(capsys):
     )
 
 
+def test_a_build_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
+    """The manifest's temporary file was ``.manifest.json.<pid>.tmp`` and the lock was opened
+    with ``open(.., "w")``: a symlink planted at either had a file of someone else's choosing
+    overwritten or truncated."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / f".manifest.json.{os.getpid()}.tmp").symlink_to(victim)
+    build_datasets(root, **SMALL)
+    assert victim.read_text() == "mine" and not (root / "manifest.json").is_symlink()
+    (root / ".lock").unlink()
+    (root / ".lock").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic links"):
+        build_datasets(root, **SMALL)
+    assert victim.read_text() == "mine"
+
+
 def test_ensure_reuses_a_complete_build(tmp_path):
     params = {"images_per_class": 2, "classes": 2, "token_mb": 0.01}
     built = build_datasets(tmp_path, **params)

@@ -66,6 +66,16 @@ def test_storage_check_measures_cold_and_warm_and_removes_its_file(tmp_path):
     )
 
 
+def test_the_test_file_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
+    """The test file was ``.workbench-io-<pid>.bin``, opened with ``open(.., "wb")``: a symlink
+    planted there had a file of someone else's choosing filled with noise."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / f".workbench-io-{os.getpid()}.bin").symlink_to(victim)
+    storage_check(tmp_path, size_mib=1, seconds=0.01)
+    assert victim.read_text() == "mine"
+
+
 def test_the_device_is_named_from_what_linux_says():
     if Path("/dev/shm").is_dir() and device_of("/dev/shm").fstype == "tmpfs":
         assert device_of("/dev/shm").describe().startswith("tmpfs (RAM)")

@@ -17,6 +17,10 @@ Nor is ``training``: the workload's loss and optimizer by the same kind of name,
 ``cfg.loss()`` and ``cfg.optimizer(params)`` import (``provenance.workload`` names the workload
 itself, ``module:function`` where it has one).
 
+A config is trusted input, like a script: the variables it exports reach every rank, and some
+load a library or write a file there; the names it keeps are imported and called. Loading
+warns about each such variable (``workbench.core.trusted``) but refuses none.
+
 Imports stay light: yaml and the knobs at import time, torch inside the methods that need it,
 never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the notebook stack).
 """
@@ -43,7 +47,7 @@ from workbench.config.yaml_text import (
     render,
     write_text,
 )
-from workbench.core import allocconf, envvars, nccl
+from workbench.core import allocconf, envvars, nccl, trusted
 from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
 from workbench.core.results import BurstResult
 
@@ -58,6 +62,9 @@ _TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "training
              "comm")  # fmt: skip
 _DALI_KNOBS = tuple(name for name in KNOB_NAMES if name.startswith("dali_"))
 """Knobs that act only with ``loader=dali``: left out of another loader's file at their defaults."""
+
+
+TRUSTED = "a config is trusted input, like a script: load only files whose author you trust"
 
 
 class ConfigWarning(UserWarning):
@@ -177,6 +184,12 @@ def load_config(path: str | Path, *, check_machine: bool = True) -> TunedConfig:
     Warns (ConfigWarning) instead of failing when this machine differs from the one that
     measured the config (GPU model, torch major version), or for a variable workbench does not
     know: the knobs are still the best starting point there.
+
+    A config is trusted input, like a script: its variables reach every rank, and some load a
+    library or touch a file there (``NCCL_NET_PLUGIN``, ``NCCL_DEBUG_FILE``, ``LD_PRELOAD``,
+    ``PYTHONPATH``; ``workbench.core.trusted``), and its ``collate_fn`` and ``training`` names
+    are imported and called. Each such variable is named in a ConfigWarning with what it can
+    do; none is refused. Load only files whose author you trust.
     """
     cfg, notes = _parse(read_yaml(path), path)
     if check_machine:
@@ -220,6 +233,7 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         training=read_training(doc.get("training"), path),
     )  # fmt: skip
     notes += provenance.ambient_warnings(cfg.provenance)
+    notes += _trusted_notes(cfg, nccl_where)
     _check_copy(path, "dataloader", doc.get("dataloader"), _loader_section(cfg), "knobs.{key}")
     _check_copy(
         path,
@@ -337,6 +351,16 @@ def _nccl_notes(knobs: Knobs, where: str, path: str | Path) -> list[str]:
             path, f"{where}.{exc.knob}", f"{exc.value!r} is not allowed: {exc.allowed}"
         ) from None
     return [f"{where}: {n}" for n in notes]
+
+
+def _trusted_notes(cfg: TunedConfig, nccl_where: str) -> list[str]:
+    """A warning per variable that can run code or touch files in every rank (not refused:
+    a cluster may need its network plugin; but whoever wrote the file chose them)."""
+    env = cfg.env()
+    return [
+        f"{nccl_where if name in cfg.knobs.nccl else 'env'}.{name}={env[name]!r}: {what}; {TRUSTED}"
+        for name, what in trusted.powers(env).items()
+    ]
 
 
 def _extra_env(env: dict[str, Any], path: str | Path) -> tuple[dict[str, str], list[str]]:
@@ -460,13 +484,22 @@ def _sections(cfg: TunedConfig) -> list[Section]:
     return [
         Section("schema_version", SCHEMA_VERSION),
         Section("knobs", _knob_values(cfg.knobs), _NOTES["knobs"], _knob_docs(cfg.knobs, docs)),
-        Section("env", cfg.env(), _NOTES["env"], nccl.flags(cfg.knobs.nccl)),
+        Section("env", cfg.env(), _NOTES["env"], _env_comments(cfg)),
         Section("dataloader", _loader_section(cfg), _NOTES["dataloader"]),
         Section("launch", cfg.launch_lines(), _NOTES["launch"]),
         *([Section("training", dict(cfg.training), _NOTES["training"])] if cfg.training else []),
         Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
         *([Section("comm", dict(cfg.comm), _NOTES["comm"])] if cfg.comm else []),
     ]
+
+
+def _env_comments(cfg: TunedConfig) -> dict[str, str]:
+    """A comment above a variable: what an NCCL one changes, and what one can do beyond
+    tuning (load code, touch a file), so the file itself says it is trusted input."""
+    notes = dict(nccl.flags(cfg.knobs.nccl))
+    for name, what in trusted.powers(cfg.env()).items():
+        notes[name] = "; ".join(filter(None, (notes.get(name), f"trusted input: {what}")))
+    return notes
 
 
 def _knob_values(knobs: Knobs) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from workbench.config import provenance
 from workbench.config.comm_suggestions import describe_comm
 from workbench.config.names import FUNCTION_NAME, import_named
 from workbench.config.yaml_text import ConfigError
+from workbench.core import trusted
 from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
 from workbench.core.knobs import DDP_KNOBS, Knobs
@@ -390,9 +391,12 @@ class TunedConfig:
         if self.collate_fn is not None:
             loader += f", collate_fn={self.collate_fn.replace(':', '.')}"
         flags = nccl_flags(self.knobs.nccl)
+        env = self.env()
+        powers = trusted.powers(env)  # a config is trusted input: say what these can do
         exports = []
-        for name, value in self.env().items():
+        for name, value in env.items():
             exports += [f"# note: {name}: {flags[name]}"] if name in flags else []
+            exports += [f"# trusted input: {name}: {powers[name]}"] if name in powers else []
             exports.append(f"export {name}={shlex.quote(value)}")
         launch = self.launch_lines(script)
         return "\n".join(

@@ -13,7 +13,6 @@ changed. PyYAML cannot write comments, so the text is assembled here: a comment 
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from workbench.core.errors import InputError
+from workbench.core.safefiles import write_atomic
 
 __all__ = [
     "ConfigError",
@@ -168,14 +168,8 @@ def render(header: str, sections: Iterable[Section]) -> str:
 def write_text(path: Path, text: str) -> None:
     """Write atomically (temporary file + rename): a reader never sees half a config.
 
-    The temporary file is opened normally, so the config gets the usual permissions (umask),
-    not the owner-only ones of ``tempfile.mkstemp``.
+    The temporary file has a random name and is created exclusively (``write_atomic``): a
+    symlink planted beside the config under a predictable name is never followed. The config
+    gets the usual permissions (umask).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 
 from workbench.core.errors import KnobError
+from workbench.core.trusted import power_of
 
-__all__ = ["EnvVarError", "check_variable", "is_variable_name"]
+__all__ = ["ONE_LINE", "EnvVarError", "check_variable", "has_control", "is_variable_name"]
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 _POSITIVE_INT_VARS = ("CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS")
@@ -36,6 +37,15 @@ _ALLOC_CHOICES = {
     "backend": ("native", "cudaMallocAsync"),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ONE_LINE = "text on one line, without control characters (newline, tab, NUL, escape)"
+"""What a variable's value may be: a newline would start a new line in the exports, the sbatch
+script and the ssh command a value is written into; a NUL cannot be put in an environment."""
+
+
+def has_control(value: str) -> bool:
+    """True when ``value`` holds a control character (C0 or DEL)."""
+    return bool(_CONTROL.search(value))
 
 
 class EnvVarError(KnobError):
@@ -49,14 +59,16 @@ def is_variable_name(name: object) -> bool:
 
 def check_variable(name: str, value: str) -> list[str]:
     """Raise EnvVarError for a value that cannot work; return warnings (unknown names, options)."""
+    if has_control(value):
+        raise EnvVarError(name, value, ONE_LINE)
     if name in ALLOC_VARS:
         return _alloc_conf_notes(name, value)
     if name in _POSITIVE_INT_VARS:
         if not value.isdigit() or int(value) < 1:
             raise EnvVarError(name, value, "a positive integer")
         return []
-    if name.startswith(_QUIET_PREFIXES):
-        return []
+    if name.startswith(_QUIET_PREFIXES) or power_of(name) is not None:
+        return []  # a variable that can run code is warned about as such (core.trusted)
     return [f"{name} is not a variable workbench knows; it is passed through as is"]
 
 

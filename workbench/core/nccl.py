@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from workbench.core.envvars import ONE_LINE, has_control
 from workbench.core.errors import KnobError
 
 __all__ = [
@@ -256,6 +257,11 @@ VARIABLES: dict[str, Rule] = {
     "NCCL_DEBUG_SUBSYS": Rule("subsystem names, e.g. INIT,COLL"),
     "NCCL_DEBUG_FILE": Rule("a file name pattern"),
     "NCCL_TOPO_FILE": Rule("a file path"),
+    "NCCL_TOPO_DUMP_FILE": Rule("a file path"),
+    # Plugins: a library NCCL loads (workbench.core.trusted warns about them on loading).
+    "NCCL_NET_PLUGIN": Rule("a net plugin's name (libnccl-net-NAME.so) or library path"),
+    "NCCL_TUNER_PLUGIN": Rule("a tuner plugin's name or library path"),
+    "NCCL_PROFILER_PLUGIN": Rule("a profiler plugin's name or library path"),
 }
 
 
@@ -283,6 +289,8 @@ def check_variable(name: str, value: str) -> str | None:
     Returns None when the value is fine, or the text of a warning when ``name`` is not in the
     table (the caller decides how to show it: ``warnings.warn``, a log line, a UI message).
     """
+    if has_control(value):  # any name: it is written into exports, scripts and command lines
+        raise NcclError(name, value, ONE_LINE)
     rule = VARIABLES.get(name)
     if rule is None:
         return f"{name} is not an NCCL variable workbench knows; its value is passed through as is"

@@ -6,6 +6,11 @@ disk or any error removes the temporary folder, so no half dataset is ever found
 burst looks. A re-run whose target holds a finished conversion of the same source (same
 image count and bytes, every file at its recorded size) reuses it without reading an image.
 
+Safe to run twice at once: a conversion holds a lock on its target (``.NAME.lock`` beside
+it), so a second one waits and then reuses the first's copy instead of replacing it. A copy
+is replaced (its source changed) only when no dataset is reading it (``formats.inuse``): a
+burst in another process never has its files deleted under it.
+
 Reading is parallel: threads for shards and LMDB (the work is reading files; the GIL is
 released while they wait on the disk), forked processes for predecoded data (decoding and
 resizing are CPU work). Writing is one sequential stream per format.
@@ -16,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import secrets
 import shutil
 import sys
 import time
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.knobs import KnobError
+from workbench.core.safefiles import locked, new_folder
 from workbench.engine.datasets import (
     DataError,
     ImageFiles,
@@ -36,6 +43,7 @@ from workbench.engine.datasets import (
     ensure_datasets,
 )
 from workbench.engine.formats import CONVERTED, format_dir
+from workbench.engine.formats.inuse import unused
 from workbench.engine.formats.lmdb_format import LmdbWriter
 from workbench.engine.formats.manifest import FormatError, Manifest, open_checked, write_manifest
 from workbench.engine.formats.predecoded import PredecodedWriter, predecode
@@ -121,14 +129,35 @@ def convert_dataset(
     target = format_dir(src, fmt, resolution, str(to) if to else None)
     say = progress or (lambda _: None)
     reused = _finished(target, fmt, len(dataset), source_bytes, resolution)
-    if reused is not None:
-        return ConvertResult(fmt, target, src, reused.count, reused.bytes, source_bytes, 0.0, True)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if reused is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # One conversion of a target at a time: a second one waits, then reuses the first's.
+        with locked(target.with_name(f".{target.name}.lock")):
+            reused = _finished(target, fmt, len(dataset), source_bytes, resolution)
+            if reused is None:
+                with unused(target):  # refused now, not after the work, when a reader has it
+                    pass
+                return _convert(fmt, src, dataset, source_bytes, target, resolution, workers,
+                                seed, say)  # fmt: skip
+    return ConvertResult(fmt, target, src, reused.count, reused.bytes, source_bytes, 0.0, True)
+
+
+def _convert(
+    fmt: str,
+    src: Path,
+    dataset: ImageFiles,
+    source_bytes: int,
+    target: Path,
+    resolution: int | None,
+    workers: int | None,
+    seed: int,
+    say: Progress,
+) -> ConvertResult:
+    """Write the copy in a new hidden folder (a random name: nothing planted there is reused),
+    then swap it into place; the hidden folder is gone afterwards, whatever happens."""
     started = time.perf_counter()
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp = new_folder(target.parent, f".{target.name}.tmp-")
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         files = _write(fmt, tmp, dataset, source_bytes, resolution, workers, seed, say)
         seconds = time.perf_counter() - started
         manifest = Manifest(
@@ -173,11 +202,13 @@ def _finished(
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:
-    """Rename the finished folder into place; an older copy is moved aside, then removed."""
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists():
-        os.rename(target, old)
-    os.rename(tmp, target)
+    """Rename the finished folder into place; an older copy is moved aside, then removed, but
+    only while no reader holds it (CopyInUse otherwise, and the older copy stays)."""
+    old = target.with_name(f".{target.name}.old-{secrets.token_hex(8)}")
+    with unused(target):
+        if target.exists():
+            os.rename(target, old)
+        os.rename(tmp, target)
     _fsync_dir(target.parent)
     shutil.rmtree(old, ignore_errors=True)
 

@@ -49,6 +49,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from workbench.core.errors import InputError
+from workbench.core.safefiles import locked, write_atomic
 from workbench.engine.epochs import SHORT_EPOCH_BATCHES
 
 FORMAT_VERSION = 1
@@ -285,7 +286,7 @@ def _build(paths: DatasetPaths, params: dict[str, Any], progress: Progress) -> N
         "build_s": round(build_s, 2),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    _write_atomic(paths.root / "manifest.json", json.dumps(manifest, indent=2).encode())
+    write_atomic(paths.root / "manifest.json", json.dumps(manifest, indent=2).encode())
     progress(
         f"datasets ready in {paths.root} ({count} images, {n_tokens:,} tokens, {build_s:.1f} s)"
     )
@@ -312,26 +313,9 @@ def _looks_like_our_images(path: Path) -> bool:
     return True
 
 
-def _write_atomic(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def _lock(root: Path) -> Iterator[None]:
+def _lock(root: Path) -> contextlib.AbstractContextManager[None]:
     """An exclusive lock on `root` so two processes never build into it at once (POSIX)."""
-    try:
-        import fcntl  # POSIX only
-    except ImportError:  # Windows: no advisory locks here; builds are rare and explicit
-        yield
-        return
-    with open(root / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return locked(root / ".lock")
 
 
 def _silent(_: str) -> None:
@@ -578,7 +562,7 @@ def _write_tokens(path: Path, token_mb: float) -> tuple[int, int]:
             break
     payload = b"".join(parts)[:limit]
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, payload)
+    write_atomic(path, payload)
     return len(payload), len(parts)
 
 

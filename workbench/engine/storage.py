@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import InputError
+from workbench.core.safefiles import scratch_file
 from workbench.engine.datasets import DataError, data_root
 from workbench.engine.formats import data_files, release_mappings
 
@@ -301,20 +302,19 @@ def _test_file(target: Path, size_mib: float) -> Iterator[Path]:
     if target.is_file():
         yield target
         return
-    path = target / f".workbench-io-{os.getpid()}.bin"
-    try:
-        with open(path, "wb") as handle:
-            for _ in range(int(size_mib)):
-                handle.write(os.urandom(_MIB))  # incompressible: no file system can shrink it
-            handle.flush()
-            os.fdatasync(handle.fileno())
-    except OSError as exc:
-        path.unlink(missing_ok=True)
-        raise DataError(f"cannot write a test file in {target}: {exc}") from exc
-    try:
+    # A random name made with O_EXCL: a symlink planted under a name others could predict
+    # (this pid's) would make the write below fill a file of their choosing with noise.
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(scratch_file(target, ".workbench-io-", ".bin"))
+            with open(path, "wb") as handle:
+                for _ in range(int(size_mib)):
+                    handle.write(os.urandom(_MIB))  # incompressible: no file system shrinks it
+                handle.flush()
+                os.fdatasync(handle.fileno())
+        except OSError as exc:
+            raise DataError(f"cannot write a test file in {target}: {exc}") from exc
         yield path
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def _pass(path: Path, seconds: float, seed: int, *, cold: bool) -> ReadRates:

@@ -21,6 +21,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from workbench.core.knobs import DATA_FORMATS, KnobError, Knobs
+from workbench.engine.formats.inuse import held
 from workbench.engine.formats.lmdb_format import DATA_FILE, LmdbDataset, close_environment
 from workbench.engine.formats.manifest import FormatError, Manifest, open_checked, read_manifest
 from workbench.engine.formats.predecoded import PredecodedDataset, resolution_for
@@ -120,14 +121,12 @@ def dataset_for(wl: Workload, knobs: Knobs) -> Dataset:
 
 
 def open_format(folder: Path, fmt: str, transform: Any = None) -> Dataset:
-    """The dataset of a converted folder (no workload needed)."""
-    if fmt == "shards":
-        return ShardDataset(folder, transform)
-    if fmt == "lmdb":
-        return LmdbDataset(folder, transform)
-    if fmt == "predecoded":
-        return PredecodedDataset(folder, transform)
-    raise KnobError("data_format", fmt, f"one of {', '.join(DATA_FORMATS)}")
+    """The dataset of a converted folder (no workload needed), marked in use while it lives."""
+    kinds = {"shards": ShardDataset, "lmdb": LmdbDataset, "predecoded": PredecodedDataset}
+    if fmt not in kinds:
+        raise KnobError("data_format", fmt, f"one of {', '.join(DATA_FORMATS)}")
+    # Marked in use while the dataset lives: a conversion never replaces it under a reader.
+    return held(Path(folder), lambda: kinds[fmt](folder, transform))
 
 
 def data_files(wl: Workload, knobs: Knobs) -> list[Path]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
+from workbench.core.safefiles import write_atomic
 from workbench.engine.datasets import DataError
 
 MANIFEST = "manifest.json"
@@ -59,12 +59,7 @@ class Manifest:
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
     """Write ``manifest.json`` atomically and flushed: it is what marks the folder complete."""
-    tmp = folder / f".{MANIFEST}.tmp"
-    with open(tmp, "w") as handle:
-        handle.write(manifest.to_json())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, folder / MANIFEST)
+    write_atomic(folder / MANIFEST, manifest.to_json(), sync=True)
 
 
 def read_manifest(folder: Path) -> Manifest:
