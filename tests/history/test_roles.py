@@ -302,3 +302,25 @@ def test_the_instructor_sees_and_corrects_everything(room: Room) -> None:
         conn.execute("DROP SCHEMA workbench CASCADE")
         conn.rollback()
     assert room.sql(room.instructor, "SELECT count(*) FROM workbench.answers WHERE ok") == [(1,)]
+
+
+# -- the recipes ---------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "class-mode.md"
+
+
+def test_the_recipes_keep_the_server_to_the_room_and_the_passwords_out_of_urls() -> None:
+    """docs/class-mode.md: no address-wide listening, TLS-only access rules from the room's
+    subnet, and every learner's store URL without a password and with sslmode=require."""
+    import re
+
+    text = DOCS.read_text()
+    assert "listen_addresses='*'" not in text and not re.search(r"(?<![\d.])0\.0\.0\.0", text)
+    assert "-p 5432:5432 " not in text.replace("a bare `-p 5432:5432`", "")
+    rules = re.findall(r"'((?:local|host\w*)\s[^']*)'", text)
+    assert rules and all(r.split()[0] in ("local", "hostssl") or "reject" in r for r in rules)
+    urls = re.findall(r"WORKBENCH_STORE='([^']+)'", text)
+    assert urls and all(not re.search(r"://[^@/]*:[^@/]*@", u) for u in urls), urls
+    assert all("sslmode=require" in u for u in urls), urls
+    assert "POSTGRES_PASSWORD=" not in text  # a password on docker's command line
+    assert "workbench class init" in text

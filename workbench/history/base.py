@@ -7,7 +7,10 @@ exercise answers and the board switch.
 
 Visibility: a learner's ``records()``, ``get()``, ``frame()``, ``answers()`` and ``len()``
 cover their own rows (and rows written before class mode, which have no learner), unless this
-process is the instructor's (``WORKBENCH_ROLE=instructor``) or the board is shared. The board
+process is the instructor's (``is_instructor()``: ``WORKBENCH_ROLE=instructor``, or in a class
+store the instructor's login) or the board is shared. In a class store set up by ``workbench
+class init`` the server applies the same rule to each login (``roles.py``); here it is applied
+again, harmlessly, and it is all there is for a store without class logins. The board
 switch is a row in the store, not a variable, so every learner's kernel sees it at its next
 read. It is append-only like the rest: the newest switch row wins, and the rows say who shared
 the board and when.

@@ -258,7 +258,18 @@ class ClassLogin:
 
 
 def _schema_exists(conn: Any) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", (f"{_SCHEMA}.meta",)).fetchone()[0] is not None
+    """Whether the ``meta`` table exists, read from the catalog with this statement's snapshot.
+
+    Not ``to_regclass``: its answer comes from a cache that the advisory lock does not refresh,
+    so after waiting for another kernel's creation it could still say "missing".
+    """
+    return bool(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'meta')",
+            (_SCHEMA,),
+        ).fetchone()[0]
+    )
 
 
 def _create_schema(conn: Any) -> None:
