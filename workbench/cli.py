@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub.add_parser("tune", help="search knobs for the best measured throughput"))
     _add_comm(sub.add_parser("comm", help="all-reduce benchmark: time, algbw, busbw by size"))
     _add_profile(sub.add_parser("profile", help="a burst under torch.profiler; writes a trace"))
+    _add_class(sub.add_parser("class", help="set up the room's PostgreSQL store (instructor)"))
     for command in sub.choices.values():  # after the command too: workbench burst --debug
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help=_DEBUG_HELP)  # fmt: skip
@@ -823,6 +824,32 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return EXIT_FAILED if p.status == "error" else EXIT_OK
 
 
+def _add_class(p: argparse.ArgumentParser) -> None:
+    """``workbench class init``: roles, grants and row-level security (history/roles.py)."""
+    p.add_argument("action", choices=["init"], help="init: create or extend the class's roles")
+    p.add_argument("--store", required=True, metavar="postgresql://ADMIN@HOST:PORT/DB",
+                   help="the class database, as the server's administrator (password from "
+                   "PGPASSFILE, never in the URL)")  # fmt: skip
+    names = p.add_mutually_exclusive_group(required=True)
+    names.add_argument("--learners", metavar="A,B,...", help="the learners' login names")
+    names.add_argument("--learners-file", metavar="FILE", help="learner names, one a line")
+    p.add_argument("--instructor", help="the instructor's login (default: <db>_instructor)")
+    p.add_argument("--logins", default="class-logins.pgpass", metavar="FILE",
+                   help="a new 0600 file for the new logins' passwords (PGPASSFILE format; "
+                   "default class-logins.pgpass)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _cmd_class(args: argparse.Namespace) -> int:
+    from workbench.history.roles import init_class, read_learners
+
+    text = args.learners if args.learners is not None else Path(args.learners_file).read_text()
+    setup = init_class(args.store, read_learners(text), logins=args.logins,
+                       instructor=args.instructor)  # fmt: skip
+    print(_json(setup.to_dict(), args) if args.json else setup.summary())
+    return EXIT_OK
+
+
 def _parse_values(knob: str, text: str) -> list[Any]:
     """``V1,V2,...`` parsed for ``knob`` (each value as ``--set`` would read it). ``alloc_conf``
     values hold commas themselves: they are separated by ``;`` (``default`` for none)."""
@@ -946,4 +973,5 @@ _COMMANDS = {
     "tune": _cmd_tune,
     "comm": _cmd_comm,
     "profile": _cmd_profile,
+    "class": _cmd_class,
 }

@@ -7,7 +7,10 @@ exercise answers and the board switch.
 
 Visibility: a learner's ``records()``, ``get()``, ``frame()``, ``answers()`` and ``len()``
 cover their own rows (and rows written before class mode, which have no learner), unless this
-process is the instructor's (``WORKBENCH_ROLE=instructor``) or the board is shared. The board
+process is the instructor's (``is_instructor()``: ``WORKBENCH_ROLE=instructor``, or in a class
+store the instructor's login) or the board is shared. In a class store set up by ``workbench
+class init`` the server applies the same rule to each login (``roles.py``); here it is applied
+again, harmlessly, and it is all there is for a store without class logins. The board
 switch is a row in the store, not a variable, so every learner's kernel sees it at its next
 read. It is append-only like the rest: the newest switch row wins, and the rows say who shared
 the board and when.
@@ -20,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.core.results import utc_now
-from workbench.history.identity import host_name, is_instructor, learner_name
+from workbench.history import identity
+from workbench.history.identity import host_name
 from workbench.history.records import (
     answer_row,
     burst_row,
@@ -67,6 +71,18 @@ class Store(ABC):
     def where(self) -> str:
         """Where the rows are, safe to show (a path, or a URL without its password)."""
 
+    # -- who this process is ---------------------------------------------------------------------
+
+    def learner_name(self) -> str:
+        """The name this process writes and reads as: ``identity.learner_name()``; a class store
+        set up by ``workbench class init`` answers with the database login instead."""
+        return identity.learner_name()
+
+    def is_instructor(self) -> bool:
+        """Whether this process sees every row: ``identity.is_instructor()``; a class store set
+        up by ``workbench class init`` answers from the login's role instead."""
+        return identity.is_instructor()
+
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, record: Mapping[str, Any]) -> int:
@@ -82,7 +98,17 @@ class Store(ABC):
             f"INSERT INTO {t} (created_at, learner, host, workload, device, status,"
             f" samples_per_s, peak_mem_mib, record) VALUES ({self._marks(8)}, {self._JSON_IN})"
         )
-        params = (created, learner_name(), host_name(), workload, device, status, sps, peak, text)
+        params = (
+            created,
+            self.learner_name(),
+            host_name(),
+            workload,
+            device,
+            status,
+            sps,
+            peak,
+            text,
+        )
         return self._insert(sql, params)
 
     def record_answer(self, answer: Mapping[str, Any]) -> int:
@@ -93,7 +119,7 @@ class Store(ABC):
             f"INSERT INTO {t} (created_at, learner, host, exercise, ok, message, prediction,"
             f" measured) VALUES ({self._marks(6)}, {self._JSON_IN}, {self._JSON_IN})"
         )
-        params = (utc_now(), learner_name(), host_name(), exercise, ok, message)
+        params = (utc_now(), self.learner_name(), host_name(), exercise, ok, message)
         return self._insert(sql, (*params, prediction, measured))
 
     def share_board(self, shared: bool = True) -> None:
@@ -104,14 +130,14 @@ class Store(ABC):
         """
         if not isinstance(shared, bool):
             raise TypeError(f"share_board(shared=...) takes True or False, got {shared!r}")
-        if not is_instructor():
+        if not self.is_instructor():
             raise StoreError(
                 "share_board() is the instructor's switch; set WORKBENCH_ROLE=instructor in the "
                 "instructor's environment to use it"
             )
         t = self._table("board")
         sql = f"INSERT INTO {t} (created_at, learner, host, shared) VALUES ({self._marks(4)})"
-        self._insert(sql, (utc_now(), learner_name(), host_name(), shared))
+        self._insert(sql, (utc_now(), self.learner_name(), host_name(), shared))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -122,7 +148,7 @@ class Store(ABC):
 
     def sees_all(self) -> bool:
         """Whether this process sees every learner's rows (instructor, or a shared board)."""
-        return is_instructor() or self.board_shared()
+        return self.is_instructor() or self.board_shared()
 
     def __len__(self) -> int:
         where, params = self._where({})
@@ -204,10 +230,10 @@ class Store(ABC):
         used = {column: value for column, value in filters.items() if value is not None}
         clauses = [f"{column} = {self._P}" for column in used]
         params: tuple[Any, ...] = tuple(used.values())
-        if not is_instructor():  # the board switch is read in the same statement
+        if not self.is_instructor():  # the board switch is read in the same statement
             shared = f"SELECT shared FROM {self._table('board')} ORDER BY id DESC LIMIT 1"
             clauses.append(
                 f"(learner = {self._P} OR learner IS NULL OR COALESCE(({shared}), FALSE))"
             )
-            params = (*params, learner_name())
+            params = (*params, self.learner_name())
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params

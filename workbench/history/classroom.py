@@ -6,9 +6,12 @@ and the spread of one knob across machines. A learner sees only their own rows, 
 ``WORKBENCH_ROLE=instructor`` or the instructor has shared the board (``store.share_board()``,
 kept in the store itself so that every learner's kernel sees it without a restart).
 
-This is a courtesy between people in a room, not access control: everyone who can connect
-with the room's credentials can read every row with ``psql``. docs/class-mode.md says how to
-give learners their own database roles where that matters.
+Where the instructor set the store up with ``workbench class init`` (``roles.py``), each learner
+logs in as themselves and the server enforces all of this (row-level security keyed on the
+login): a learner's name is their login, the instructor is the instructor's login, and
+``WORKBENCH_LEARNER``/``WORKBENCH_ROLE`` are ignored. Without it (one shared login for the room)
+the rules above are a courtesy between people in a room, not access control: everyone who holds
+that login can read and change every row with ``psql``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ it live. Why it is built this way:
 - **The password is never shown.** The DSN is held as a ``Secret`` (redacted repr); every
   message from the driver is scrubbed (``dsn.scrub``) and raised without its cause attached,
   so a traceback cannot print the driver's own text either.
+- **Who a kernel is comes from its login in a class store.** Where ``workbench class init``
+  set the room up (``roles.py``), every row's ``learner`` is the database login
+  (``current_user``) and the instructor is whoever logs in as the instructor's role: the server
+  enforces both with row-level security, so ``WORKBENCH_LEARNER`` and ``WORKBENCH_ROLE`` are
+  ignored there (with a warning when they disagree). A store without class roles keeps them.
 - **psycopg 3 is optional** (the ``class`` extra): imported when a PostgreSQL store is opened,
   with a clear message when it is missing.
 """
@@ -23,20 +28,27 @@ it live. Why it is built this way:
 from __future__ import annotations
 
 import importlib
+import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from workbench.history.base import Store, StoreError
 from workbench.history.dsn import Secret, redact_dsn, scrub
 
-__all__ = ["PG_SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["CLASS_INSTRUCTOR_KEY", "PG_SCHEMA", "PG_SCHEMA_VERSION", "ClassLogin", "PostgresStore"]
 
 PG_SCHEMA_VERSION = 1
 """The PostgreSQL schema this library writes (its own numbering; the SQLite file has another)."""
 
 _SCHEMA = "workbench"
+PG_SCHEMA = _SCHEMA
+"""The schema that holds the tables (``meta, bursts, answers, board``)."""
+CLASS_INSTRUCTOR_KEY = "class_instructor"
+"""The ``meta`` key that ``workbench class init`` sets to the instructor's role: a class store."""
 _LOCK_KEY = 0x776F726B62656E63  # "workbenc": serializes schema creation across processes
 _CONNECT_TIMEOUT_S = 10
 _INSTALL = "pip install 'throughput-workbench[class]' (psycopg 3)"
@@ -108,6 +120,7 @@ class PostgresStore(Store):
     def __init__(self, dsn: str) -> None:
         self._dsn = Secret(dsn.strip())
         self._psycopg = _driver()
+        self._login: ClassLogin | None = None
         self._prepare()
 
     @property
@@ -138,6 +151,13 @@ class PostgresStore(Store):
     # -- connections and schema --------------------------------------------------------------
 
     @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """One connection in one transaction, errors scrubbed as everywhere here (for
+        ``workbench class init``, which sets up roles as the server's administrator)."""
+        with self._connect() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
     def _connect(self) -> Iterator[Any]:
         """A fresh autocommit connection (transactions are explicit), closed after use."""
         psycopg = self._psycopg
@@ -160,22 +180,25 @@ class PostgresStore(Store):
         return StoreError(f"history store {self.url} {problem} ({detail}). {advice}")
 
     def _prepare(self) -> None:
-        """Create the schema if missing; refuse a newer one. One process at a time."""
+        """Create the schema if missing; refuse a newer one; learn who this login is.
+
+        The advisory lock is taken only while the schema is missing: once it exists (always, in
+        a class set up by ``workbench class init``), a learner who holds that lock from ``psql``
+        cannot make every other kernel wait on it.
+        """
         with self._connect() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            exists = conn.execute("SELECT to_regclass(%s)", (f"{_SCHEMA}.meta",)).fetchone()[0]
-            if exists is None:
-                for statement in _DDL:
-                    conn.execute(statement)
-                conn.execute(
-                    f"INSERT INTO {_SCHEMA}.meta (key, value) VALUES ('schema_version', %s)",
-                    (str(PG_SCHEMA_VERSION),),
-                )
-                return
+            if not _schema_exists(conn):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                if not _schema_exists(conn):  # again: another kernel may have created it
+                    _create_schema(conn)
             row = conn.execute(
                 f"SELECT value FROM {_SCHEMA}.meta WHERE key = 'schema_version'"
             ).fetchone()
-        version = int(row[0]) if row else 0
+            self._check_version(int(row[0]) if row else 0)
+            self._login = _class_login(conn)
+        self._warn_ignored_identity()
+
+    def _check_version(self, version: int) -> None:
         if version > PG_SCHEMA_VERSION:
             raise StoreError(
                 f"history store {self.url} has schema version {version}; this workbench knows "
@@ -187,6 +210,88 @@ class PostgresStore(Store):
                 f"history store {self.url} has a '{_SCHEMA}' schema without a version; it is not "
                 "a workbench history and was left untouched. Use another database."
             )
+
+    # -- who this login is (a class set up by ``workbench class init``) ----------------------
+
+    def learner_name(self) -> str:
+        """The database login in a class store (``current_user``); else the environment's."""
+        return self._login.user if self._login is not None else super().learner_name()
+
+    def is_instructor(self) -> bool:
+        """In a class store: whether this login is the instructor's role (or a superuser)."""
+        return self._login.instructor if self._login is not None else super().is_instructor()
+
+    def share_board(self, shared: bool = True) -> None:
+        if self._login is not None and not self._login.instructor:
+            raise StoreError(
+                f"share_board() is the instructor's switch; this kernel is logged in to "
+                f"{self.url} as learner {self._login.user!r}, and only the instructor's login "
+                "may flip it"
+            )
+        super().share_board(shared)
+
+    def _warn_ignored_identity(self) -> None:
+        """Say once that WORKBENCH_LEARNER / WORKBENCH_ROLE do not apply to a class login."""
+        login = self._login
+        if login is None:
+            return
+        named = os.environ.get("WORKBENCH_LEARNER", "").strip()
+        role = os.environ.get("WORKBENCH_ROLE", "").strip().lower()
+        if (named and named != login.user) or (role == "instructor" and not login.instructor):
+            warnings.warn(
+                f"this class store names you by your database login ({login.user!r}, "
+                f"{'instructor' if login.instructor else 'learner'}); WORKBENCH_LEARNER and "
+                "WORKBENCH_ROLE are ignored here",
+                stacklevel=4,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLogin:
+    """Who a connection is in a class store set up by ``workbench class init``
+    (``workbench/history/roles.py``): the server says, not the environment."""
+
+    user: str
+    """``current_user``: the name on every row this login writes (row-level security checks)."""
+    instructor: bool
+    """Whether the login is (a member of) the class's instructor role, or a superuser."""
+
+
+def _schema_exists(conn: Any) -> bool:
+    """Whether the ``meta`` table exists, read from the catalog with this statement's snapshot.
+
+    Not ``to_regclass``: its answer comes from a cache that the advisory lock does not refresh,
+    so after waiting for another kernel's creation it could still say "missing".
+    """
+    return bool(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'meta')",
+            (_SCHEMA,),
+        ).fetchone()[0]
+    )
+
+
+def _create_schema(conn: Any) -> None:
+    for statement in _DDL:
+        conn.execute(statement)
+    conn.execute(
+        f"INSERT INTO {_SCHEMA}.meta (key, value) VALUES ('schema_version', %s)",
+        (str(PG_SCHEMA_VERSION),),
+    )
+
+
+def _class_login(conn: Any) -> ClassLogin | None:
+    """This connection's login in a class store; None in a store without class roles."""
+    row = conn.execute(
+        f"""SELECT current_user::text, i.value,
+                COALESCE((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), FALSE)
+                OR COALESCE((SELECT pg_has_role(current_user, r.oid, 'MEMBER')
+                             FROM pg_roles r WHERE r.rolname = i.value), FALSE)
+            FROM (SELECT value FROM {_SCHEMA}.meta WHERE key = %s) AS i""",
+        (CLASS_INSTRUCTOR_KEY,),
+    ).fetchone()
+    return None if row is None else ClassLogin(user=row[0], instructor=bool(row[2]))
 
 
 def _reopen(dsn: Secret) -> PostgresStore:

@@ -77,14 +77,17 @@ def store_note(store: Any) -> tuple[str, bool]:
 def _visibility_note(store: Any) -> str:
     """Who sees what: the board is the room's only when it reads every learner's rows."""
     try:
-        shared, instructor = bool(store.board_shared()), is_instructor()
+        # a class store knows from the login (history/roles.py); other stores from the variable
+        asks = getattr(store, "is_instructor", is_instructor)
+        shared, instructor = bool(store.board_shared()), bool(asks())
     except Exception as exc:  # a board that cannot tell still shows what it reads
         return f"Cannot tell whether the board is shared ({exc})."
     if shared:
         return "The board is shared: every learner can see the room's rows."
     note = "The board is not shared: each learner sees only their own rows (store.share_board())."
     if not instructor:
-        note += (" This kernel is not the instructor's (WORKBENCH_ROLE=instructor), so it shows"
+        note += (" This kernel is not the instructor's (the instructor's login, or"
+                 " WORKBENCH_ROLE=instructor where the store has no class logins), so it shows"
                  " only its own learner's rows.")  # fmt: skip
     return note
 

@@ -1,0 +1,359 @@
+"""The class store's roles: who may do what on the room's PostgreSQL (``workbench class init``).
+
+A room's store holds every learner's bursts and answers, and every learner's kernel holds a
+password to it. So the server, not the client, decides who a learner is and what they may do:
+the instructor runs ``workbench class init`` once, as the server's administrator (a superuser
+that is never handed out), and from then on each login can do only its part.
+
+Roles (PostgreSQL roles are per server; the two class roles are named after the database, so
+two classes on one server stay apart):
+
+- ``<db>_instructor``, a login: owns the ``workbench`` schema and its four tables (``meta``,
+  ``bursts``, ``answers``, ``board``), so it may read, write, correct, alter and drop anything
+  in them. The instructor's kernel logs in as it.
+- ``<db>_learners``, no login: the group that holds the learners' privileges.
+- one login per learner, named as the learner (``alice``): a member of the group and nothing
+  else (no superuser, no CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS; at most
+  ``CONNECTION_LIMIT`` connections). Its name is the ``learner`` on every row it writes.
+
+Grants: the database's ``CONNECT`` only to those two roles (PUBLIC's is revoked, and so is
+PUBLIC's ``CREATE`` on the ``public`` schema); the group gets ``USAGE`` on the schema,
+``SELECT`` on ``meta`` and ``board``, ``SELECT`` and ``INSERT`` on ``bursts`` and ``answers``:
+no UPDATE, DELETE or TRUNCATE, no DDL (only an object's owner may ALTER or DROP it, and the
+instructor owns them all), no ``COPY ... TO PROGRAM`` (superuser only).
+
+Row-level security is enabled and forced (so the owner, too, goes through a policy) on every
+table. The instructor's policy allows everything. The group's:
+
+- ``bursts`` and ``answers``: a learner reads their own rows (``learner = current_user``),
+  rows written before class mode (no learner), and everyone's once the board is shared (the
+  newest ``board`` row, read in the same statement: as ``base.py`` does in the client, now
+  enforced by the server); a learner inserts only rows whose ``learner`` is their own login.
+- ``board`` and ``meta``: readable by all (every kernel must see the switch); written only by
+  the instructor, since the group has no INSERT there. The board switch is the instructor's.
+
+Identity: a kernel learns its name and role from the server (``current_user``, and whether it
+belongs to the instructor's role: ``postgres.ClassLogin``); ``WORKBENCH_LEARNER`` and
+``WORKBENCH_ROLE`` cannot impersonate anyone, since the policies check the login itself.
+
+Answers and ``ok``: an exercise's verdict is computed by the check in the learner's kernel, from
+the learner's own measurement (the right answer is whatever that machine showed; the server
+never saw the burst). The server cannot tell a real measurement from a typed one, so it does
+not pretend to judge it. What it guarantees: an answer is written once, by its own learner, and
+never changed after (no UPDATE or DELETE), so no one can mark an answer correct after the fact,
+theirs or anyone's, and a learner who types an answer in ``psql`` has written one row under
+their own name, with its time, that the instructor sees and may correct. The client still
+decides the verdict, the message and the measurement it reports.
+
+Passwords: generated here (``secrets``), turned into SCRAM verifiers on this machine (libpq's
+``PQencryptPasswordConn``), so the server (and its statement log) never sees a plaintext
+password, and written once to a new file of mode 0600 in PGPASSFILE format (one
+``*:*:<db>:<login>:<password>`` line per login) for handing out; never in argv or printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import InputError
+from workbench.history.base import StoreError
+from workbench.history.postgres import CLASS_INSTRUCTOR_KEY, PG_SCHEMA, PostgresStore
+
+__all__ = [
+    "CONNECTION_LIMIT",
+    "ClassSetup",
+    "group_role",
+    "init_class",
+    "instructor_role",
+    "read_learners",
+]
+
+CONNECTION_LIMIT = 10
+"""Connections one learner's login may hold at once (a kernel opens one per call, briefly)."""
+
+_TABLES = ("meta", "bursts", "answers", "board")
+_READ_ONLY = ("meta", "board")
+_APPEND = ("bursts", "answers")
+_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
+_RESERVED = {"public", "none", "current_user", "current_role", "session_user", "user"}
+_MARK = "workbench class {db}: {kind}"
+"""The comment on every role this module creates: a role without it is never taken over."""
+_SHARED = f"COALESCE((SELECT shared FROM {PG_SCHEMA}.board ORDER BY id DESC LIMIT 1), FALSE)"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSetup:
+    """What ``init_class`` did: the roles, who got a login now, and where their passwords are."""
+
+    database: str
+    instructor: str
+    group: str
+    created: tuple[str, ...]
+    """Logins created now (the instructor's first, if new): their passwords are in ``logins``."""
+    kept: tuple[str, ...]
+    """Learners whose login existed already (from an earlier run): left as they were."""
+    logins: Path | None
+    """The 0600 PGPASSFILE with the new logins' passwords; None when none was created."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "database": self.database,
+            "instructor": self.instructor,
+            "group": self.group,
+            "created": list(self.created),
+            "kept": list(self.kept),
+            "logins": None if self.logins is None else str(self.logins),
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"class store {self.database}: instructor login {self.instructor}, learners' "
+            f"group {self.group}",
+            f"created: {', '.join(self.created) or 'none'}; kept: {', '.join(self.kept) or 'none'}",
+        ]
+        if self.logins is not None:
+            lines.append(
+                f"passwords: {self.logins} (mode 0600, PGPASSFILE format): give each learner "
+                "their own line only, as their PGPASSFILE (docs/class-mode.md)"
+            )
+        return "\n".join(lines)
+
+
+def instructor_role(database: str) -> str:
+    return f"{database}_instructor"
+
+
+def group_role(database: str) -> str:
+    return f"{database}_learners"
+
+
+def read_learners(text: str) -> list[str]:
+    """Learner names from ``alice,bob`` or a file's text (one or more a line, ``#`` comments)."""
+    names = []
+    for line in text.splitlines():
+        names += [n.strip() for n in line.split("#", 1)[0].split(",") if n.strip()]
+    return names
+
+
+def init_class(
+    admin_url: str,
+    learners: Sequence[str],
+    *,
+    logins: str | os.PathLike[str],
+    instructor: str | None = None,
+) -> ClassSetup:
+    """Set up a class store on ``admin_url`` (the server's administrator); see the module doc.
+
+    Creates the schema if missing, the instructor's login, the learners' group and one login per
+    learner, then the grants and policies (all in one transaction). Run again with more
+    learners to add them: roles made by an earlier run are kept (their passwords unchanged);
+    a role of the same name that this command did not make is refused, never taken over.
+    ``logins``: a new file (refused if it exists) for the new logins' passwords.
+    """
+    names = _check_learners(learners)
+    target = Path(logins).expanduser()
+    if target.exists() or not target.parent.is_dir():
+        raise InputError.not_allowed("--logins", str(target), "a new file in an existing folder")
+    store = PostgresStore(admin_url)  # creates the schema if missing, refuses a newer one
+    written = False
+    try:
+        with store.transaction() as conn:
+            database = str(conn.execute("SELECT current_database()").fetchone()[0])
+            teacher = _check_name("--instructor", instructor or instructor_role(database))
+            if teacher in names:
+                raise InputError.not_allowed(
+                    "--learners", teacher, "names other than the instructor's"
+                )
+            group = group_role(database)
+            fresh = _create_roles(conn, database, teacher, group, names)
+            _grant(conn, database, teacher, group)
+            _write_logins(target, database, fresh)
+            written = bool(fresh)
+    except BaseException:
+        if written:
+            target.unlink(missing_ok=True)  # the roles were rolled back: their passwords too
+        raise
+    created = tuple(fresh)
+    return ClassSetup(database=database, instructor=teacher, group=group, created=created,
+                      kept=tuple(n for n in names if n not in fresh),
+                      logins=target if created else None)  # fmt: skip
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+def _check_learners(learners: Iterable[str]) -> list[str]:
+    names = [_check_name("--learners", n.strip()) for n in learners]
+    if not names:
+        raise InputError.not_allowed("--learners", "", "one learner name or more")
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise InputError.not_allowed("--learners", sorted(seen)[0], "each name once")
+    return names
+
+
+def _check_name(option: str, name: str) -> str:
+    """A role name that needs no thought: lower case, starts with a letter, at most 63 chars."""
+    if not _NAME.fullmatch(name) or name in _RESERVED or name.startswith("pg_"):
+        raise InputError.not_allowed(
+            option, name, "lower-case letters, digits, '_', '.', '-', starting with a letter, "
+            "at most 63 characters, not starting with 'pg_'"
+        )  # fmt: skip
+    return name
+
+
+# -- roles ----------------------------------------------------------------------------------
+
+
+def _create_roles(
+    conn: Any, database: str, instructor: str, group: str, learners: list[str]
+) -> dict[str, str]:
+    """Create the roles that are missing; return ``{login: password}`` of the new logins."""
+    from psycopg import sql  # the class extra; PostgresStore has already imported it
+
+    wanted = {instructor: "instructor", group: "learners", **dict.fromkeys(learners, "learner")}
+    rows = conn.execute(
+        "SELECT rolname, shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = ANY(%s)",
+        (list(wanted),),
+    ).fetchall()
+    for name, comment in rows:
+        if comment != _MARK.format(db=database, kind=wanted[name]):
+            raise StoreError(
+                f"role {name!r} already exists on this server and was not made by `workbench "
+                f"class init` as this class's {wanted[name]}; it was left untouched. Choose "
+                "another name, or drop that role first."
+            )
+    existing = {name for name, _ in rows}
+    fresh: dict[str, str] = {}
+    if group not in existing:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(group)))
+        _mark(conn, group, database, "learners")
+    for name in (instructor, *learners):
+        if name in existing:
+            continue
+        password = secrets.token_urlsafe(18)
+        verifier = conn.pgconn.encrypt_password(password.encode(), name.encode(), b"scram-sha-256")
+        learner = name != instructor
+        conn.execute(
+            sql.SQL(
+                "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
+                "NOBYPASSRLS INHERIT CONNECTION LIMIT {} PASSWORD {}"
+            ).format(
+                sql.Identifier(name),
+                sql.Literal(CONNECTION_LIMIT if learner else -1),
+                sql.Literal(verifier.decode()),
+            )
+        )
+        if learner:
+            conn.execute(
+                sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(name))
+            )
+        _mark(conn, name, database, "learner" if learner else "instructor")
+        fresh[name] = password
+    return fresh
+
+
+def _mark(conn: Any, role: str, database: str, kind: str) -> None:
+    from psycopg import sql
+
+    conn.execute(
+        sql.SQL("COMMENT ON ROLE {} IS {}").format(
+            sql.Identifier(role), sql.Literal(_MARK.format(db=database, kind=kind))
+        )
+    )
+
+
+# -- grants and policies --------------------------------------------------------------------
+
+
+def _grant(conn: Any, database: str, instructor: str, group: str) -> None:
+    """Ownership, grants and row-level security, as the module docstring says."""
+    from psycopg import sql
+
+    ident = sql.Identifier
+    db, teacher, learners, schema = (
+        ident(database),
+        ident(instructor),
+        ident(group),
+        ident(PG_SCHEMA),
+    )
+    statements = [
+        sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db),
+        sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}").format(db, teacher, learners),
+        sql.SQL("REVOKE CREATE ON SCHEMA public FROM PUBLIC"),
+        sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(schema, teacher),
+        sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(schema),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, learners),
+    ]
+    for name in _TABLES:
+        table = ident(PG_SCHEMA, name)
+        statements += [
+            sql.SQL("ALTER TABLE {} OWNER TO {}").format(table, teacher),
+            sql.SQL("REVOKE ALL ON {} FROM PUBLIC, {}").format(table, learners),
+            sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
+            sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(table),
+            *_policies(name, table, teacher, learners),
+        ]
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+        ).format(ident(PG_SCHEMA, "meta")),
+        (CLASS_INSTRUCTOR_KEY, instructor),
+    )
+
+
+def _policies(name: str, table: Any, teacher: Any, learners: Any) -> list[Any]:
+    """The table's policies, replaced whole (a second run leaves the same set)."""
+    from psycopg import sql
+
+    def policy(label: str, rest: str) -> list[Any]:
+        return [
+            sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(label), table),
+            sql.SQL("CREATE POLICY {} ON {} " + rest).format(
+                sql.Identifier(label), table, teacher if label == "wb_instructor" else learners
+            ),
+        ]
+
+    statements = policy("wb_instructor", "FOR ALL TO {} USING (true) WITH CHECK (true)")
+    if name in _READ_ONLY:
+        statements += [
+            sql.SQL("GRANT SELECT ON {} TO {}").format(table, learners),
+            *policy("wb_learner_read", "FOR SELECT TO {} USING (true)"),
+        ]
+    if name in _APPEND:
+        own = "learner = current_user"
+        statements += [
+            sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, learners),
+            *policy(
+                "wb_learner_read",
+                f"FOR SELECT TO {{}} USING ({own} OR learner IS NULL OR {_SHARED})",
+            ),
+            *policy("wb_learner_write", f"FOR INSERT TO {{}} WITH CHECK ({own})"),
+        ]
+    return statements
+
+
+# -- the logins file ------------------------------------------------------------------------
+
+
+def _write_logins(target: Path, database: str, fresh: dict[str, str]) -> None:
+    """The new logins' passwords in a new 0600 file (PGPASSFILE format), never anywhere else."""
+    if not fresh:
+        return
+    lines = [
+        f"# workbench class {database}: one PGPASSFILE line per login; give each learner their "
+        "own line only",
+        *(f"*:*:{database}:{name}:{password}" for name, password in fresh.items()),
+    ]
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
