@@ -15,8 +15,13 @@ Why it is built this way:
 - **Several threads and processes.** A connection is opened per call (never shared between
   threads); the journal is WAL, so readers never block the writer; ``busy_timeout`` makes a
   writer wait for another instead of failing; writes start with ``BEGIN IMMEDIATE``, which takes
-  the write lock up front, so two writers never deadlock upgrading a read lock. Where WAL cannot
-  be used (some network filesystems) we keep SQLite's default rollback journal.
+  the write lock up front, so two writers never deadlock upgrading a read lock.
+- **No WAL on a network file system.** WAL's shared-memory index is coherent only within one
+  host; on NFS, Lustre, GPFS and the like (checked by type: ``filesystems.py``) two nodes'
+  kernels sharing one history could corrupt it, so there the file keeps (or goes back to)
+  SQLite's default rollback journal. Where WAL fails for another reason we keep the default too.
+- **Private.** The file is created with mode 0600 in a folder created 0700 (``core/private``);
+  SQLite gives its ``-wal``, ``-shm`` and journal files the database file's mode.
 - **Schema versions** live in ``PRAGMA user_version``. Newer files are refused (never
   downgraded); older ones are migrated step by step through ``_MIGRATIONS`` inside one
   transaction, so a failed migration leaves the file as it was. A file that is not ours (not
@@ -35,8 +40,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from workbench.core.private import private_dir, private_file, workbench_home
 from workbench.history.base import Store, StoreError
 from workbench.history.dsn import is_postgres_url
+from workbench.history.filesystems import filesystem_type, is_network_fs
 from workbench.history.postgres import PostgresStore  # its driver is imported when used
 from workbench.history.records import records_frame
 
@@ -139,9 +146,7 @@ def default_store_path() -> Path:
     """
     if history := os.environ.get("WORKBENCH_HISTORY"):
         return Path(history).expanduser()
-    if home := os.environ.get("WORKBENCH_HOME"):
-        return Path(home).expanduser() / "history.sqlite"
-    return Path.home() / ".workbench" / "history.sqlite"
+    return workbench_home() / "history.sqlite"
 
 
 class HistoryStore(Store):
@@ -149,7 +154,11 @@ class HistoryStore(Store):
 
     path: Path
     journal_mode: str
-    """``"wal"`` normally; SQLite's default (e.g. ``"delete"``) where WAL is not possible."""
+    """``"wal"`` normally; SQLite's default (``"delete"``) on a network file system or where WAL
+    is not possible."""
+    filesystem: str | None
+    """The type of the file system that holds the file (``"ext4"``, ``"nfs4"``), or None where
+    it cannot be read (not Linux)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         if path is not None and os.fspath(path) in ("", ":memory:"):
@@ -158,7 +167,8 @@ class HistoryStore(Store):
                 "once per call, so it needs a real file (use a temporary directory in tests)."
             )
         self.path = Path(path).expanduser() if path is not None else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        self.filesystem = filesystem_type(self.path.parent)
         self.journal_mode = self._prepare()
 
     def __repr__(self) -> str:
@@ -197,16 +207,22 @@ class HistoryStore(Store):
         return StoreError(f"history store {self.path} {problem}. {advice}")
 
     def _prepare(self) -> str:
-        """Check the file is ours (or new), create or migrate the schema, then switch on WAL.
+        """Check the file is ours (or new), create or migrate the schema, then choose the
+        journal: WAL, or the default one on a network file system.
 
-        WAL comes last so that a refused file, or one whose migration fails, is not changed.
+        The journal comes last so that a refused file, or one whose migration fails, is not
+        changed.
         """
         self._check_header()
+        if not self.path.exists():
+            private_file(self.path)  # 0600 before SQLite creates it with the umask's mode
         with self._connect() as conn:
             version, tables = _inspect(conn)
             self._check_schema(version, tables)
             if version < SCHEMA_VERSION:
                 self._upgrade(conn)
+            if is_network_fs(self.filesystem):
+                return _rollback_journal(conn)
             return _enable_wal(conn)
 
     def _check_header(self) -> None:
@@ -329,6 +345,18 @@ def _inspect(conn: sqlite3.Connection) -> tuple[int, list[str]]:
         if own:
             conn.rollback()  # a read-only snapshot: nothing to commit
     return version, [name for (name,) in rows]
+
+
+def _rollback_journal(conn: sqlite3.Connection) -> str:
+    """SQLite's default journal; a file left in WAL (persistent) by a local run goes back.
+
+    Leaving WAL needs the only connection to the file: where another kernel has it open the
+    switch fails and this connection reads what the file says (still ``wal``).
+    """
+    try:
+        return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+    except sqlite3.OperationalError:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
 
 
 def _enable_wal(conn: sqlite3.Connection) -> str:
