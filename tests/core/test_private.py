@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.private import private_dir, private_file, workbench_home
+from workbench.core.private import private_dir, private_file, private_output, workbench_home
 
 
 def mode(path: Path) -> int:
@@ -51,12 +51,29 @@ def test_a_new_file_is_0600_and_an_existing_one_is_untouched(
     assert (mode(old), old.read_text()) == (0o644, "kept")
 
 
-def test_truncate_empties_and_tightens_a_file_about_to_be_replaced(tmp_path: Path) -> None:
-    old = tmp_path / "trace.json"
-    old.write_text("stale")
-    old.chmod(0o644)
-    private_file(old, truncate=True)
-    assert (mode(old), old.read_text()) == (0o600, "")
+def test_private_output_replaces_the_target_with_a_0600_file(
+    tmp_path: Path, open_umask: None
+) -> None:
+    """A writer that makes its own file with the umask's mode (0644 here), as Kineto does."""
+    target = tmp_path / "traces" / "t.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    target.chmod(0o644)
+    with private_output(target) as out:
+        assert out.parent != target.parent and mode(out.parent) == 0o700
+        out.write_text("new")
+        assert mode(out) == 0o644 and target.read_text() == "old"  # not in place yet
+    assert (mode(target), target.read_text()) == (0o600, "new")
+    assert [p.name for p in target.parent.iterdir()] == ["t.json"]  # no work folder left
+
+
+def test_private_output_keeps_the_old_file_when_the_writer_fails(tmp_path: Path) -> None:
+    target = tmp_path / "s.pickle"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), private_output(target) as out:
+        out.write_text("half")
+        raise RuntimeError("writer failed")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["s.pickle"]
 
 
 def test_workbench_home_follows_the_variable(

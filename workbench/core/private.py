@@ -13,17 +13,22 @@ writes files of its own.
 
 Folders and files that already exist keep the mode they have (the user or an admin may have
 chosen it, e.g. a class folder shared on purpose); ``chmod 700 ~/.workbench`` tightens an old
-one. A file is made private where the workbench is about to write all of it (a snapshot or a
-trace it replaces).
+one. A snapshot or a trace the workbench writes replaces its target whole, with mode 0600.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["DIR_MODE", "FILE_MODE", "private_dir", "private_file", "workbench_home"]
+__all__ = [
+    "DIR_MODE", "FILE_MODE", "private_dir", "private_file", "private_output", "workbench_home",
+]  # fmt: skip
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -48,23 +53,38 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def private_file(path: str | os.PathLike[str], *, truncate: bool = False) -> Path:
-    """Make sure ``path`` exists as a file of mode 0600 before something else writes it.
+def private_file(path: str | os.PathLike[str]) -> Path:
+    """Make sure ``path`` exists before SQLite (or another writer that keeps an existing
+    file) opens it: a new file is created empty with mode 0600, its folders with
+    ``private_dir``; an existing one is left as it is."""
+    target = Path(path).expanduser()
+    private_dir(target.parent)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return target
+    os.close(fd)
+    return target
 
-    A new file is created 0600 (its folder with ``private_dir``). An existing one is left
-    as it is, unless ``truncate``: then its content is about to be replaced whole (a
-    snapshot, a trace), so it is emptied and set to 0600 as well.
+
+@contextmanager
+def private_output(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A path for a library to write ``path``'s whole content to; ``path`` appears, mode
+    0600, only when the block ends without an error.
+
+    For writers that choose the mode themselves: the profiler's trace is written by Kineto
+    to a temporary file and renamed over the target (so a file made 0600 beforehand is
+    replaced by one with the umask's mode). Here the writer works in a 0700 folder beside the
+    target (same file system: the rename is atomic), the file is set to 0600 there, where
+    nobody else can reach it, and then renamed into place.
     """
     target = Path(path).expanduser()
     private_dir(target.parent)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_EXCL)
+    work = Path(tempfile.mkdtemp(prefix=".workbench-", dir=target.parent))  # made 0700
     try:
-        fd = os.open(target, flags, FILE_MODE)
-    except FileExistsError:  # not truncating: an existing file is left as it is
-        return target
-    try:
-        if truncate:
-            os.fchmod(fd, FILE_MODE)
+        out = work / target.name
+        yield out
+        os.chmod(out, FILE_MODE)
+        os.replace(out, target)
     finally:
-        os.close(fd)
-    return target
+        shutil.rmtree(work, ignore_errors=True)
