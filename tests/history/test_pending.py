@@ -147,3 +147,14 @@ def test_record_false_keeps_nothing(store: FlakyStore) -> None:
     store.down = True
     record_result(Result(1.0), False, store)
     assert not pending.pending_path().exists()
+
+
+def test_history_frame_says_when_bursts_wait_to_be_stored(store: FlakyStore) -> None:
+    import workbench as wb
+
+    store.down = True
+    with pytest.warns(StoreWarning):
+        record_result(Result(1.0), True, store)
+    with pytest.warns(StoreWarning, match=r"1 burst\(s\) measured while .*retry_pending\(\)"):
+        frame = wb.history(store)
+    assert frame.empty

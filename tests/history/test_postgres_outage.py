@@ -4,6 +4,7 @@ that waits, or a server that accepts and never answers, ends within its timeout.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -36,10 +37,8 @@ class Proxy:
 
     def stop(self) -> None:
         for s in self.sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def _accept(self, listener: socket.socket) -> None:
@@ -62,10 +61,8 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
         pass
     finally:
         for s in (a, b):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 @pytest.fixture
