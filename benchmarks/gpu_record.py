@@ -93,10 +93,13 @@ def git_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
 
 def command_line(argv: Sequence[str] | None = None) -> str:
     """The command as it was typed, as far as the process can tell: ``WORKBENCH_COMMAND``
-    (set by gpu_session.sh to its own command line) or this process's argv."""
-    return os.environ.get("WORKBENCH_COMMAND") or shlex.join(
+    (set by gpu_session.sh to its own command line) or this process's argv; a store URL's
+    password in it is masked (the record is published)."""
+    from workbench.history.dsn import redact_urls  # light: the standard library only
+
+    return redact_urls(os.environ.get("WORKBENCH_COMMAND") or shlex.join(
         [Path(sys.executable).name, *(sys.argv if argv is None else argv)]
-    )
+    ))  # fmt: skip
 
 
 def cores() -> dict[str, Any]:

@@ -147,3 +147,12 @@ def test_a_block_without_a_generator_is_refused(publish):
 def test_the_command_line_check_passes_here(publish, capsys):
     assert publish.main(["--check"]) == 0
     assert sys.modules["gpu_record"].kept_runs()[0].name == UNRECORDED
+
+
+def test_a_recorded_command_line_shows_no_store_password(publish, monkeypatch):
+    """A kept run's provenance names its command; a class store's password in it is masked."""
+    record = sys.modules["gpu_record"]
+    argv = ["benchmarks/x.py", "--store", "postgresql://ada:Pw-Rec-3@10.0.0.5/class"]
+    assert record.command_line(argv).endswith("postgresql://ada:***@10.0.0.5/class")
+    monkeypatch.setenv("WORKBENCH_COMMAND", "run --store=postgres://u:Pw-Env-4@h/db")
+    assert record.command_line() == "run --store=postgres://u:***@h/db"

@@ -7,9 +7,10 @@ commands such as ``workbench history``) do not pay for importing torch until a b
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from workbench.history.store import open_store
+from workbench.history.store import StoreWarning, open_store, pending_results
 
 __version__ = "0.1.0"
 DISTRIBUTION = "throughput-workbench"
@@ -28,6 +29,7 @@ _EXPORTS = {
     "workload_names": "workbench.engine.workloads",
     "HistoryStore": "workbench.history.store",
     "open_store": "workbench.history.store",
+    "retry_pending": "workbench.history.store",
     "DataError": "workbench.engine.datasets",
     "build_datasets": "workbench.engine.datasets",
     "ensure_datasets": "workbench.engine.datasets",
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
     from workbench.engine.datasets import DataError, build_datasets, ensure_datasets
     from workbench.engine.storage import storage_check
     from workbench.engine.workloads import Workload, register_workload, workload_names
-    from workbench.history.store import HistoryStore, open_store
+    from workbench.history.store import HistoryStore, open_store, retry_pending
     from workbench.notebook.runner import BurstRunner
     from workbench.notebook.ui import Bench
     from workbench.tuning.result import TuneResult
@@ -88,8 +90,17 @@ def __getattr__(name: str) -> Any:
 
 
 def history(store: Any = None, **filters: Any):
-    """Past bursts from the history store as a pandas DataFrame (newest last)."""
-    return open_store(store).frame(**filters)
+    """Past bursts from the history store as a pandas DataFrame (newest last).
+
+    Bursts measured while the store could not record them are not in it yet: a warning says
+    how many, and ``retry_pending()`` stores them."""
+    target = open_store(store)
+    kept = pending_results(target)
+    if kept:
+        warnings.warn(f"{len(kept)} burst(s) measured while {target.where()} could not record "
+                      "them are kept aside, not in this history yet: workbench.retry_pending() "
+                      "stores them", StoreWarning, stacklevel=2)  # fmt: skip
+    return target.frame(**filters)
 
 
 def __dir__() -> list[str]:
@@ -99,8 +110,8 @@ def __dir__() -> list[str]:
 __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "Knobs", "KnobError", "knob_specs", "run_burst", "BurstProgress", "BurstResult",
     "Workload", "register_workload", "workload_names", "HistoryStore", "open_store",
-    "DataError", "build_datasets", "ensure_datasets", "history", "Bench", "save_config",
-    "load_config", "TunedConfig",
+    "retry_pending", "DataError", "build_datasets", "ensure_datasets", "history", "Bench",
+    "save_config", "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
     "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
     "MemorySnapshot", "convert_dataset", "storage_check", "compare_formats",

@@ -23,7 +23,8 @@ from typing import Any, NoReturn
 from workbench.core.cost import check_price
 from workbench.core.errors import InputError, KnobError
 from workbench.core.results import SHORT_EPOCH_BATCHES, short_epochs_line
-from workbench.history.store import StoreError
+from workbench.history.dsn import is_postgres_url, password_of
+from workbench.history.store import StoreError, pending_results, retry_pending
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKLOAD_HELP = (
@@ -213,6 +214,10 @@ def _add_history(p: argparse.ArgumentParser) -> None:
         help="history file or postgresql:// URL (default: $WORKBENCH_STORE, $WORKBENCH_HISTORY, "
         "$WORKBENCH_HOME)",
     )
+    p.add_argument(
+        "--retry", action="store_true",
+        help="first store the bursts kept while the store could not be reached",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON list of bursts")
 
 
@@ -348,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
     args.debug = args.debug or bool(os.environ.get("WORKBENCH_DEBUG"))
+    _warn_password_in_argv(getattr(args, "store", None))
     import_from_here(add=bool(getattr(args, "workload", None)))
     try:
         return _COMMANDS[args.command](args)
@@ -361,6 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"workbench {args.command}: error: {_as_options(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
+
+
+def _warn_password_in_argv(store: str | None) -> None:
+    """A password in ``--store`` is in the process list (``ps``: every user of the host) and
+    in the shell's history: say so, and where it belongs instead. The URL is not shown."""
+    if is_postgres_url(store) and password_of(str(store)):
+        print("workbench: warning: the password in --store is visible to every user of this "
+              "host in the process list, and stays in your shell history; leave it out of the "
+              "URL and put it in ~/.pgpass (or the file PGPASSFILE names, mode 0600), or put "
+              "the whole URL in a 0600 file named by WORKBENCH_STORE_FILE",
+              file=sys.stderr)  # fmt: skip
 
 
 def import_from_here(add: bool = True) -> None:
@@ -568,7 +585,11 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise InputError.not_allowed("limit", args.limit, "an integer >= 1")
-    rows = open_store(args.store).records(
+    store = open_store(args.store)
+    if args.retry:
+        print(f"workbench history: stored {retry_pending(store)} kept burst(s)", file=sys.stderr)
+    _note_pending(store)
+    rows = store.records(
         workload=args.workload, status=args.status, learner=args.learner, limit=args.limit
     )
     if args.json:
@@ -586,6 +607,15 @@ def _cmd_history(args: argparse.Namespace) -> int:
         print(f"{r['id']:>5} {r['created_at']:<25}{who} {r['workload']:<9} {r['status']:<9} "
               f"{sps:>10} {knobs}")  # fmt: skip
     return EXIT_OK
+
+
+def _note_pending(store: Any) -> None:
+    """One line on stderr when bursts kept for this store wait for ``--retry``."""
+    kept = pending_results(store)
+    if kept:
+        print(f"workbench history: {len(kept)} burst(s) measured while this store could not "
+              f"record them are not listed yet (newest error: {kept[-1]['error']}); "
+              "'workbench history --retry' stores them", file=sys.stderr)  # fmt: skip
 
 
 def _cmd_data(args: argparse.Namespace) -> int:

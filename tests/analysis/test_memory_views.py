@@ -1,4 +1,7 @@
+import os
 import pickle
+import stat
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,11 +30,43 @@ def test_a_snapshot_of_a_fresh_process_burst_is_refused_on_a_gpu(monkeypatch):
         memory_views.memory_snapshot("cnn", Knobs(alloc_conf="expandable_segments:True"))
 
 
+def test_a_snapshot_is_written_private_in_a_private_home(tmp_path, monkeypatch):
+    """It holds the stack of every allocation: mode 0600 in folders of mode 0700, whatever
+    the umask. PyTorch's writer (``open(..., "wb")``) and the burst are stood in for: this
+    path runs on CUDA only (the GPU test below writes a real one)."""
+    from workbench.engine import hardware
+
+    written = {}
+
+    def dump(filename):
+        with open(filename, "wb") as f:  # what torch.cuda.memory._dump_snapshot does
+            pickle.dump({"segments": []}, f)
+        written["mode"] = stat.S_IMODE(os.stat(filename).st_mode)
+
+    monkeypatch.setattr(hardware, "resolve_device", lambda d: torch.device("cuda", 0))
+    monkeypatch.setattr(memory_views, "run_burst", lambda *a, **k: SimpleNamespace(id=7))
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dump)
+    umask = os.umask(0o022)
+    try:
+        snap = memory_views.memory_snapshot("cnn", Knobs())
+    finally:
+        os.umask(umask)
+    home = tmp_path / "wbhome"  # tests/conftest.py's WORKBENCH_HOME
+    assert snap.path == home / "snapshots" / "burst-7.pickle"
+    assert written["mode"] == 0o644  # the writer's own mode, as the umask leaves it
+    assert stat.S_IMODE(snap.path.stat().st_mode) == 0o600
+    for folder in (home, home / "snapshots"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert pickle.loads(snap.path.read_bytes()) == {"segments": []}
+
+
 @pytest.mark.gpu
 def test_gpu_snapshot_is_a_pickle_the_viewer_opens(tmp_path):
     snap = memory_views.memory_snapshot("cnn", Knobs(batch_size=64), path=tmp_path / "s.pickle",
                                   seconds=0.5, record=False)  # fmt: skip
     assert snap.result.ok and snap.path.exists()
+    assert stat.S_IMODE(snap.path.stat().st_mode) == 0o600
     data = pickle.loads(snap.path.read_bytes())
     assert "segments" in data and "device_traces" in data  # what memory_viz reads
     assert all(s["reserved_mib"] >= s["allocated_mib"] for s in snap.steps)

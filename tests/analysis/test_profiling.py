@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
+import stat
 import subprocess
 import sys
 import threading
@@ -39,16 +41,20 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 def cpu_profile(tiny_data, tmp_path_factory):
     """One real profiled cnn burst on the CPU, shared by the tests that read it."""
     trace = tmp_path_factory.mktemp("traces") / "cnn.json"
-    return wb.profile_burst(
-        "cnn",
-        wb.Knobs(batch_size=8),
-        seconds=0.3,
-        min_steps=3,
-        warmup_steps=1,
-        device="cpu",
-        data_dir=tiny_data,
-        trace=trace,
-    )
+    umask = os.umask(0o022)  # the usual one: a plainly written trace would be world-readable
+    try:
+        return wb.profile_burst(
+            "cnn",
+            wb.Knobs(batch_size=8),
+            seconds=0.3,
+            min_steps=3,
+            warmup_steps=1,
+            device="cpu",
+            data_dir=tiny_data,
+            trace=trace,
+        )
+    finally:
+        os.umask(umask)
 
 
 def test_cpu_profile_names_real_operators(cpu_profile):
@@ -94,6 +100,11 @@ def test_trace_is_valid_chrome_json_with_the_window_marked(cpu_profile):
     assert any(e.get("cat") == "cpu_op" and e.get("ph") == "X" for e in events)
     assert any(n.startswith(DATA_MARK) for n in names)
     assert str(path) in cpu_profile.summary()
+
+
+def test_the_trace_is_readable_by_its_owner_only(cpu_profile):
+    """It names the user's code paths; Kineto writes it with the umask's mode (0644)."""
+    assert stat.S_IMODE(cpu_profile.trace_path.stat().st_mode) == 0o600
 
 
 def test_nsys_line_runs_the_same_burst(cpu_profile):

@@ -6,7 +6,14 @@ import pickle
 
 import pytest
 
-from workbench.history.dsn import Secret, is_postgres_url, password_of, redact_dsn, scrub
+from workbench.history.dsn import (
+    Secret,
+    is_postgres_url,
+    password_of,
+    redact_dsn,
+    redact_urls,
+    scrub,
+)
 
 
 @pytest.mark.parametrize(
@@ -60,3 +67,15 @@ def test_secret_shows_only_the_redacted_form_but_pickles_whole() -> None:
         "s3cret" not in repr(secret) and "s3cret" not in str(secret) and "s3cret" not in f"{secret}"
     )
     assert pickle.loads(pickle.dumps(secret)).reveal() == secret.reveal()
+
+
+def test_redact_urls_masks_every_url_password_in_a_command_line() -> None:
+    line = (
+        "python -m workbench burst --store=postgresql://ada:Pw-1%40x@10.0.0.5:5432/class "
+        "--store postgres://bob:s3cret@h/db --data /data/postgresql://not-a-url"
+    )
+    shown = redact_urls(line)
+    assert "Pw-1%40x" not in shown and "s3cret" not in shown
+    assert "--store=postgresql://ada:***@10.0.0.5:5432/class" in shown
+    assert "postgres://bob:***@h/db" in shown
+    assert redact_urls("postgresql://ada@h/db --seconds 3") == "postgresql://ada@h/db --seconds 3"

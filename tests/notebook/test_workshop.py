@@ -379,3 +379,12 @@ def test_the_class_store_is_tried_again_after_the_pause(class_store, monkeypatch
     monkeypatch.setattr(workshop, "_down_until", [time.monotonic() - 1])
     workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
     assert [a["exercise"] for a in class_store.answers()] == ["02-workers"]
+
+
+def test_a_store_named_by_a_file_is_class_mode_too(tmp_path, monkeypatch):
+    url_file = tmp_path / "store-url"
+    url_file.write_text("postgresql://ada:Pw-Ws-5@127.0.0.1:1/class\n")
+    url_file.chmod(0o600)
+    monkeypatch.setenv("WORKBENCH_STORE_FILE", str(url_file))
+    assert workshop.class_mode()
+    assert workshop.scrubbed("login failed for Pw-Ws-5") == "login failed for ***"

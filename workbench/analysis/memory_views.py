@@ -18,6 +18,7 @@ import psutil
 import torch
 
 from workbench.core.knobs import KnobError, Knobs
+from workbench.core.private import private_output
 from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
 from workbench.engine.memory import MIB
@@ -81,7 +82,8 @@ def memory_snapshot(
         target, why = None, _NO_RECORDER
         if cuda:
             target = _snapshot_path(path, result)
-            torch.cuda.memory._dump_snapshot(str(target))
+            with private_output(target) as out:  # 0600: it holds every allocation's stack
+                torch.cuda.memory._dump_snapshot(str(out))
             why = None
     finally:
         if cuda:
@@ -122,10 +124,6 @@ class _StepRecorder:
 
 def _snapshot_path(path: str | Path | None, result: Any) -> Path:
     if path is not None:
-        target = Path(path).expanduser()
-    else:
-        folder = default_store_path().parent / "snapshots"
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"burst-{result.id or int(time.time())}.pickle"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return target
+        return Path(path).expanduser()
+    folder = default_store_path().parent / "snapshots"
+    return folder / f"burst-{result.id or int(time.time())}.pickle"

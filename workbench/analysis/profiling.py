@@ -57,6 +57,7 @@ from workbench.analysis.profile_tables import (
 from workbench.core import ambient
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
+from workbench.core.private import private_output, workbench_home
 from workbench.core.results import BurstResult
 from workbench.engine.burst import (
     BurstInterrupted,
@@ -261,8 +262,7 @@ def _trace_path(trace: str | Path | None, workload: str) -> Path:
     ``$WORKBENCH_HOME/traces`` (missing folders are made when it is written)."""
     name = f"profile-{workload}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     if trace is None:
-        home = Path(os.environ.get("WORKBENCH_HOME") or "~/.workbench").expanduser()
-        return home / "traces" / name
+        return workbench_home() / "traces" / name
     path = Path(trace).expanduser()
     return path / name if path.is_dir() else path
 
@@ -431,8 +431,8 @@ def _result(
         if burst.status == "ok":  # cancelled before a whole step was profiled
             result.status, result.error = "cancelled", "no complete step in the window"
         return result
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
-    rec.prof.export_chrome_trace(str(trace_path))
+    with private_output(trace_path) as out:  # 0600: a trace names the user's code paths
+        rec.prof.export_chrome_trace(str(out))
     result.trace_path = trace_path.resolve()
     events = json.loads(trace_path.read_text())["traceEvents"]
     result.shares = time_shares(events, dev.type)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-__all__ = ["MASK", "Secret", "is_postgres_url", "password_of", "redact_dsn", "scrub"]
+__all__ = [
+    "MASK", "Secret", "is_postgres_url", "password_of", "redact_dsn", "redact_urls", "scrub",
+]  # fmt: skip
 
 MASK = "***"
 _SCHEMES = ("postgresql://", "postgres://")
 _QUERY_PASSWORD = re.compile(r"(?i)(^|[?&;])(password=)[^&;#]*")
+_URL_PASSWORD = re.compile(r"(?i)\b(postgres(?:ql)?://[^\s:@/]*:)[^\s@]*@")
 _KEYWORD_PASSWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
 
 
@@ -44,6 +47,13 @@ def redact_dsn(dsn: str) -> str:
         netloc = f"{user}:{MASK}@{hostport}" if has_password else f"{user}@{hostport}"
     query = _QUERY_PASSWORD.sub(lambda m: m.group(1) + m.group(2) + MASK, parts.query)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (a command line, a log line) with the password of every PostgreSQL URL in it
+    masked: ``--store=postgresql://ada:pw@host/db`` -> ``--store=postgresql://ada:***@host/db``.
+    For text that may hold URLs nobody handed us apart (a recorded argv)."""
+    return _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + "@", text)
 
 
 def password_of(dsn: str) -> str | None:

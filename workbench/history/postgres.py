@@ -39,7 +39,8 @@ from typing import Any
 from workbench.history.base import Store, StoreError
 from workbench.history.dsn import Secret, redact_dsn, scrub
 
-__all__ = ["CLASS_INSTRUCTOR_KEY", "PG_SCHEMA", "PG_SCHEMA_VERSION", "ClassLogin", "PostgresStore"]
+__all__ = ["CLASS_INSTRUCTOR_KEY", "PG_SCHEMA", "PG_SCHEMA_VERSION", "ClassLogin", "PostgresStore",
+           "connect_options"]  # fmt: skip
 
 PG_SCHEMA_VERSION = 1
 """The PostgreSQL schema this library writes (its own numbering; the SQLite file has another)."""
@@ -51,6 +52,24 @@ CLASS_INSTRUCTOR_KEY = "class_instructor"
 """The ``meta`` key that ``workbench class init`` sets to the instructor's role: a class store."""
 _LOCK_KEY = 0x776F726B62656E63  # "workbenc": serializes schema creation across processes
 _CONNECT_TIMEOUT_S = 10
+"""libpq's ``connect_timeout``: a server that does not finish the handshake in 10 s (down, a
+firewall that drops packets, a port that accepts and never answers) is an error, not a hang.
+Ten seconds leaves room for a busy server on a classroom Wi-Fi; libpq's minimum is 2."""
+_STATEMENT_TIMEOUT_MS = 30_000
+"""Server side: any one statement (a lock wait included) ends after 30 s. Ours are one-row
+inserts and reads of a class's few thousand rows (milliseconds); 30 s is far above that and
+well under what a learner waits before thinking the kernel hung."""
+_IDLE_IN_TRANSACTION_MS = 60_000
+"""Server side: a session that stops inside a transaction (a kernel frozen or suspended while it
+holds the schema lock) is ended after 60 s, so thirty other kernels are not kept waiting."""
+_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3}  # fmt: skip
+"""TCP keepalives: a connection idle 30 s is probed every 10 s and given up after 3 lost probes,
+so a server that vanished (its laptop closed, the network gone) is noticed in about a minute
+instead of the kernel's default of over two hours."""
+_TCP_USER_TIMEOUT_MS = 60_000
+"""Data sent and not acknowledged for 60 s closes the connection (Linux ``TCP_USER_TIMEOUT``):
+keepalives cover an idle connection, this one a query sent to a host that went away."""
 _INSTALL = "pip install 'throughput-workbench[class]' (psycopg 3)"
 _ADVICE = (
     "Check the host, port, database name, user and password (or PGPASSFILE) in WORKBENCH_STORE, "
@@ -162,9 +181,7 @@ class PostgresStore(Store):
         """A fresh autocommit connection (transactions are explicit), closed after use."""
         psycopg = self._psycopg
         try:
-            conn = psycopg.connect(
-                self._dsn.reveal(), autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S
-            )
+            conn = psycopg.connect(self._dsn.reveal(), autocommit=True, **connect_options())
         except psycopg.Error as exc:
             raise self._error("cannot be reached", exc, _ADVICE) from None
         try:
@@ -292,6 +309,18 @@ def _class_login(conn: Any) -> ClassLogin | None:
         (CLASS_INSTRUCTOR_KEY,),
     ).fetchone()
     return None if row is None else ClassLogin(user=row[0], instructor=bool(row[2]))
+
+
+def connect_options() -> dict[str, Any]:
+    """libpq parameters of every connection: how long a store that stops answering can keep a
+    kernel waiting (the values and why: the constants above). A value the URL itself sets
+    (``?connect_timeout=5``) is overridden by these."""
+    timeouts = (
+        f"-c statement_timeout={_STATEMENT_TIMEOUT_MS} "
+        f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+    )
+    return {"connect_timeout": _CONNECT_TIMEOUT_S, "options": timeouts, **_KEEPALIVE,
+            "tcp_user_timeout": _TCP_USER_TIMEOUT_MS}  # fmt: skip
 
 
 def _reopen(dsn: Secret) -> PostgresStore:

@@ -15,8 +15,13 @@ Why it is built this way:
 - **Several threads and processes.** A connection is opened per call (never shared between
   threads); the journal is WAL, so readers never block the writer; ``busy_timeout`` makes a
   writer wait for another instead of failing; writes start with ``BEGIN IMMEDIATE``, which takes
-  the write lock up front, so two writers never deadlock upgrading a read lock. Where WAL cannot
-  be used (some network filesystems) we keep SQLite's default rollback journal.
+  the write lock up front, so two writers never deadlock upgrading a read lock.
+- **No WAL on a network file system.** WAL's shared-memory index is coherent only within one
+  host; on NFS, Lustre, GPFS and the like (checked by type: ``filesystems.py``) two nodes'
+  kernels sharing one history could corrupt it, so there the file keeps (or goes back to)
+  SQLite's default rollback journal. Where WAL fails for another reason we keep the default too.
+- **Private.** The file is created with mode 0600 in a folder created 0700 (``core/private``);
+  SQLite gives its ``-wal``, ``-shm`` and journal files the database file's mode.
 - **Schema versions** live in ``PRAGMA user_version``. Newer files are refused (never
   downgraded); older ones are migrated step by step through ``_MIGRATIONS`` inside one
   transaction, so a failed migration leaves the file as it was. A file that is not ours (not
@@ -30,13 +35,18 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from workbench.core.private import private_dir, private_file, workbench_home
+from workbench.history import pending
 from workbench.history.base import Store, StoreError
-from workbench.history.dsn import is_postgres_url
+from workbench.history.dsn import is_postgres_url, scrub
+from workbench.history.filesystems import filesystem_type, is_network_fs
+from workbench.history.pending import StoreWarning
 from workbench.history.postgres import PostgresStore  # its driver is imported when used
 from workbench.history.records import records_frame
 
@@ -45,10 +55,15 @@ __all__ = [
     "HistoryStore",
     "Store",
     "StoreError",
+    "StoreWarning",
     "default_store_path",
+    "keep_pending",
     "open_store",
+    "pending_results",
     "record_result",
     "records_frame",
+    "retry_pending",
+    "store_url_from_environment",
 ]
 
 SCHEMA_VERSION = 2
@@ -139,9 +154,7 @@ def default_store_path() -> Path:
     """
     if history := os.environ.get("WORKBENCH_HISTORY"):
         return Path(history).expanduser()
-    if home := os.environ.get("WORKBENCH_HOME"):
-        return Path(home).expanduser() / "history.sqlite"
-    return Path.home() / ".workbench" / "history.sqlite"
+    return workbench_home() / "history.sqlite"
 
 
 class HistoryStore(Store):
@@ -149,7 +162,11 @@ class HistoryStore(Store):
 
     path: Path
     journal_mode: str
-    """``"wal"`` normally; SQLite's default (e.g. ``"delete"``) where WAL is not possible."""
+    """``"wal"`` normally; SQLite's default (``"delete"``) on a network file system or where WAL
+    is not possible."""
+    filesystem: str | None
+    """The type of the file system that holds the file (``"ext4"``, ``"nfs4"``), or None where
+    it cannot be read (not Linux)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         if path is not None and os.fspath(path) in ("", ":memory:"):
@@ -158,7 +175,8 @@ class HistoryStore(Store):
                 "once per call, so it needs a real file (use a temporary directory in tests)."
             )
         self.path = Path(path).expanduser() if path is not None else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        self.filesystem = filesystem_type(self.path.parent)
         self.journal_mode = self._prepare()
 
     def __repr__(self) -> str:
@@ -197,16 +215,22 @@ class HistoryStore(Store):
         return StoreError(f"history store {self.path} {problem}. {advice}")
 
     def _prepare(self) -> str:
-        """Check the file is ours (or new), create or migrate the schema, then switch on WAL.
+        """Check the file is ours (or new), create or migrate the schema, then choose the
+        journal: WAL, or the default one on a network file system.
 
-        WAL comes last so that a refused file, or one whose migration fails, is not changed.
+        The journal comes last so that a refused file, or one whose migration fails, is not
+        changed.
         """
         self._check_header()
+        if not self.path.exists():
+            private_file(self.path)  # 0600 before SQLite creates it with the umask's mode
         with self._connect() as conn:
             version, tables = _inspect(conn)
             self._check_schema(version, tables)
             if version < SCHEMA_VERSION:
                 self._upgrade(conn)
+            if is_network_fs(self.filesystem):
+                return _rollback_journal(conn)
             return _enable_wal(conn)
 
     def _check_header(self) -> None:
@@ -276,23 +300,154 @@ def open_store(store: Store | str | os.PathLike[str] | None = None) -> Store:
     if isinstance(store, Store):
         return store
     if store is None:
-        store = os.environ.get("WORKBENCH_STORE", "").strip() or None
+        store = store_url_from_environment()
         if store is not None and not is_postgres_url(store):
             raise StoreError(
                 "WORKBENCH_STORE must be a postgresql://user@host:port/db URL (the class "
-                "store); for a local file use WORKBENCH_HISTORY or WORKBENCH_HOME instead"
+                "store; so must the file WORKBENCH_STORE_FILE names); for a local file use "
+                "WORKBENCH_HISTORY or WORKBENCH_HOME instead"
             )
     if is_postgres_url(store):
         return PostgresStore(str(store))
     return HistoryStore(store)
 
 
+def store_url_from_environment(*, check_mode: bool = True) -> str | None:
+    """The class store's URL: ``$WORKBENCH_STORE``, else the first line of the file
+    ``$WORKBENCH_STORE_FILE`` names, else None.
+
+    The file keeps the password out of every process's environment and argv (a variable is
+    readable in ``/proc/PID/environ`` by the same user, and is forwarded to whatever the
+    kernel starts); like libpq's ``.pgpass`` it must be readable by its owner only, and one
+    that others can read is refused (``check_mode``). Without a password in the URL, libpq
+    reads it from ``PGPASSFILE`` or ``~/.pgpass``, the better place (docs/class-mode.md).
+    """
+    if url := os.environ.get("WORKBENCH_STORE", "").strip():
+        return url
+    name = os.environ.get("WORKBENCH_STORE_FILE", "").strip()
+    if not name:
+        return None
+    path = Path(name).expanduser()
+    try:
+        mode, text = path.stat().st_mode, path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StoreError(
+            f"WORKBENCH_STORE_FILE={name} cannot be read ({exc.strerror or exc}); point it at "
+            "a file of mode 0600 that holds the store's postgresql:// URL"
+        ) from None
+    if check_mode and mode & 0o077:
+        raise StoreError(
+            f"WORKBENCH_STORE_FILE={name} has mode {oct(mode & 0o777)}: other users can read "
+            f"the password in it; run 'chmod 600 {name}' (the owner alone may read it)"
+        )
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
 def record_result(result: Any, record: bool, store: object) -> None:
     """Append a result (anything with ``to_dict()``, a BurstResult) to the history unless
-    ``record`` is False, and set its ``id``: every burst is recorded through here."""
+    ``record`` is False, and set its ``id``: every burst is recorded through here.
+
+    A store that cannot take it (down, refusing, timing out) costs no measurement: a
+    ``StoreWarning`` says so, the result keeps ``id`` None and is kept in the pending file
+    (``pending.py``) for a later retry. A result that reaches its store first stores the
+    ones kept for that store.
+    """
     if not record:
         return
-    result.id = open_store(store).append(result.to_dict())  # type: ignore[arg-type]
+    doc = result.to_dict()
+    try:
+        target = open_store(store)  # type: ignore[arg-type]
+        result.id = target.append(doc)
+    except Exception as exc:  # the measurement stands; only its stored copy is late
+        _keep_unstored(doc, store, exc)
+        return
+    _retry_quietly(target)
+
+
+def retry_pending(store: Store | str | os.PathLike[str] | None = None) -> int:
+    """Store the bursts kept for ``store`` (as ``open_store`` takes it) while it was down;
+    returns how many were stored. A store that still fails raises (the rest stay kept)."""
+    target = open_store(store)
+    return len(pending.retry(pending.store_key(target.where()), target.append))
+
+
+def pending_results(store: Store | str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """The bursts kept for ``store`` (not opened: it may be the one that is down), each
+    ``store, kept_at, error, record``, oldest first."""
+    return pending.pending(pending.store_key(_intended_where(store)))
+
+
+def keep_pending(doc: dict[str, Any], store: object, exc: Exception) -> Path:
+    """Keep a burst record that ``store`` failed to take (``exc``) for a later retry; returns
+    the pending file. For callers that warn in their own words (the tuner)."""
+    error = _scrubbed(" ".join(str(exc).split()) or type(exc).__name__, store)
+    return pending.keep(doc, pending.store_key(_intended_where(store)), error)
+
+
+def _keep_unstored(doc: dict[str, Any], store: object, exc: Exception) -> None:
+    """Warn that ``doc`` was not stored and keep it in the pending file."""
+    shown = pending.store_key(_intended_where(store))
+    error = _scrubbed(" ".join(str(exc).split()) or type(exc).__name__, store)
+    try:
+        path = keep_pending(doc, store, exc)
+    except Exception as keep_exc:
+        warnings.warn(
+            f"history store {shown} could not record this burst ({error}), and it could not "
+            f"be kept for a later retry either ({keep_exc}): the result is returned, stored "
+            "nowhere",
+            StoreWarning,
+            stacklevel=4,
+        )
+        return
+    warnings.warn(
+        f"history store {shown} could not record this burst ({error}). The result is "
+        f"returned and kept in {path}; the next burst that reaches this store stores it, or "
+        "run 'workbench history --retry' (Python: workbench.retry_pending()).",
+        StoreWarning,
+        stacklevel=4,
+    )
+
+
+def _retry_quietly(target: Store) -> None:
+    """After a burst reached ``target``, store the ones kept for it; a failure is a warning."""
+    key = pending.store_key(target.where())
+    if not pending.pending(key):
+        return
+    try:
+        pending.retry(key, target.append)
+    except Exception as exc:
+        left = len(pending.pending(key))
+        warnings.warn(
+            f"{left} burst(s) kept for history store {key} are still not stored "
+            f"({_scrubbed(str(exc), target)}); they stay in {pending.pending_path()}",
+            StoreWarning,
+            stacklevel=4,
+        )
+
+
+def _intended_where(store: object) -> str:
+    """Where ``store`` would write, without opening it (safe to show once keyed)."""
+    if isinstance(store, Store):
+        return store.where()
+    if store is None:
+        try:
+            url = store_url_from_environment(check_mode=False)
+        except StoreError:  # its file cannot be read: a key that matches no store by mistake
+            return f"{pending.UNKNOWN}WORKBENCH_STORE_FILE"
+        return url or str(default_store_path())
+    return os.fspath(store)  # type: ignore[call-overload]
+
+
+def _scrubbed(text: str, store: object) -> str:
+    """``text`` without the password of the DSN ``store`` names (or the environment's)."""
+    dsn = store if isinstance(store, str) else None
+    if store is None:
+        try:
+            dsn = store_url_from_environment(check_mode=False)
+        except StoreError:
+            dsn = None
+    return scrub(text, dsn) if dsn and is_postgres_url(dsn) else text
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -329,6 +484,18 @@ def _inspect(conn: sqlite3.Connection) -> tuple[int, list[str]]:
         if own:
             conn.rollback()  # a read-only snapshot: nothing to commit
     return version, [name for (name,) in rows]
+
+
+def _rollback_journal(conn: sqlite3.Connection) -> str:
+    """SQLite's default journal; a file left in WAL (persistent) by a local run goes back.
+
+    Leaving WAL needs the only connection to the file: where another kernel has it open the
+    switch fails and this connection reads what the file says (still ``wal``).
+    """
+    try:
+        return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+    except sqlite3.OperationalError:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
 
 
 def _enable_wal(conn: sqlite3.Connection) -> str:

@@ -39,6 +39,7 @@ from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 from workbench.history import classroom
 from workbench.history.dsn import scrub
+from workbench.history.store import StoreError, store_url_from_environment
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -153,8 +154,10 @@ _NESTING = threading.local()
 
 
 def class_mode() -> bool:
-    """True where learners' answers go to a class store: ``WORKBENCH_STORE`` is set."""
-    return bool(os.environ.get("WORKBENCH_STORE", "").strip())
+    """True where learners' answers go to a class store: ``WORKBENCH_STORE`` (or
+    ``WORKBENCH_STORE_FILE``, which names a file holding it) is set."""
+    names = ("WORKBENCH_STORE", "WORKBENCH_STORE_FILE")
+    return any(os.environ.get(name, "").strip() for name in names)
 
 
 def record(check: Check, *, store: Any = None) -> int | None:
@@ -195,7 +198,10 @@ _down_until = [0.0]
 
 def scrubbed(text: str) -> str:
     """``text`` with the class store's password masked (a driver's message may quote it)."""
-    url = os.environ.get("WORKBENCH_STORE", "").strip()
+    try:
+        url = store_url_from_environment(check_mode=False)
+    except StoreError:  # its file cannot be read: then no message quotes its password
+        url = None
     return scrub(text, url) if url else text
 
 

@@ -47,6 +47,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,7 +64,7 @@ from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
-from workbench.history.store import Store
+from workbench.history.store import Store, StoreWarning, keep_pending
 from workbench.tuning import noise as tune_noise
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
@@ -345,6 +346,8 @@ class _StoredBursts:
         self.interrupted = False
         self.unstored: list[str] = []
         """The history's error for each burst it failed to store."""
+        self.kept_in: Path | None = None
+        """The pending file that keeps them for a retry (``history/pending.py``)."""
 
     def __call__(self, knobs: Knobs) -> BurstResult:
         try:
@@ -366,15 +369,25 @@ class _StoredBursts:
             r.id = self.target.append(r.to_dict())
         except Exception as exc:  # the measurement stands; only its stored copy failed
             self.unstored.append(describe_error(exc))
+            self.kept_in = self._keep(r, exc)
+            where = (f"and in {self.kept_in} for 'workbench history --retry'" if self.kept_in
+                     else "but cannot store them")  # fmt: skip
             warnings.warn(f"{self.target}: {self.unstored[-1]}; the tune keeps its bursts in "
-                          "its result but cannot store them", RuntimeWarning,
-                          stacklevel=3)  # fmt: skip
+                          f"its result {where}", StoreWarning, stacklevel=3)  # fmt: skip
+
+    def _keep(self, r: BurstResult, exc: Exception) -> Path | None:
+        """The pending file now holding ``r`` for a retry, or None where it cannot."""
+        try:
+            return keep_pending(r.to_dict(), self.target, exc)
+        except Exception:
+            return None
 
     def notes(self) -> list[str]:
         if not self.unstored:
             return []
+        where = f"this result and {self.kept_in}" if self.kept_in else "this result only"
         return [f"{len(self.unstored)} burst(s) measured but not stored in the history "
-                f"({self.unstored[-1]}): they are in this result only"]  # fmt: skip
+                f"({self.unstored[-1]}): they are in {where}"]  # fmt: skip
 
 
 def _reporter(
