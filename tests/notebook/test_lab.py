@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -170,3 +171,17 @@ def test_lab_with_a_file_as_its_notebooks_folder_exits_2_with_one_line(tmp_path,
     assert err == [
         f"workbench lab: error: --notebooks={str(tmp_path / 'f')!r} is a file, not a folder"
     ]
+
+
+def test_the_users_lessons_folder_makes_a_new_workbench_home_private(tmp_path, monkeypatch):
+    home = tmp_path / ".workbench"
+    monkeypatch.setenv("WORKBENCH_HOME", str(home))
+    from workbench.notebook import lab
+
+    old = os.umask(0o022)
+    try:
+        folder = lab.default_notebooks_dir()
+    finally:
+        os.umask(old)
+    assert folder == home / "notebooks"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700

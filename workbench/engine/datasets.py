@@ -49,6 +49,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from workbench.core.errors import InputError
+from workbench.core.private import private_dir, workbench_home
 from workbench.core.safefiles import locked, write_atomic
 from workbench.engine.epochs import SHORT_EPOCH_BATCHES
 
@@ -100,7 +101,8 @@ class DatasetPaths:
 
 def data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The data root: `explicit`, else $WORKBENCH_DATA, else ./data if it exists, else
-    $WORKBENCH_HOME/data (WORKBENCH_HOME defaults to ~/.workbench)."""
+    $WORKBENCH_HOME/data (WORKBENCH_HOME defaults to ~/.workbench; created 0700 when it is
+    new, as the history creates it: ``workbench.core.private``)."""
     if explicit is not None:
         return Path(explicit).expanduser()
     if env := os.environ.get("WORKBENCH_DATA"):
@@ -108,8 +110,7 @@ def data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     local = Path.cwd() / "data"
     if local.is_dir():
         return local
-    home = os.environ.get("WORKBENCH_HOME") or "~/.workbench"
-    return Path(home).expanduser() / "data"
+    return private_dir(workbench_home()) / "data"  # the home is made 0700 if it is new
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from workbench.core.errors import InputError
+from workbench.core.private import private_dir, workbench_home
 
 QUICKSTART = "01_quickstart.ipynb"
 MANIFEST = ".workbench-lessons.json"
@@ -65,9 +66,9 @@ def lessons_source() -> Path:
 
 
 def default_notebooks_dir() -> Path:
-    """The user's own copy of the lessons outside a checkout: ``$WORKBENCH_HOME/notebooks``."""
-    home = os.environ.get("WORKBENCH_HOME") or Path.home() / ".workbench"
-    return Path(home).expanduser() / "notebooks"
+    """The user's own copy of the lessons outside a checkout: ``$WORKBENCH_HOME/notebooks``
+    (the home made 0700 if it is new, as the history makes it)."""
+    return private_dir(workbench_home()) / "notebooks"
 
 
 def notebooks_dir(target: Path | str | None = None) -> Path:
