@@ -264,6 +264,7 @@ class SlurmLauncher:
                 proc.stdin.write(secret.hex().encode())
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
+            proc.stdin = None  # closed: communicate() later must not flush it
         self._steps.append((alloc.job_id, step_name))
         return [proc]
 
