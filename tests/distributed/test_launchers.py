@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from workbench.core.errors import InputError
+from workbench.distributed.jobsecret import SECRET_FILE_ENV, agent_shell
 from workbench.distributed.launchers import (
     NODE_ENV,
     NODE_INDEX_ENV,
@@ -24,7 +25,6 @@ from workbench.distributed.launchers import (
     pick_launcher,
     private_names,
 )
-from workbench.distributed.jobsecret import SECRET_FILE_ENV, agent_shell
 
 
 def test_host_lists_are_parsed_and_bad_ones_refused_naming_hosts():
@@ -71,12 +71,23 @@ def test_no_password_store_address_or_token_travels_to_a_node():
            "NCCL_IB_SECRET_KEY": "k", "WORKBENCH_DATA": "/data", "WORKBENCH_HOME": "/wb",
            "CUDA_VISIBLE_DEVICES": "0,1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            SECRET_FILE_ENV: "/tmp/x/secret"}  # fmt: skip
-    assert forwarded_env(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "WORKBENCH_DATA": "/data",
-                                  "WORKBENCH_HOME": "/wb",
-                                  "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert sorted(private_names(list(env))) == sorted([
-        "WORKBENCH_STORE", "WORKBENCH_LAB_TOKEN", "WORKBENCH_ROLE", "WORKBENCH_HISTORY",
-        "PGPASSWORD", "NCCL_IB_SECRET_KEY", SECRET_FILE_ENV])  # srun drops the same
+    assert forwarded_env(env) == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "WORKBENCH_DATA": "/data",
+        "WORKBENCH_HOME": "/wb",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
+    assert sorted(private_names(list(env))) == sorted(
+        [
+            "WORKBENCH_STORE",
+            "WORKBENCH_LAB_TOKEN",
+            "WORKBENCH_ROLE",
+            "WORKBENCH_HISTORY",
+            "PGPASSWORD",
+            "NCCL_IB_SECRET_KEY",
+            SECRET_FILE_ENV,
+        ]
+    )  # srun drops the same
     argv = SshLauncher(["n1"]).agent_argv("n1", ["python", "-m", "x"], env, "/tmp/wb-1/secret")
     assert "pw" not in " ".join(argv) and "WORKBENCH_STORE" not in " ".join(argv)
     assert f"{SECRET_FILE_ENV}=/tmp/wb-1/secret" in argv[-1]  # the path, never the secret
@@ -145,8 +156,12 @@ def test_local_agents_are_nodes_of_their_own_and_stop_leaves_nothing(tmp_path, m
 def test_srun_agents_read_the_secret_from_stdin_into_a_private_file(tmp_path):
     # the shell srun runs on each node, here: the secret arrives on stdin, not in argv
     secret = os.urandom(32).hex()
-    show = [sys.executable, "-c", "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
-            "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)), os.path.dirname(p))"]
+    show = [
+        sys.executable,
+        "-c",
+        "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
+        "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)), os.path.dirname(p))",
+    ]
     argv = agent_shell(show)
     assert secret not in " ".join(argv)
     out = subprocess.run(argv, input=secret, capture_output=True, text=True, timeout=30,

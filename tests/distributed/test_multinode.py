@@ -306,8 +306,11 @@ def _listening(port: int) -> list[str]:
     rows = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
-            rows += [line.split()[1] for line in f.read().splitlines()[1:]
-                     if line.split()[3] == "0A" and int(line.split()[1][-4:], 16) == port]
+            rows += [
+                line.split()[1]
+                for line in f.read().splitlines()[1:]
+                if line.split()[3] == "0A" and int(line.split()[1][-4:], 16) == port
+            ]
     return [row.rpartition(":")[0] for row in rows]
 
 
@@ -350,7 +353,8 @@ def test_forged_events_and_spec_are_refused_and_the_job_is_unaffected(tmp_path, 
     assert seen["listening"] == ["0100007F"]  # 127.0.0.1 only
     assert seen["secret"] not in seen["argv"] and seen["secret"] not in seen["env"]
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    for what in ("an event at key workbench/{}/events/0/0", "an event at key "
-                 "workbench/{}/events/0/1", "a replaced spec at key workbench/{}/spec"):  # fmt: skip
+    keys = ("an event at key workbench/{}/events/0/0", "an event at key workbench/{}/events/0/1",
+            "a replaced spec at key workbench/{}/spec")  # fmt: skip
+    for what in keys:
         assert any(what.format(job._host.job_id) in m for m in refused), refused
     _nothing_left()

@@ -114,7 +114,10 @@ def test_values_written_without_the_secret_are_refused_and_logged(caplog):
         assert job.spec() == SPEC
         events = host.read_events(0)
         assert [(e["event"], e.get("phase"), e.get("pid")) for e in events] == [
-            ("start", None, os.getpid()), ("phase", "init", None), ("phase", "setup", None)]
+            ("start", None, os.getpid()),
+            ("phase", "init", None),
+            ("phase", "setup", None),
+        ]
         assert host.refused == 4
     finally:
         host.close()
