@@ -169,3 +169,34 @@ def test_srun_agents_read_the_secret_from_stdin_into_a_private_file(tmp_path):
     text, mode, folder = out.stdout.split()
     assert (text, mode) == (secret, "0o600") and folder.startswith(str(tmp_path))
     assert not Path(folder).exists()  # removed when the agent ends
+
+
+FAKE_SSH = """#!/bin/sh
+# ssh as far as the launcher uses it: options up to "--", the host, then the remote command,
+# run here by sh (no terminal: stdin passes through)
+while [ "$1" != "--" ]; do shift; done
+shift 2
+exec sh -c "$1"
+"""
+
+
+def test_ssh_sends_the_secret_on_stdin_and_the_agent_reads_it_from_a_private_file(
+    tmp_path, monkeypatch
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(FAKE_SSH)
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    secret = os.urandom(32)
+    show = [sys.executable, "-c", "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
+            "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)))"]  # fmt: skip
+    launcher = SshLauncher(["node1"])
+    procs = launcher.start(show, {}, 1, tmp_path, secret=secret)
+    assert procs[0].wait(timeout=30) == 0
+    folder = launcher._secret_dirs["node1"]
+    assert (tmp_path / "node1.log").read_text().split() == [secret.hex(), "0o600"]
+    assert secret.hex() not in " ".join(procs[0].args)  # the ssh client's argv
+    launcher.stop(procs)
+    assert folder.startswith(str(tmp_path)) and not Path(folder).exists()  # removed at stop
