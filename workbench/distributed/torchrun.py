@@ -226,8 +226,8 @@ class TorchrunJob:
 
     def _trace(self, rank: int, pid: Any) -> None:
         """Remember the rank's process if it descends from one of this job's agents."""
-        if not self.agents:
-            return  # agents elsewhere (ssh, srun): nothing of theirs is signalled from here
+        if not self.agents or Traced.of(pid) is None:
+            return  # agents elsewhere (ssh, srun), or a rank gone already: nothing to signal
         found = Traced.descendant(pid, self.agents)
         if found is None:
             log.warning("rank %s's start event names pid %r, which is not a process of this "
