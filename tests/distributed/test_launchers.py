@@ -2,13 +2,17 @@
 launchers (real processes, a real ssh client to a host that does not resolve)."""
 
 import os
+import stat
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from workbench.core.errors import InputError
+from workbench.distributed.jobsecret import SECRET_FILE_ENV, agent_shell
 from workbench.distributed.launchers import (
     NODE_ENV,
     NODE_INDEX_ENV,
@@ -19,6 +23,7 @@ from workbench.distributed.launchers import (
     forwarded_env,
     parse_hosts,
     pick_launcher,
+    private_names,
 )
 
 
@@ -29,6 +34,16 @@ def test_host_lists_are_parsed_and_bad_ones_refused_naming_hosts():
         parse_hosts("a b,c")
     with pytest.raises(InputError, match=r"hosts='a,a' is not allowed: each host once"):
         parse_hosts("a,a")
+
+
+def test_a_host_that_ssh_would_read_as_an_option_is_refused_naming_it():
+    for bad in ("-Fcfg", "node1,-oProxyCommand=x", "-l@node", "user@-Fcfg"):
+        with pytest.raises(InputError, match=r"hosts='.*-.*' is not allowed: host names"):
+            parse_hosts(bad)
+    with pytest.raises(InputError, match=r"hosts='-Fcfg' is not allowed: .*start with '-'"):
+        SshLauncher(["-Fcfg"])
+    argv = SshLauncher(["node1"]).ssh_argv("node1", "true")
+    assert argv[-3:] == ["--", "node1", "true"]  # no word after the options is an option
 
 
 def test_the_launcher_is_picked_from_the_allocation_the_hosts_or_this_machine(monkeypatch):
@@ -48,6 +63,34 @@ def test_only_the_jobs_variables_travel_to_a_remote_node():
            "PATH": "/bin", "HOME": "/root", "SSH_AUTH_SOCK": "/s", "DISPLAY": ":0"}  # fmt: skip
     assert forwarded_env(env) == {"NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "4",
                                   "PYTHONPATH": "/p", "TORCH_X": "1"}  # fmt: skip
+
+
+def test_no_password_store_address_or_token_travels_to_a_node():
+    env = {"WORKBENCH_STORE": "postgresql://room:pw@db/class", "WORKBENCH_LAB_TOKEN": "t",
+           "WORKBENCH_ROLE": "instructor", "WORKBENCH_HISTORY": "/h.db", "PGPASSWORD": "pw",
+           "NCCL_IB_SECRET_KEY": "k", "WORKBENCH_DATA": "/data", "WORKBENCH_HOME": "/wb",
+           "CUDA_VISIBLE_DEVICES": "0,1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+           SECRET_FILE_ENV: "/tmp/x/secret"}  # fmt: skip
+    assert forwarded_env(env) == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "WORKBENCH_DATA": "/data",
+        "WORKBENCH_HOME": "/wb",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
+    assert sorted(private_names(list(env))) == sorted(
+        [
+            "WORKBENCH_STORE",
+            "WORKBENCH_LAB_TOKEN",
+            "WORKBENCH_ROLE",
+            "WORKBENCH_HISTORY",
+            "PGPASSWORD",
+            "NCCL_IB_SECRET_KEY",
+            SECRET_FILE_ENV,
+        ]
+    )  # srun drops the same
+    argv = SshLauncher(["n1"]).agent_argv("n1", ["python", "-m", "x"], env, "/tmp/wb-1/secret")
+    assert "pw" not in " ".join(argv) and "WORKBENCH_STORE" not in " ".join(argv)
+    assert f"{SECRET_FILE_ENV}=/tmp/wb-1/secret" in argv[-1]  # the path, never the secret
 
 
 def test_the_agent_joins_the_kernels_store_without_hosting_it():
@@ -71,6 +114,7 @@ def test_ssh_runs_the_agent_in_this_folder_with_the_forwarded_variables_only():
     remote = argv[-1]
     assert remote.startswith(f"cd {os.getcwd()} && exec env ")
     assert f"NCCL_ALGO=Tree {NODE_ENV}=gpu01 python -m x" in remote and "PATH=" not in remote
+    assert argv[-3] == "--" and argv[-2] == "user@gpu01"
     with pytest.raises(InputError, match=r"one host per node: 2 for nodes=2, 1 given"):
         ssh.hosts(2)
 
@@ -88,7 +132,9 @@ def test_local_agents_are_nodes_of_their_own_and_stop_leaves_nothing(tmp_path, m
             "os.environ['WORKBENCH_NODE_INDEX'], 'w'); time.sleep(300)")  # fmt: skip
     launcher = LocalLauncher()
     monkeypatch.chdir(tmp_path)  # the agents run in this folder
-    procs = launcher.start([sys.executable, "-c", code], dict(os.environ), 2, tmp_path)
+    secret = os.urandom(32)
+    procs = launcher.start([sys.executable, "-c", code], dict(os.environ), 2, tmp_path,
+                           secret=secret)  # fmt: skip
     deadline = time.monotonic() + 30
     while not ((tmp_path / "local-0-0").exists() and (tmp_path / "local-1-1").exists()):
         assert time.monotonic() < deadline
@@ -96,6 +142,61 @@ def test_local_agents_are_nodes_of_their_own_and_stop_leaves_nothing(tmp_path, m
     assert [psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE for p in procs] == [True] * 2
     assert {os.getsid(p.pid) for p in procs} == {p.pid for p in procs}  # a session each
     assert sorted(f.name for f in tmp_path.glob("*.log")) == ["local-0.log", "local-1.log"]
+    for p in procs:  # the secret: a 0600 file, named in the environment, never in argv
+        agent = psutil.Process(p.pid)
+        path = Path(agent.environ()[SECRET_FILE_ENV])
+        assert path.read_text() == secret.hex() and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert secret.hex() not in " ".join(agent.cmdline())
+        assert secret.hex() not in " ".join(agent.environ().values())
     launcher.stop(procs)
     assert all(p.poll() is not None for p in procs)
     assert NODE_INDEX_ENV not in os.environ
+
+
+def test_srun_agents_read_the_secret_from_stdin_into_a_private_file(tmp_path):
+    # the shell srun runs on each node, here: the secret arrives on stdin, not in argv
+    secret = os.urandom(32).hex()
+    show = [
+        sys.executable,
+        "-c",
+        "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
+        "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)), os.path.dirname(p))",
+    ]
+    argv = agent_shell(show)
+    assert secret not in " ".join(argv)
+    out = subprocess.run(argv, input=secret, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    text, mode, folder = out.stdout.split()
+    assert (text, mode) == (secret, "0o600") and folder.startswith(str(tmp_path))
+    assert not Path(folder).exists()  # removed when the agent ends
+
+
+FAKE_SSH = """#!/bin/sh
+# ssh as far as the launcher uses it: options up to "--", the host, then the remote command,
+# run here by sh (no terminal: stdin passes through)
+while [ "$1" != "--" ]; do shift; done
+shift 2
+exec sh -c "$1"
+"""
+
+
+def test_ssh_sends_the_secret_on_stdin_and_the_agent_reads_it_from_a_private_file(
+    tmp_path, monkeypatch
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(FAKE_SSH)
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    secret = os.urandom(32)
+    show = [sys.executable, "-c", "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
+            "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)))"]  # fmt: skip
+    launcher = SshLauncher(["node1"])
+    procs = launcher.start(show, {}, 1, tmp_path, secret=secret)
+    assert procs[0].wait(timeout=30) == 0
+    folder = launcher._secret_dirs["node1"]
+    assert (tmp_path / "node1.log").read_text().split() == [secret.hex(), "0o600"]
+    assert secret.hex() not in " ".join(procs[0].args)  # the ssh client's argv
+    launcher.stop(procs)
+    assert folder.startswith(str(tmp_path)) and not Path(folder).exists()  # removed at stop

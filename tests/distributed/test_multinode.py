@@ -2,6 +2,7 @@
 agents in a real c10d rendezvous whose store this process hosts, gloo ranks on the CPU."""
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -275,3 +276,85 @@ def test_ctrl_c_in_the_cli_stops_every_node(tmp_path):
         cli.wait()
     assert cli.returncode == 130 and "interrupted" in err, err[-2000:]
     assert _job_processes() == []
+
+
+# Someone on this host who knows the store's port and the job's id, but not its secret: a
+# start event naming a process of theirs, a result, and a spec that would run os.system. In
+# both layouts: the key per event of this channel, and the one appended key of the old one.
+FORGER = """
+import json, socket, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+print("ready", flush=True)
+port, job, victim = (int(w) if w.isdigit() else w for w in sys.stdin.readline().split())
+store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                      timeout=timedelta(seconds=30))
+key = lambda name: f"workbench/{job}/{name}"
+start = json.dumps({"event": "start", "rank": 0, "t": time.time(), "pid": victim,
+                    "node": "local-0", "host": socket.gethostname()})
+result = json.dumps({"event": "result", "rank": 0, "t": time.time(), "status": "ok",
+                     "rows": [], "forged": True})
+store.append(key("events/0"), start + "\\n" + result + "\\n")
+store.set(key("events/0/0"), "0" * 64 + "\\n" + start)
+store.set(key("events/0/1"), "0" * 64 + "\\n" + result)
+store.set(key("spec"), json.dumps({"mode": "burst", "workload": "os:system"}))
+print("forged", flush=True)
+"""
+
+
+def _listening(port: int) -> list[str]:
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            rows += [
+                line.split()[1]
+                for line in f.read().splitlines()[1:]
+                if line.split()[3] == "0A" and int(line.split()[1][-4:], 16) == port
+            ]
+    return [row.rpartition(":")[0] for row in rows]
+
+
+def test_forged_events_and_spec_are_refused_and_the_job_is_unaffected(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    victim = subprocess.Popen(["sleep", "60"])  # a process of this host, not of the job
+    forger = subprocess.Popen([sys.executable, "-c", FORGER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert forger.stdout.readline().strip() == "ready"
+    spec = JobSpec(mode="comm", out_dir=str(tmp_path), device="cpu", parent_pid=0,
+                   timeout_s=120, sizes_bytes=[8192], nodes=2)  # fmt: skip
+    seen = {}
+
+    class Watched(LocalLauncher):  # the forgery lands after the spec, before any agent
+        def start(self, argv, env, nodes, log_dir, *args, **kwargs):
+            host = job._host
+            seen["listening"] = _listening(host.port)
+            forger.stdin.write(f"{host.port} {host.job_id} {victim.pid}\n")
+            forger.stdin.flush()
+            assert forger.stdout.readline().strip() == "forged"
+            procs = super().start(argv, env, nodes, log_dir, *args, **kwargs)
+            seen["agents"] = [psutil.Process(p.pid) for p in procs]
+            seen["secret"] = getattr(host, "secret", b"").hex() or "no secret"
+            seen["argv"] = " ".join(" ".join(p.cmdline()) for p in seen["agents"])
+            seen["env"] = " ".join(v for p in seen["agents"] for v in p.environ().values())
+            return procs
+
+    job = MultiNodeJob(spec, Watched(), 2, 1, worker_env({}, 2))
+    try:
+        outcome = job.run()
+    finally:
+        forger.kill()
+        forger.wait()
+        alive = victim.poll() is None
+        victim.kill()
+        victim.wait()
+    assert outcome.status == "ok", outcome.error
+    assert "forged" not in outcome.result and outcome.result["rows"]  # the real measurement
+    assert alive, "a process named only by a forged event was killed"
+    assert seen["listening"] == ["0100007F"]  # 127.0.0.1 only
+    assert seen["secret"] not in seen["argv"] and seen["secret"] not in seen["env"]
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    keys = ("an event at key workbench/{}/events/0/0", "an event at key workbench/{}/events/0/1",
+            "a replaced spec at key workbench/{}/spec")  # fmt: skip
+    for what in keys:
+        assert any(what.format(job._host.job_id) in m for m in refused), refused
+    _nothing_left()

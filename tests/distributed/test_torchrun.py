@@ -1,6 +1,7 @@
 """The torchrun launcher's process handling, on real processes."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,9 +14,11 @@ from workbench.distributed.torchrun import (
     EventLog,
     JobSpec,
     TorchrunJob,
+    Traced,
     check_port,
     read_new_events,
     stop_process_tree,
+    stop_process_trees,
     torchrun_command,
 )
 
@@ -102,3 +105,50 @@ def test_laggards_name_the_rank_furthest_behind(tmp_path):
     assert "rank 0 last in phase 'ddp'" in text
     assert "rank 1 last in phase 'setup' (9 s ago)" in text
     assert "rank 2 never started <- furthest behind" in text
+
+
+# A stand-in for torchrun: one "rank" in a session of its own that outlives it, and two start
+# events: the rank's own, and one naming a process that is no part of the job (WB_VICTIM).
+FAKE_TORCHRUN = """
+import json, os, subprocess, sys, time
+out = json.load(open(sys.argv[1]))["out_dir"]
+rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                        start_new_session=True)
+for r, pid in ((0, rank.pid), (1, int(os.environ["WB_VICTIM"]))):
+    with open(os.path.join(out, f"rank{r}.jsonl"), "a") as f:
+        f.write(json.dumps({"event": "start", "rank": r, "t": time.time(), "pid": pid}) + "\\n")
+time.sleep(1.5)  # the kernel reads the events meanwhile; the rank is left behind
+"""
+
+
+def test_only_processes_traced_to_the_agent_are_stopped(tmp_path, monkeypatch, caplog):
+    victim = subprocess.Popen(["sleep", "60"])  # no part of the job
+    monkeypatch.setattr("workbench.distributed.torchrun.torchrun_command",
+                        lambda nproc, path, port: [sys.executable, "-c", FAKE_TORCHRUN,
+                                                   str(path)])  # fmt: skip
+    spec = JobSpec(mode="burst", out_dir=str(tmp_path), device="cpu", parent_pid=1, timeout_s=30)
+    job = TorchrunJob(spec, nproc=2, env={**os.environ, "WB_VICTIM": str(victim.pid)})
+    try:
+        job.run()
+        rank_pid = job.events[0][0]["pid"]
+        assert victim.poll() is None  # named by an event, not traced: left alone
+        assert not psutil.pid_exists(rank_pid) or psutil.Process(rank_pid).status() == "zombie"
+        assert list(job.traced) == [rank_pid]
+        assert f"names pid {victim.pid}, which is not a process of this job's agents" in caplog.text
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_recorded_pid_whose_start_time_differs_is_not_signalled():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        started = psutil.Process(proc.pid).create_time()
+        stop_process_trees([], [Traced(proc.pid, started - 2.0)])  # the pid, reused
+        assert proc.poll() is None
+        assert Traced.of(proc.pid) == Traced(proc.pid, started)
+        stop_process_trees([], [Traced(proc.pid, started)])  # the same process: stopped
+        assert Traced(proc.pid, started).process() is None  # killed (and reaped by psutil)
+    finally:
+        proc.kill()
+        proc.wait()

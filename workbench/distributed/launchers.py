@@ -16,6 +16,22 @@ knows how to put one agent on each node and how to take everything down again:
 
 ``stop`` is the part that must never fail: nothing a launcher started may survive it, on any
 node.
+
+What reaches the agents, and how (see ``workbench.distributed.jobsecret`` for the secret):
+
+- the job's secret never travels in a command line or a forwarded variable: the local agents
+  get the path of a 0600 file in the job's private folder; an ssh node gets it on the stdin of
+  an ssh without a terminal, which stores it in a private folder there; srun hands it to each
+  task's stdin (:func:`workbench.distributed.jobsecret.agent_shell`);
+- a remote node gets only the variables a rank needs (:func:`forwarded_env`, an allow-list):
+  NCCL_*, GLOO_*, TORCH_*, PYTORCH_*, OMP_*, CUDA_*, the thread counts and import path, and
+  the few WORKBENCH_* variables ranks read (``RANK_WORKBENCH_VARS``): never WORKBENCH_STORE
+  (it may carry a database password), the history's path, the class identity or a token.
+  srun passes the environment whole (a cluster's module system lives in it) less every
+  WORKBENCH_* variable outside that list and every variable whose name says it holds a
+  password, secret or token (:func:`private_names`);
+- an ssh host name may not start with ``-`` (ssh would read ``-Fcfg`` as an option), and the
+  ssh command line ends its options with ``--`` before the host.
 """
 
 from __future__ import annotations
@@ -33,6 +49,12 @@ from pathlib import Path
 from typing import Protocol
 
 from workbench.core.errors import InputError
+from workbench.distributed.jobsecret import (
+    SECRET_FILE_ENV,
+    SECRET_HEX_CHARS,
+    receive_secret_shell,
+    write_secret_file,
+)
 from workbench.distributed.torchrun import stop_process_trees
 
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -41,9 +63,15 @@ NODE_ENV = "WORKBENCH_NODE"
 NODE_INDEX_ENV = "WORKBENCH_NODE_INDEX"
 """Set by the local launcher only: which block of this machine's GPUs the node's ranks take."""
 SSH_CONNECT_TIMEOUT_S = 10
-_HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+(?::[0-9]{1,5})?$")
-_FORWARDED_PREFIXES = ("NCCL_", "WORKBENCH_", "PYTORCH_", "TORCH_", "GLOO_", "OMP_")
-_FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # never a leading '-': ssh would read an option
+_HOST = re.compile(rf"^(?:{_NAME}@)?{_NAME}(?::[0-9]{{1,5}})?$")
+_FORWARDED_PREFIXES = ("NCCL_", "PYTORCH_", "TORCH_", "GLOO_", "OMP_", "CUDA_")
+_FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+RANK_WORKBENCH_VARS = ("WORKBENCH_HOME", "WORKBENCH_DATA", "WORKBENCH_FORMATS",
+                       "WORKBENCH_DEBUG", "WORKBENCH_COUNT_GRAD_SYNCS",
+                       "WORKBENCH_COMM_FAULT_RANK")  # fmt: skip
+"""The WORKBENCH_* variables a rank reads: its data and caches, debug and test switches."""
+_PRIVATE_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "PGPASS")
 
 
 class LaunchError(RuntimeError):
@@ -67,11 +95,18 @@ class Launcher(Protocol):
         ...
 
     def start(
-        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+        self,
+        agent_argv: list[str],
+        env: Mapping[str, str],
+        nodes: int,
+        log_dir: Path,
+        secret: bytes | None = None,
     ) -> list[subprocess.Popen]:
         """One agent per node, running ``agent_argv`` with ``env`` plus ``WORKBENCH_NODE``;
-        each agent's output goes to a file in ``log_dir``. Returns the local processes that
-        stand for the agents (the agents themselves, or the ssh/srun clients)."""
+        each agent's output goes to a file in ``log_dir`` (a private folder). ``secret``: the
+        job's, made readable to the agents as a 0600 file named by WORKBENCH_JOB_SECRET_FILE,
+        never through a command line. Returns the local processes that stand for the agents
+        (the agents themselves, or the ssh/srun clients)."""
         ...
 
     def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
@@ -120,6 +155,11 @@ def parse_hosts(hosts: Sequence[str] | str | None) -> list[str]:
     items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
     clean = [h.strip() for h in items if isinstance(h, str) and h.strip()]
     for host in items:
+        if isinstance(host, str) and host.strip().startswith("-"):
+            raise InputError.not_allowed(
+                "hosts", host.strip(), "host names that do not start with '-' (ssh would read "
+                "it as an option)"
+            )  # fmt: skip
         if not isinstance(host, str) or (host.strip() and not _HOST.match(host.strip())):
             raise InputError.not_allowed(
                 "hosts", host, "host names separated by commas, e.g. node1,node2 (user@host "
@@ -167,13 +207,28 @@ def _slurm_launcher(hosts: list[str]) -> Launcher:
 
 
 def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The part of a job's environment that must reach a remote node: NCCL_*, the allocator's
-    and torch's variables, thread counts, the import path. The rest (this machine's PATH,
-    display, agent sockets) stays here; the remote login provides its own."""
+    """The part of a job's environment that must reach a remote node (an allow-list): NCCL_*,
+    GLOO_*, the allocator's and torch's variables, CUDA_*, thread counts, the import path and
+    ``RANK_WORKBENCH_VARS``. The rest (this machine's PATH, display, agent sockets, the class
+    store's address with its password) stays here; the remote login provides its own."""
     return {
         k: v for k, v in sorted(env.items())
-        if k.startswith(_FORWARDED_PREFIXES) or k in _FORWARDED_NAMES
+        if (k.startswith(_FORWARDED_PREFIXES) or k in _FORWARDED_NAMES
+            or k in RANK_WORKBENCH_VARS) and not private_names([k])
     }  # fmt: skip
+
+
+def private_names(names: Sequence[str]) -> list[str]:
+    """Of ``names``, those no agent is given: WORKBENCH_* variables ranks do not read (the
+    store's DSN, the class identity, the lab's token) and any name that says it holds a
+    password, a secret or a token (the job's secret travels as a file, never as a value)."""
+    return [n for n in names if _private(n)]
+
+
+def _private(name: str) -> bool:
+    if name.startswith("WORKBENCH_"):
+        return name not in RANK_WORKBENCH_VARS  # the secret file's path is set per launcher
+    return any(word in name.upper() for word in _PRIVATE_WORDS)
 
 
 class LocalLauncher:
@@ -185,11 +240,17 @@ class LocalLauncher:
         return [f"local-{i}" for i in range(nodes)]
 
     def start(
-        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+        self,
+        agent_argv: list[str],
+        env: Mapping[str, str],
+        nodes: int,
+        log_dir: Path,
+        secret: bytes | None = None,
     ) -> list[subprocess.Popen]:
         procs: list[subprocess.Popen] = []
+        extra = {SECRET_FILE_ENV: str(write_secret_file(log_dir, secret))} if secret else {}
         for index, host in enumerate(self.hosts(nodes)):
-            node_env = {**env, NODE_ENV: host, NODE_INDEX_ENV: str(index)}
+            node_env = {**env, **extra, NODE_ENV: host, NODE_INDEX_ENV: str(index)}
             try:
                 with open(Path(log_dir) / f"{host}.log", "wb") as log:
                     procs.append(subprocess.Popen(
@@ -214,7 +275,8 @@ class SshLauncher:
     The agent runs under a pseudo-terminal (``-tt``): when the ssh client is stopped, or the
     connection drops (``ServerAlive``), the remote side hangs up and torchrun, which handles
     SIGHUP, stops its ranks. ``stop`` then also kills, on every host, whatever still carries
-    the job's file in its command line (agents and ranks, which run in sessions of their own).
+    the job's file in its command line (agents and ranks, which run in sessions of their own),
+    and removes the private folder that holds the job's secret there.
     """
 
     name = "ssh"
@@ -222,6 +284,7 @@ class SshLauncher:
     def __init__(self, hosts: Sequence[str]) -> None:
         self._hosts = parse_hosts(hosts)
         self._started: list[tuple[str, str]] = []  # (host, job file) per agent started
+        self._secret_dirs: dict[str, str] = {}  # host -> its private folder with the secret
 
     def hosts(self, nodes: int) -> list[str]:
         if len(self._hosts) < nodes:
@@ -236,23 +299,37 @@ class SshLauncher:
         return [
             "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-            *(["-tt"] if tty else []), *(["-p", port] if port else []), name, remote,
+            *(["-tt"] if tty else []), *(["-p", port] if port else []), "--", name, remote,
         ]  # fmt: skip
 
-    def agent_argv(self, host: str, agent_argv: list[str], env: Mapping[str, str]) -> list[str]:
-        """The local command that runs the agent on ``host``, in this working directory."""
+    def agent_argv(
+        self, host: str, agent_argv: list[str], env: Mapping[str, str], secret_file: str = ""
+    ) -> list[str]:
+        """The local command that runs the agent on ``host``, in this working directory, with
+        the forwarded variables (and the path of the node's secret file, never the secret)."""
         variables = {**forwarded_env(env), NODE_ENV: node_name(host)}
+        if secret_file:
+            variables[SECRET_FILE_ENV] = secret_file
         assignments = [f"{k}={v}" for k, v in variables.items()]
         remote = (f"cd {shlex.quote(os.getcwd())} && exec env {shlex.join(assignments)} "
                   f"{shlex.join(agent_argv)}")  # fmt: skip
         return self.ssh_argv(host, remote, tty=True)
 
     def start(
-        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+        self,
+        agent_argv: list[str],
+        env: Mapping[str, str],
+        nodes: int,
+        log_dir: Path,
+        secret: bytes | None = None,
     ) -> list[subprocess.Popen]:
+        hosts = self.hosts(nodes)
+        if secret:
+            self._send_secret(hosts, secret)
         procs: list[subprocess.Popen] = []
-        for host in self.hosts(nodes):
-            argv = self.agent_argv(host, agent_argv, env)
+        for host in hosts:
+            folder = self._secret_dirs.get(host)
+            argv = self.agent_argv(host, agent_argv, env, f"{folder}/secret" if folder else "")
             try:
                 with open(Path(log_dir) / f"{node_name(host)}.log", "wb") as log:
                     procs.append(subprocess.Popen(
@@ -265,16 +342,43 @@ class SshLauncher:
             self._started.append((host, agent_argv[-1]))
         return procs
 
+    def _send_secret(self, hosts: list[str], secret: bytes) -> None:
+        """Each node stores the secret, read from stdin (no terminal: nothing echoes), in a
+        private folder of its own; the folder's path comes back."""
+
+        def send(host: str) -> None:
+            out = _run(host, self.ssh_argv(host, receive_secret_shell()), SSH_CONNECT_TIMEOUT_S + 5,
+                       "mktemp", stdin_text=secret.hex())  # fmt: skip
+            folder = out.strip().splitlines()[-1] if out.strip() else ""
+            if not folder.startswith("/"):
+                raise LaunchError(host, f"could not store the job's secret: got {out[-200:]!r}")
+            self._secret_dirs[host] = folder
+
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            list(pool.map(send, hosts))
+        assert len(secret.hex()) == SECRET_HEX_CHARS
+
     def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
         return _run(host, self.ssh_argv(host, shlex.join(argv)), timeout_s, argv[0] if argv else "")
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
         stop_process_trees(procs)  # the ssh clients: the remote side hangs up
         started, self._started = self._started, []
-        if not started:
+        folders, self._secret_dirs = self._secret_dirs, {}
+        jobs = [(host, job, folders.get(host, "")) for host, job in started]
+        jobs += [(host, "", folder) for host, folder in folders.items()
+                 if host not in {h for h, _ in started}]  # fmt: skip
+        if not jobs:
             return
-        with ThreadPoolExecutor(max_workers=min(16, len(started))) as pool:
-            list(pool.map(lambda hj: self._kill_job_on(*hj), started))
+        with ThreadPoolExecutor(max_workers=min(16, len(jobs))) as pool:
+            list(pool.map(lambda hjf: self._clean_up_on(*hjf), jobs))
+
+    def _clean_up_on(self, host: str, job_file: str, folder: str) -> None:
+        if job_file:
+            self._kill_job_on(host, job_file)
+        if folder:
+            with contextlib.suppress(LaunchError):
+                self.run_on(host, ["rm", "-rf", "--", folder], SSH_CONNECT_TIMEOUT_S + 5)
 
     def _kill_job_on(self, host: str, job_file: str) -> None:
         """Kill what carries ``job_file`` in its command line on ``host`` (the pattern's first
@@ -290,10 +394,13 @@ def node_name(host: str) -> str:
     return host.rpartition("@")[2].partition(":")[0]
 
 
-def _run(host: str, argv: list[str], timeout_s: float, what: str) -> str:
+def _run(
+    host: str, argv: list[str], timeout_s: float, what: str, stdin_text: str | None = None
+) -> str:
+    stdin = {"input": stdin_text} if stdin_text is not None else {"stdin": subprocess.DEVNULL}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+                              **stdin)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise LaunchError(host, f"{what} did not answer within {timeout_s:g} s") from None
     except OSError as exc:
@@ -306,5 +413,6 @@ def _run(host: str, argv: list[str], timeout_s: float, what: str) -> str:
     raise LaunchError(host, f"{what} exited with code {done.returncode}: {last}")
 
 
-__all__ = ["LAUNCHERS", "NODE_ENV", "LaunchError", "Launcher", "LocalLauncher", "SshLauncher",
-           "agent_command", "forwarded_env", "parse_hosts", "pick_launcher"]  # fmt: skip
+__all__ = ["LAUNCHERS", "NODE_ENV", "RANK_WORKBENCH_VARS", "LaunchError", "Launcher",
+           "LocalLauncher", "SshLauncher", "agent_command", "forwarded_env", "parse_hosts",
+           "pick_launcher", "private_names"]  # fmt: skip

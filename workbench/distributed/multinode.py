@@ -13,6 +13,25 @@ another host can neither read this machine's temp folder nor watch this process'
 agents' own output goes to one log per node in a local temp folder (the ssh and srun clients
 run here and copy it back), read only to explain a node that failed.
 
+The store listens only on the address the agents are given (loopback for ``local``), the job
+carries a secret of its own and every value on the channel an HMAC
+(``workbench.distributed.storejob``, ``workbench.distributed.jobsecret``); on this host, only
+processes traced to the agents this process started are ever signalled.
+
+torchrun's own store: with torch's defaults the agent that becomes the rendezvous's rank 0
+hosts a second ``TCPStore`` for the ranks' process group
+(``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``,
+``DynamicRendezvousHandler._create_tcp_store_server``: ``TCPStore(host_name=addr, port=0,
+is_master=True)``), and a plain ``TCPStore`` binds every interface: torch offers no bind
+address for it (``master_listen_fd`` is not reachable through torchrun) and no
+authentication. So the agents run with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (no such
+store), and the ranks build their process group on the kernel's store instead (a prefix of
+its own, ``workbench.distributed.rank``): in a multi-node job the kernel's store is the only
+c10d store. What stays beyond reach: torchrun's rendezvous protocol runs in the kernel's
+store unauthenticated (someone who reaches the port can disturb it), and gloo and NCCL open
+their own sockets on the interface GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME names (or the one
+the host name resolves to): a cluster must keep the job on a network it trusts.
+
 Before anything starts, every node is asked whether it has the interfaces the NCCL knobs
 name (``workbench.distributed.netcheck``): a missing one is an error naming the node.
 
@@ -40,11 +59,12 @@ from workbench.distributed.launchers import (
     node_name,
 )
 from workbench.distributed.netcheck import check_interfaces
-from workbench.distributed.storejob import StoreHost
+from workbench.distributed.storejob import StoreHost, listen_socket
 from workbench.distributed.torchrun import (
     JobOutcome,
     JobSpec,
     TorchrunJob,
+    Traced,
     _tail,
     stop_process_trees,
 )
@@ -52,6 +72,8 @@ from workbench.distributed.torchrun import (
 __all__ = ["MultiNodeJob", "node_rows", "rendezvous_address"]
 
 RDZV_HOST_ENV = "WORKBENCH_RDZV_HOST"
+NO_AGENT_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+"""Set to 1 for the agents: rank 0's agent then hosts no store of its own (see above)."""
 _POLL_S = 0.05
 
 
@@ -61,6 +83,14 @@ def rendezvous_address(launcher: Launcher) -> str:
     if launcher.name == "local":
         return "127.0.0.1"
     return os.environ.get(RDZV_HOST_ENV) or socket.getfqdn()
+
+
+def channel_listener(launcher: Launcher, address: str, hosts: list[str]) -> socket.socket:
+    """The store's socket, bound where the agents are told to connect: ``address`` as given
+    (loopback for ``local``, ``$WORKBENCH_RDZV_HOST``), or this host's address the nodes reach
+    when ``address`` is merely this host's name (see ``storejob.listen_socket``)."""
+    explicit = launcher.name == "local" or bool(os.environ.get(RDZV_HOST_ENV))
+    return listen_socket(address, hosts, explicit=explicit)
 
 
 class MultiNodeJob(TorchrunJob):
@@ -95,7 +125,13 @@ class MultiNodeJob(TorchrunJob):
     ) -> JobOutcome:
         """Host the store, start the agents, follow, and always stop every node."""
         job_id = f"wb-{uuid.uuid4().hex[:12]}"
-        self._host = StoreHost(rendezvous_address(self.launcher), job_id, self.nproc)
+        address = rendezvous_address(self.launcher)
+        self._host = StoreHost(
+            address,
+            job_id,
+            self.nproc,
+            listener=channel_listener(self.launcher, address, self.hosts),
+        )
         try:
             status, elapsed_s = self._run_agents(job_id, cancel, on_event)
         finally:
@@ -115,8 +151,11 @@ class MultiNodeJob(TorchrunJob):
         )  # fmt: skip
         start = time.monotonic()
         procs: list = []
+        env = {**self.env, NO_AGENT_STORE_ENV: "1"}
         try:
-            procs = self.launcher.start(argv, self.env, self.nodes, self.log_dir)
+            procs = self.launcher.start(argv, env, self.nodes, self.log_dir, self._host.secret)
+            if self.launcher.name == "local":  # the agents themselves, started here
+                self.agents = [t for t in (Traced.of(p.pid) for p in procs) if t is not None]
             status = self._follow_agents(procs, start, cancel, on_event)
         except LaunchError as exc:
             status, self._launch_error = "launch", str(exc)
@@ -141,26 +180,21 @@ class MultiNodeJob(TorchrunJob):
         return self._agent_exit[1] if self._agent_exit else None
 
     def _stop(self, procs: list) -> None:
-        """The launcher stops its agents on every node; ranks of local "nodes" that reported
-        a pid on this host are stopped here too, should any have left its agent's tree."""
+        """The launcher stops its agents on every node; ranks of local "nodes" traced to
+        their agents are stopped here too, should any have left its agent's tree (a rank's
+        pid alone is never enough: see ``torchrun.Traced``)."""
         try:
             self.launcher.stop(procs)
         finally:
-            here = socket.gethostname()
-            local = [e["pid"] for evs in self.events.values() for e in evs
-                     if e["event"] == "start" and e.get("host") == here]  # fmt: skip
-            if local and self.launcher.name == "local":
-                stop_process_trees([], local)
+            if self.traced:
+                stop_process_trees([], self.traced.values())
 
     def _poll_events(self, on_event: Callable[[dict[str, Any]], None] | None) -> None:
         if self._host is None or self._host.store is None:
             return
+        self._host.guard()
         for rank in range(self.nproc):
-            new, self._offsets[rank] = self._host.read_events(rank, self._offsets.get(rank, 0))
-            self.events[rank].extend(new)
-            if on_event is not None:
-                for event in new:
-                    on_event(event)
+            self._take(rank, self._host.read_events(rank), on_event)
 
     def _node_of(self, rank: int) -> str | None:
         starts = [e for e in self.events.get(rank, []) if e["event"] == "start"]

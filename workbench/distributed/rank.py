@@ -6,6 +6,12 @@ burst loop as the kernel (``workbench.engine.burst.measure_here``) with a
 :class:`DdpCoordinator`, and reports through its event file. Rank 0 gathers every rank's
 numbers and writes the job's result.
 
+In a multi-node job (``wbstore://`` instead of a file) the rank first reads the job's secret
+(``WORKBENCH_JOB_SECRET_FILE``), checks the spec's MAC before it imports anything the spec
+names, seals every event, and builds its process group on the kernel's store (a prefix of
+the job's own), so that no agent needs to host a store that listens on every interface
+(``workbench.distributed.multinode``).
+
 A rank that fails writes its error and exits at once with ``os._exit``: tearing down a process
 group whose peer is gone can block, and torchrun stops the other ranks when one exits non-zero.
 
@@ -140,6 +146,7 @@ def count_grad_syncs(ddp: DistributedDataParallel) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     rank = int(os.environ["RANK"])
+    job = None
     if is_job_url(args[0]):  # a multi-node job: everything through the kernel's store
         job = StoreJob(args[0])
         spec, events = job.spec(), job.event_log(rank)
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     events.write("start", pid=os.getpid(), node=node_here(), host=socket.gethostname())
     events.write("phase", phase="start")
     try:
-        out = _run(spec, rank, events)
+        out = _run(spec, rank, events, job)
     except BaseException as exc:  # any failure is reported, then the rank ends
         if isinstance(exc, RankFailed):  # already described by the burst
             status, error, trace = exc.status, str(exc), exc.traceback
@@ -169,12 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(spec: JobSpec, rank: int, events: EventLog) -> dict[str, Any]:
+def _run(spec: JobSpec, rank: int, events: EventLog, job: StoreJob | None) -> dict[str, Any]:
     dev = rank_device(spec, machine_local_rank())
     events.write("phase", phase="init")
     backend = backend_for(dev.type)
+    store = {}
+    if job is not None:  # the kernel's store, not one that rank 0's agent would host
+        store = {"store": job.group_store(), "rank": rank,
+                 "world_size": int(os.environ["WORLD_SIZE"])}  # fmt: skip
     dist.init_process_group(backend, timeout=timedelta(seconds=spec.timeout_s),
-                            device_id=dev if dev.type == "cuda" else None)  # fmt: skip
+                            device_id=dev if dev.type == "cuda" else None, **store)  # fmt: skip
     if spec.mode == "comm":
         events.write("phase", phase="comm")
         control = dist.new_group(backend="gloo")

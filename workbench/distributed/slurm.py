@@ -14,6 +14,12 @@ whole step when one agent fails: a dead node never leaves the others waiting in 
 ``--overlap`` lets the step share CPUs with a step the kernel may itself run in (``srun --pty
 jupyter ...``), which would otherwise leave our step pending forever.
 
+The job's secret reaches each agent on its stdin (srun hands its stdin to every task): a
+small shell stores it in a private folder of the node and runs the agent
+(``workbench.distributed.jobsecret.agent_shell``). The environment goes whole (modules, PATH)
+less the variables no rank may see (``launchers.private_names``: WORKBENCH_STORE and the
+like, anything named as a password, secret or token).
+
 Each agent learns its node's name from ``SLURMD_NODENAME``, which srun sets per task; the
 ranks report it (``workbench.distributed.rank``).
 
@@ -38,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.core.errors import InputError
-from workbench.distributed.launchers import NODE_ENV, LaunchError
+from workbench.distributed.jobsecret import agent_shell
+from workbench.distributed.launchers import NODE_ENV, LaunchError, private_names
 
 __all__ = [
     "SlurmAllocation",
@@ -218,11 +225,18 @@ class SlurmLauncher:
         return pool[:nodes]
 
     def start(
-        self, agent_argv: list[str], env: Mapping[str, str], nodes: int, log_dir: Path
+        self,
+        agent_argv: list[str],
+        env: Mapping[str, str],
+        nodes: int,
+        log_dir: Path,
+        secret: bytes | None = None,
     ) -> list[subprocess.Popen]:
         """One ``srun`` step, one agent per node; each node's output in ``log_dir/<node>.log``
-        and srun's own in ``log_dir/srun.log``."""
+        and srun's own in ``log_dir/srun.log``; ``secret`` on each task's stdin."""
         hosts = self.hosts(nodes)
+        if secret:
+            agent_argv = agent_shell(agent_argv)
         alloc = self._allocation()
         step_name = f"workbench-{uuid.uuid4().hex[:8]}"
         argv = srun_command(nodes, agent_argv, nodelist=hosts, job_name=step_name,
@@ -231,6 +245,8 @@ class SlurmLauncher:
         # the node's name comes from SLURMD_NODENAME, which srun sets per task; a
         # WORKBENCH_NODE inherited from here would give every node the same name
         full_env = {k: v for k, v in {**os.environ, **env}.items() if k != NODE_ENV}
+        for name in private_names(list(full_env)):
+            del full_env[name]
         try:
             with open(Path(log_dir) / "srun.log", "wb") as log:
                 proc = subprocess.Popen(
@@ -238,11 +254,17 @@ class SlurmLauncher:
                     env=full_env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if secret else subprocess.DEVNULL,
                     start_new_session=True,
                 )
         except OSError as exc:
             raise LaunchError(hosts[0], f"could not run srun: {exc}") from exc
+        if secret and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # srun gone: its exit code says why
+                proc.stdin.write(secret.hex().encode())
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
+            proc.stdin = None  # closed: communicate() later must not flush it
         self._steps.append((alloc.job_id, step_name))
         return [proc]
 

@@ -14,9 +14,15 @@ Process hygiene, the part that must never fail:
 - torchrun starts in a new session, so the user's Ctrl-C reaches us (not the ranks directly)
   and we decide how to stop the job;
 - torchrun starts every rank in a session of its own, so stopping torchrun's process group
-  would miss them: :func:`stop_process_tree` collects torchrun's descendants (and the pids
-  the ranks reported) first, asks torchrun to stop (SIGTERM: it then stops its ranks), and
-  kills whatever is left after a grace period;
+  would miss them: :func:`stop_process_tree` collects torchrun's descendants (and the ranks
+  traced earlier) first, asks torchrun to stop (SIGTERM: it then stops its ranks), and kills
+  whatever is left after a grace period;
+- only processes traced to the job's own agents are ever signalled: each is known by its pid
+  *and* its start time (:class:`Traced`), taken when this process started the agent or found
+  the rank among the agent's descendants, and compared again before any signal, so a pid
+  that was reused meanwhile belongs to someone else and is left alone. A pid that an event
+  names is only a hint: a rank whose ``start`` event names a process that is not a
+  descendant of one of the job's agents is ignored, with a warning;
 - each rank also watches the parent process and exits if it disappears or is a zombie not
   yet reaped (see ``workbench.distributed.rank``), so even a killed kernel leaves no orphans
   behind: torchrun ends the job when its ranks exit.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -34,7 +41,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,8 @@ from typing import Any
 import psutil
 
 from workbench.core.errors import InputError
+
+log = logging.getLogger(__name__)
 
 PHASES = ("start", "init", "setup", "ddp", "warmup", "measuring", "comm", "done")
 STOP_GRACE_S = 5.0
@@ -160,6 +169,10 @@ class TorchrunJob:
         self.out_dir = Path(spec.out_dir)
         self._offsets: dict[int, int] = {}
         self.events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(nproc)}
+        self.agents: list[Traced] = []
+        """The agents this process started (pid and start time, taken at the start)."""
+        self.traced: dict[int, Traced] = {}
+        """Ranks found among the agents' descendants, by the pid their start event named."""
 
     def run(
         self,
@@ -172,10 +185,11 @@ class TorchrunJob:
         with open(self.out_dir / "job.log", "wb") as log:
             proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=os.getcwd())  # fmt: skip
+        self.agents = [t for t in [Traced.of(proc.pid)] if t is not None]
         try:
             status = self._follow(proc, start, cancel, on_event)
         finally:
-            stop_process_tree(proc, self._reported_pids())
+            stop_process_tree(proc, self.traced.values())
         self._poll_events(None)  # what the ranks wrote while they were being stopped
         return self._outcome(status, proc.returncode, time.monotonic() - start)
 
@@ -198,13 +212,28 @@ class TorchrunJob:
         for rank in range(self.nproc):
             path = self.out_dir / f"rank{rank}.jsonl"
             new, self._offsets[rank] = read_new_events(path, self._offsets.get(rank, 0))
-            self.events[rank].extend(new)
-            if on_event is not None:
-                for event in new:
-                    on_event(event)
+            self._take(rank, new, on_event)
 
-    def _reported_pids(self) -> list[int]:
-        return [e["pid"] for evs in self.events.values() for e in evs if e["event"] == "start"]
+    def _take(self, rank: int, new: list[dict[str, Any]], on_event) -> None:
+        """Record a rank's new events (tracing the process a start event names) and relay."""
+        for event in new:
+            if event.get("event") == "start":
+                self._trace(rank, event.get("pid"))
+        self.events[rank].extend(new)
+        if on_event is not None:
+            for event in new:
+                on_event(event)
+
+    def _trace(self, rank: int, pid: Any) -> None:
+        """Remember the rank's process if it descends from one of this job's agents."""
+        if not self.agents or Traced.of(pid) is None:
+            return  # agents elsewhere (ssh, srun), or a rank gone already: nothing to signal
+        found = Traced.descendant(pid, self.agents)
+        if found is None:
+            log.warning("rank %s's start event names pid %r, which is not a process of this "
+                        "job's agents: it will not be signalled", rank, pid)  # fmt: skip
+        else:
+            self.traced[found.pid] = found
 
     def _log_tail(self) -> str:
         return _tail(self.out_dir / "job.log")
@@ -273,20 +302,64 @@ class TorchrunJob:
         return "; ".join(parts)
 
 
-def stop_process_tree(proc: subprocess.Popen, extra_pids: list[int] = ()) -> None:
+@dataclass(frozen=True)
+class Traced:
+    """A process known by its pid and its start time: the pair, not the pid alone, says it is
+    still the process that was traced (a pid is reused once its process is gone)."""
+
+    pid: int
+    start_time: float
+
+    @classmethod
+    def of(cls, pid: Any) -> Traced | None:
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            return None
+        try:
+            return cls(pid, psutil.Process(pid).create_time())
+        except psutil.Error:
+            return None
+
+    @classmethod
+    def descendant(cls, pid: Any, roots: Iterable[Traced]) -> Traced | None:
+        """``pid`` traced, if it is (still) a descendant of one of ``roots``."""
+        found = cls.of(pid)
+        live_roots = {r.pid for r in roots if r.process() is not None}
+        if found is None or not live_roots:
+            return None
+        try:
+            ancestors = {p.pid for p in psutil.Process(pid).parents()}
+        except psutil.Error:
+            return None
+        return found if ancestors & live_roots else None
+
+    def process(self) -> psutil.Process | None:
+        """The process, if it is still the one traced (same start time); else None."""
+        try:
+            proc = psutil.Process(self.pid)
+            return proc if proc.create_time() == self.start_time else None
+        except psutil.Error:
+            return None
+
+
+def stop_process_tree(proc: subprocess.Popen, traced: Iterable[Traced] = ()) -> None:
     """Stop torchrun and everything under it; nothing survives this call.
 
     torchrun runs each rank in its own session, and a rank's DataLoader workers are its
     children, so the whole tree is collected *before* anything is signalled (a dead parent's
     children are re-parented and could not be found any more).
     """
-    stop_process_trees([proc], extra_pids)
+    stop_process_trees([proc], traced)
 
 
-def stop_process_trees(procs: list[subprocess.Popen], extra_pids: list[int] = ()) -> None:
+def stop_process_trees(procs: list[subprocess.Popen], traced: Iterable[Traced] = ()) -> None:
     """``stop_process_tree`` for several torchrun agents (one per "node") at once: every tree
-    collected first, every agent asked to stop, one shared grace period, then SIGKILL."""
-    tree = _collect_tree([p.pid for p in procs], extra_pids)
+    collected first, every agent asked to stop, one shared grace period, then SIGKILL.
+
+    Only what traces to this process: the agents it started and has not reaped (their pids
+    cannot have been reused), their descendants, and ``traced`` processes whose start time
+    still matches.
+    """
+    tree = _collect_tree([p for p in procs if p.returncode is None], traced)
     asked = [p for p in procs if p.poll() is None]
     for proc in asked:
         proc.send_signal(signal.SIGTERM)  # torchrun then stops its ranks (SIGTERM, then KILL)
@@ -296,7 +369,7 @@ def stop_process_trees(procs: list[subprocess.Popen], extra_pids: list[int] = ()
             proc.wait(max(0.0, deadline - time.monotonic()))
     for p in tree:
         try:
-            if p.is_running():
+            if p.is_running():  # psutil compares the start time too
                 p.kill()
         except psutil.Error:
             pass
@@ -307,17 +380,18 @@ def stop_process_trees(procs: list[subprocess.Popen], extra_pids: list[int] = ()
             proc.wait()
 
 
-def _collect_tree(root_pids: list[int], extra_pids: list[int]) -> list[psutil.Process]:
+def _collect_tree(roots: list[subprocess.Popen], traced: Iterable[Traced]) -> list[psutil.Process]:
     found: dict[int, psutil.Process] = {}
-    for pid in [*root_pids, *extra_pids]:
+    tops = [Traced.of(p.pid) for p in roots]  # not reaped: the pid is still that child's
+    for top in [*tops, *traced]:
+        proc = top.process() if top is not None else None
         try:
-            p = psutil.Process(pid)
-            for q in [p, *p.children(recursive=True)]:
+            for q in [proc, *proc.children(recursive=True)] if proc is not None else []:
                 found[q.pid] = q
         except psutil.Error:
             continue
-    for pid in root_pids:
-        found.pop(pid, None)  # the Popen objects handle the torchrun agents themselves
+    for proc in roots:
+        found.pop(proc.pid, None)  # the Popen objects handle the torchrun agents themselves
     return list(found.values())
 
 
