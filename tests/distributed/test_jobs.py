@@ -417,3 +417,25 @@ def test_a_lightning_module_under_real_ddp_all_reduces_through_its_training_step
         assert row["optimizer_steps"] >= row["steps"] >= 3
         assert row["grad_sync_rounds"] == row["optimizer_steps"]
     assert _no_children_left() == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11+")
+def test_a_torch_py_beside_the_workload_is_not_imported_by_the_launcher(tmp_path, monkeypatch):
+    """``python -m torch.distributed.run`` puts the current directory first on the path; with
+    the ranks' environment a ``torch.py`` there is not imported in torch's place, while the
+    directory itself is still importable (after the installed packages)."""
+    marker = tmp_path / "imported"
+    (tmp_path / "torch.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (tmp_path / "mymod.py").write_text("VALUE = 7\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])  # as the CLI leaves it: last
+    env = worker_env({}, 2)
+    code = "import torch.distributed.run, mymod; print(mymod.VALUE, torch.__file__)"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("7 ") and "site-packages" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--help"], env=env,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not marker.exists()

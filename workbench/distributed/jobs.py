@@ -64,6 +64,13 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -
     variable of the same name. Each rank gets an equal share of the CPU
     cores as its thread count (torchrun would otherwise force 1 thread and say so), and the
     parent's import path, so a workload importable here is importable there.
+
+    ``PYTHONSAFEPATH=1``: ``python -m torch.distributed.run`` (the launcher, and the ranks it
+    starts) would otherwise put the current directory first on ``sys.path``, so a ``torch.py``
+    beside the user's workload would be imported in torch's place in every rank. The directory
+    still reaches the ranks, after the installed packages, through ``PYTHONPATH`` (the parent's
+    path in its order: the CLI puts it last). Python 3.10 ignores the variable: there the
+    directory stays first, as ``python -m`` has it.
     """
     env = dict(os.environ)
     env.update(nccl_vars)
@@ -74,6 +81,7 @@ def worker_env(nccl_vars: Mapping[str, str], nproc: int, alloc_conf: str = "") -
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 
