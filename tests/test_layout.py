@@ -14,9 +14,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
 # Imported inside functions, never at the top of a module: heavy, optional, or loaded only
 # where a light path must not pay for them.
-HEAVY = ("nvidia.dali", "altair", "ipywidgets", "anywidget", "vl_convert", "torch.profiler",
-         "IPython", "torch", "torchvision", "pynvml", "pandas", "fcntl", "lmdb",
-         "webdataset", "lightning", "pytorch_lightning")  # fmt: skip
+HEAVY = (
+    "nvidia.dali",
+    "altair",
+    "ipywidgets",
+    "anywidget",
+    "vl_convert",
+    "torch.profiler",
+    "IPython",
+    "torch",
+    "torchvision",
+    "pynvml",
+    "pandas",
+    "fcntl",
+    "lmdb",
+    "webdataset",
+    "lightning",
+    "pytorch_lightning",
+    "psycopg",
+)  # fmt: skip  (psycopg: the class extra's driver, absent without it)
 # Modules whose own function-level imports of the package keep a light path light: the CLI's
 # commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
 # production side's ``workbench.config`` (no torch until a method needs it).

@@ -871,6 +871,7 @@ def _add_class(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_class(args: argparse.Namespace) -> int:
+    # the class store's set-up: only this command needs it (psycopg, the class extra)
     from workbench.history.roles import init_class, read_learners
 
     text = args.learners if args.learners is not None else Path(args.learners_file).read_text()

@@ -260,7 +260,7 @@ def _create_roles(
 
 
 def _mark(conn: Any, role: str, database: str, kind: str) -> None:
-    from psycopg import sql
+    from psycopg import sql  # the class extra's driver: only where a class is set up
 
     conn.execute(
         sql.SQL("COMMENT ON ROLE {} IS {}").format(
@@ -274,7 +274,7 @@ def _mark(conn: Any, role: str, database: str, kind: str) -> None:
 
 def _grant(conn: Any, database: str, instructor: str, group: str) -> None:
     """Ownership, grants and row-level security, as the module docstring says."""
-    from psycopg import sql
+    from psycopg import sql  # the class extra's driver: only where a class is set up
 
     ident = sql.Identifier
     db, teacher, learners, schema = (
@@ -313,7 +313,7 @@ def _grant(conn: Any, database: str, instructor: str, group: str) -> None:
 
 def _policies(name: str, table: Any, teacher: Any, learners: Any) -> list[Any]:
     """The table's policies, replaced whole (a second run leaves the same set)."""
-    from psycopg import sql
+    from psycopg import sql  # the class extra's driver: only where a class is set up
 
     def policy(label: str, rest: str) -> list[Any]:
         return [
