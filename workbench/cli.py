@@ -286,6 +286,11 @@ def _add_lab(p: argparse.ArgumentParser) -> None:
 def _add_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a config written by save_config (the panel, workbench tune)")
     p.add_argument("--script", default="train.py", help="training script in the torchrun lines")
+    p.add_argument(
+        "--nccl-suggestions", action="store_true",
+        help="put the NCCL variables NCCL documents for debugging only (saved as suggestions) "
+        "in the exports and launch lines; left out by default",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -710,16 +715,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
     notes = [str(w.message) for w in caught]
     for note in notes:
         print(f"workbench show: warning: {note}", file=sys.stderr)
+    asked = args.nccl_suggestions
     if not args.json:
-        print(cfg.describe(args.script))
+        print(cfg.describe(args.script, nccl_suggestions=asked))
         return EXIT_OK
+    changes = cfg.fresh_process_changes(nccl_suggestions=asked)
     doc = {
         "file": args.file,
-        "env": cfg.env(),
+        "env": cfg.env(nccl_suggestions=asked),
+        "changes": [c.to_dict() for c in changes],
+        "nccl_suggestions": {name: dict(s) for name, s in cfg.nccl_suggestions.items()},
         "dataloader": cfg.dataloader_kwargs("cuda"),
         "collate_fn": cfg.collate_fn,
         "training": dict(cfg.training) if cfg.training is not None else None,
-        "torchrun": cfg.launch_lines(args.script),
+        "torchrun": cfg.launch_lines(args.script, nccl_suggestions=asked),
         "knobs": cfg.knobs.to_dict(),
         "provenance": dict(cfg.provenance),
         "nccl_flags": nccl_flags(cfg.knobs.nccl),

@@ -27,6 +27,7 @@ never ipywidgets, altair or DALI (a bare GPU box has torch and pyyaml, not the n
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -36,6 +37,7 @@ from typing import Any
 from workbench.config import provenance
 from workbench.config.comm_suggestions import check_comm
 from workbench.config.names import checked_name, saved_name
+from workbench.config.nccl_suggestions import check_suggestions, from_comm
 from workbench.config.rebuild import read_training, source_of, with_source
 from workbench.config.tuned_config import TunedConfig
 from workbench.config.yaml_text import (
@@ -59,7 +61,7 @@ SCHEMA_VERSION = 3
 for no GPU, and DALI's knobs at their defaults are left out unless loader is dali. 2 (knobs,
 env, dataloader, launch, provenance) and 1 (knobs, measured, provenance, saved_at) still load."""
 _TOP_KEYS = ("schema_version", "knobs", "env", "dataloader", "launch", "training", "provenance",
-             "comm")  # fmt: skip
+             "comm", "suggestions")  # fmt: skip
 _DALI_KNOBS = tuple(name for name in KNOB_NAMES if name.startswith("dali_"))
 """Knobs that act only with ``loader=dali``: left out of another loader's file at their defaults."""
 
@@ -105,19 +107,45 @@ def save_config(
     "expandable_segments:True"}``. ``collate_fn`` (a function or ``"module:function"``) wins
     over the workload's. The text is checked by the loader before it is written, so every
     saved file loads; the write is atomic. Returns the path written.
+
+    NCCL variables NCCL documents for debugging only (``workbench.core.nccl.DEBUG_ONLY``) are
+    never saved among the variables applied: a knob ``nccl={...}`` of that kind (it acted in the
+    bursts) and a comm sweep's winner over one go to ``suggestions.nccl`` with their figures,
+    and a ConfigWarning says which moved.
     """
     target = Path(path).expanduser()
+    given = _given_knobs(knobs_or_result)
     cfg = _as_config(knobs_or_result, env, target)
     cfg, notes = with_source(cfg, source_of(knobs_or_result, workload), target)
     if collate_fn is not None:
         cfg = replace(cfg, collate_fn=collate_fn_name(collate_fn, target))
     if comm is not None:  # a comm sweep's suggestions (CommSweep.suggestions())
         cfg = replace(cfg, comm=check_comm(comm, target))
+        swept = from_comm(cfg.comm or {}, cfg.knobs.bucket_cap_mb)
+        cfg = replace(cfg, nccl_suggestions={**cfg.nccl_suggestions, **swept})
+    moved = sorted(n for n in (given.nccl if given else {}) if nccl.is_debug_only(n))
+    notes += [_moved_note("knobs.nccl", moved, "saved")] if moved else []
     text = config_text(cfg)
     _, checked = _parse(load_text(text, target), target)
     _warn(target, notes + checked)
     write_text(target, text)
     return target
+
+
+def _given_knobs(obj: Any) -> Knobs | None:
+    """The knobs handed to save_config, before a TunedConfig moves its debug-only NCCL ones."""
+    for knobs in (obj, getattr(obj, "best", None), getattr(obj, "knobs", None)):
+        if isinstance(knobs, Knobs):
+            return knobs
+    return None
+
+
+def _moved_note(where: str, names: list[str], done: str) -> str:
+    """One line: which debug-only NCCL variables became suggestions, and how to use them."""
+    return (f"{where}: {', '.join(names)}: NCCL documents {'it' if len(names) == 1 else 'them'} "
+            f"for debugging only ({nccl.DEBUG_SOURCE}); {done} as suggestions.nccl, not applied "
+            "unless asked (cfg.apply(nccl_suggestions=True), launch lines' "
+            "nccl_suggestions=True)")  # fmt: skip
 
 
 def _as_config(obj: Any, env: Mapping[str, str] | None, target: Path) -> TunedConfig:
@@ -146,8 +174,8 @@ def _as_config_raw(obj: Any, env: Mapping[str, str] | None, target: Path) -> Tun
             raise ConfigError(target, f"env.{name}", problem)
     if isinstance(obj, TunedConfig):
         return TunedConfig(obj.knobs, {**obj.extra_env, **extra}, obj.provenance,
-                           collate_fn=obj.collate_fn, comm=obj.comm,
-                           training=obj.training)  # fmt: skip
+                           collate_fn=obj.collate_fn, comm=obj.comm, training=obj.training,
+                           nccl_suggestions=obj.nccl_suggestions)  # fmt: skip
     if isinstance(obj, Knobs):
         return TunedConfig(obj, extra, provenance.from_knobs())
     if isinstance(getattr(obj, "best_result", None), BurstResult):  # a TuneResult
@@ -226,11 +254,15 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
     extra_env, notes = _extra_env(env_data, path)
     extra_env = _alloc_env(extra_env, knobs, path)
     notes = _nccl_notes(knobs, nccl_where, path) + notes
+    debug = sorted(n for n in knobs.nccl if nccl.is_debug_only(n))  # a file saved before
+    notes += [_moved_note(nccl_where, debug, "loaded")] if debug else []
+    saved = doc.get("suggestions")
     cfg = TunedConfig(
         knobs, extra_env, provenance.normalize(doc.get("provenance"), path), Path(path),
         collate_fn=_saved_collate(doc.get("dataloader"), path),
         comm=check_comm(doc["comm"], path) if doc.get("comm") is not None else None,
         training=read_training(doc.get("training"), path),
+        nccl_suggestions=check_suggestions(saved, path) if saved is not None else {},
     )  # fmt: skip
     notes += provenance.ambient_warnings(cfg.provenance)
     notes += _trusted_notes(cfg, nccl_where)
@@ -242,15 +274,24 @@ def _parse(doc: Any, path: str | Path) -> tuple[TunedConfig, list[str]]:
         cfg.launch_lines(),
         "knobs.world_size (the sbatch script also from env)",
         optional=_LAUNCH_ADDED,
-        older=_older_launch(cfg) if version < 3 else {},
+        older=_older_launch(cfg, version, bool(debug)),
     )
     return cfg, notes
 
 
-def _older_launch(cfg: TunedConfig) -> dict[str, Any]:
-    """A launch entry as schema 1-2 wrote it, where it differs: their sbatch script asked for
-    GPUs even for a config measured on a CPU. Such a file still loads."""
-    return {"sbatch": cfg.sbatch_lines(gpu_line=True)}
+def _older_launch(cfg: TunedConfig, version: int, had_debug: bool) -> dict[str, list[Any]]:
+    """Launch entries as older files wrote them, where they differ. Schema 1-2's sbatch script
+    asked for GPUs even for a config measured on a CPU; a file saved with debug-only NCCL
+    variables among the applied ones put them in its launch lines. Such files still load."""
+    gpu_lines = (None, True) if version < 3 else (None,)
+    asked = (False, True) if had_debug else (False,)
+    older: dict[str, list[Any]] = {}
+    for gpu, flag in itertools.product(gpu_lines, asked):
+        older.setdefault("sbatch", []).append(cfg.sbatch_lines(gpu_line=gpu, nccl_suggestions=flag))
+    if had_debug:
+        for key, line in cfg.launch_lines(nccl_suggestions=True).items():
+            older.setdefault(key, []).append(line)
+    return older
 
 
 def _saved_collate(section: Any, path: str | Path) -> str | None:
@@ -396,7 +437,7 @@ def _check_copy(
     expected: dict[str, Any],
     source: str,
     optional: tuple[str, ...] = (),
-    older: Mapping[str, Any] | None = None,
+    older: Mapping[str, list[Any]] | None = None,
 ) -> None:
     """A section written from the knobs must still agree with them (absent: rebuilt on save;
     an ``optional`` entry may be absent too; an ``older`` entry is how an older schema wrote
@@ -410,7 +451,7 @@ def _check_copy(
         if key in optional and key not in found:
             continue
         got = found.get(key)
-        if older and key in older and older[key] == got:
+        if older and got in older.get(key, []):
             continue
         if key not in found or got != want or type(got) is not type(want):
             what = "missing" if key not in found else f"{got!r} disagrees with the knobs"
@@ -463,6 +504,11 @@ _NOTES = {
     "comm": "A comm sweep's suggestions with the numbers measured (not knobs: set nccl or "
     "bucket_cap_mb yourself if they fit): the fastest value per message-size range, and the "
     "bucket size just past the knee of the busbw curve. On gloo NCCL variables had no effect.",
+    "suggestions": "NCCL variables NCCL documents for debugging only: fine for an experiment, "
+    "not kept in production, since a value forced at one scale can slow or hang a job at "
+    "another. Not in env and not applied: cfg.apply(nccl_suggestions=True) or the launch lines' "
+    "nccl_suggestions=True use them. Each with its source (a knob of the tuned bursts, or a "
+    "comm sweep's winner at the DDP bucket's size) and what was measured, at which scale.",
     "provenance": "Where these knobs came from. Loading warns when this machine differs (GPU "
     "model, torch major version): the numbers are then a starting point, not a promise.",
 }
@@ -490,7 +536,14 @@ def _sections(cfg: TunedConfig) -> list[Section]:
         *([Section("training", dict(cfg.training), _NOTES["training"])] if cfg.training else []),
         Section("provenance", dict(cfg.provenance), _provenance_note(cfg.provenance)),
         *([Section("comm", dict(cfg.comm), _NOTES["comm"])] if cfg.comm else []),
+        *([_suggestions_section(cfg)] if cfg.nccl_suggestions else []),
     ]
+
+
+def _suggestions_section(cfg: TunedConfig) -> Section:
+    entries = {name: dict(entry) for name, entry in cfg.nccl_suggestions.items()}
+    note = f"{_NOTES['suggestions']}\nSource: {nccl.DEBUG_SOURCE}."
+    return Section("suggestions", {"nccl": entries}, note)
 
 
 def _env_comments(cfg: TunedConfig) -> dict[str, str]:

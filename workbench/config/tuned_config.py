@@ -3,7 +3,8 @@
 A plain PyTorch script needs six things from a tuning session: the DataLoader arguments, the
 data read as it was measured (``data_format``), the precision (an autocast context and, for
 fp16, a GradScaler), the backend flags (TF32, cudnn.benchmark), the environment of its
-processes (NCCL_* and allocator variables) and a launch line. Each is one method here,
+processes (NCCL_* and allocator variables) and a launch line. Each is one method here, and
+:meth:`apply` sets everything process-wide at once and says what it changed,
 computed from the knobs the same way a burst computes it, so the script runs what was
 measured. Beside the knobs, the workload's own code by name: its collate_fn (in
 :meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
@@ -24,7 +25,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from workbench.config import changes as _changes
+from workbench.config import nccl_suggestions as _suggestions
 from workbench.config import provenance
+from workbench.config.changes import Change
 from workbench.config.comm_suggestions import describe_comm
 from workbench.config.names import FUNCTION_NAME, import_named
 from workbench.config.yaml_text import ConfigError
@@ -33,6 +37,7 @@ from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
 from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.core.nccl import flags as nccl_flags
+from workbench.core.nccl import is_debug_only
 
 __all__ = ["COLLATE_NAME", "LOADER_KEYS", "TRAINING_KEYS", "TunedConfig", "import_collate"]
 
@@ -66,22 +71,73 @@ class TunedConfig:
     training: Mapping[str, str | None] | None = None
     """The workload's ``loss`` and ``optimizer`` as ``module:function`` (None: it had no
     importable name); None when saved without a workload (Knobs alone, schema 1-2 files)."""
+    nccl_suggestions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """NCCL variables NCCL documents for debugging only (``workbench.core.nccl.DEBUG_ONLY``):
+    name -> ``value``, ``source``, ``measured`` (``workbench.config.nccl_suggestions``). Never
+    in :meth:`env` or the launch lines unless asked (``nccl_suggestions=True``). A debug-only
+    variable among the knobs' ``nccl`` is moved here when the config is built."""
 
     def __post_init__(self) -> None:
         extra = MappingProxyType(dict(sorted(self.extra_env.items())))
         object.__setattr__(self, "extra_env", extra)
+        suggestions = dict(self.nccl_suggestions)
+        debug = {n: v for n, v in self.knobs.nccl.items() if is_debug_only(n)}
+        if debug:  # a burst's experiment, not a production setting: kept as a suggestion
+            kept = {n: v for n, v in self.knobs.nccl.items() if n not in debug}
+            object.__setattr__(self, "knobs", self.knobs.replace(nccl=kept))
+            for name, value in debug.items():
+                made = _suggestions.from_knob(value, self.knobs, self.provenance)
+                suggestions.setdefault(name, made)
+        object.__setattr__(
+            self, "nccl_suggestions", MappingProxyType(dict(sorted(suggestions.items())))
+        )
+
+    # -- applying -------------------------------------------------------------------------
+    def apply(self, *, nccl_suggestions: bool = False, quiet: bool = False) -> list[Change]:
+        """Set in this process everything process-wide the config holds; return what changed.
+
+        The math switches (TF32 through both APIs) and cudnn.benchmark, as the bursts set them
+        (:meth:`apply_backend_flags`), and the variables of :meth:`env` (NCCL, allocator,
+        threads) in ``os.environ``, the config's value winning over one found. With
+        ``nccl_suggestions`` the debug-only NCCL variables too (kind ``nccl-suggestion``).
+        Call it first thing in the script: the allocator reads its variable when CUDA
+        initializes and NCCL when the process group starts (a change set too late says so).
+
+        Returns one :class:`~workbench.config.changes.Change` per switch or variable whose
+        value it changed (found -> set), ``[]`` when nothing changed (a second call). Unless
+        ``quiet``, prints that list on rank 0 (``workbench.config.changes.report`` says why
+        print and not logging).
+        """
+        made = _changes.apply_changes(self.apply_backend_flags, self.env(),
+                                      self._suggested(nccl_suggestions))  # fmt: skip
+        if not quiet:
+            _changes.report(made)
+        return made
+
+    def fresh_process_changes(self, *, nccl_suggestions: bool = False) -> list[Change]:
+        """What :meth:`apply` would change in a fresh process (PyTorch's default switches, none
+        of the variables set): a dry run that leaves this process as it found it."""
+        return _changes.fresh_process_changes(self.apply_backend_flags, self.env(),
+                                              self._suggested(nccl_suggestions))  # fmt: skip
+
+    def _suggested(self, asked: bool) -> dict[str, str]:
+        """The debug-only NCCL variables' values, when asked for."""
+        return {n: str(s["value"]) for n, s in self.nccl_suggestions.items()} if asked else {}
 
     # -- the environment ------------------------------------------------------------------
-    def env(self) -> dict[str, str]:
-        """NCCL_* knobs and extra variables for the training processes, sorted by name.
+    def env(self, *, nccl_suggestions: bool = False) -> dict[str, str]:
+        """NCCL_* knobs and extra variables for the training processes, sorted by name; with
+        ``nccl_suggestions`` the debug-only NCCL variables too (never without).
 
-        A new dict: ``os.environ`` is never touched. NCCL reads its variables when a
-        communicator is created and the CUDA allocator when torch initializes CUDA, so they belong
-        in the launcher's environment (``export``, ``torchrun_command(with_env=True)``), or in
-        ``os.environ`` early in the script, before any CUDA work or ``init_process_group``.
+        A new dict: ``os.environ`` is never touched (:meth:`apply` sets them). NCCL reads its
+        variables when a communicator is created and the CUDA allocator when torch initializes
+        CUDA, so they belong in the launcher's environment (``export``,
+        ``torchrun_command(with_env=True)``), or in ``os.environ`` early in the script, before
+        any CUDA work or ``init_process_group``.
         """
         alloc = env_for(self.knobs.alloc_conf)  # the knob's allocator settings, both names
-        return dict(sorted({**self.knobs.nccl, **alloc, **self.extra_env}.items()))
+        every = {**self.knobs.nccl, **alloc, **self.extra_env, **self._suggested(nccl_suggestions)}
+        return dict(sorted(every.items()))
 
     # -- data -------------------------------------------------------------------------------
     def dataloader_kwargs(self, device: str | None = None) -> dict[str, Any]:
@@ -302,6 +358,7 @@ class TunedConfig:
         rdzv_id: str = "$JOB_ID",
         rdzv_backend: str = "c10d",
         with_env: bool = False,
+        nccl_suggestions: bool = False,
     ) -> str:
         """A torchrun line for ``script``, with world_size processes per node by default.
 
@@ -309,7 +366,8 @@ class TunedConfig:
         Several nodes (``nnodes`` a count, a ``MIN:MAX`` range or a shell variable such as
         "$NNODES") use a c10d rendezvous: the same line runs on every node, and
         ``$MASTER_ADDR``/``$JOB_ID`` are left for the shell or the scheduler to fill in.
-        ``with_env`` puts the config's variables in front (``NCCL_ALGO=Ring torchrun ...``).
+        ``with_env`` puts the config's variables in front (``NCCL_SOCKET_IFNAME=eth0 torchrun
+        ...``); ``nccl_suggestions`` the debug-only NCCL variables (``NCCL_ALGO=Ring torchrun``).
         """
         nproc = self.knobs.world_size if nproc_per_node is None else nproc_per_node
         if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
@@ -320,49 +378,71 @@ class TunedConfig:
         else:
             words += _rendezvous_words(nnodes, nproc, rdzv_backend, rdzv_endpoint, rdzv_id)
         words += [shlex.quote(str(a)) for a in (script, *script_args)]
-        if with_env:
-            words = [f"{k}={shlex.quote(v)}" for k, v in self.env().items()] + words
-        return " ".join(words)
+        front = self.env(nccl_suggestions=nccl_suggestions) if with_env else {}
+        front |= self._suggested(nccl_suggestions)
+        return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(front.items())] + words)
 
-    def launch_lines(self, script: str = "train.py") -> dict[str, Any]:
+    def launch_lines(
+        self, script: str = "train.py", *, nccl_suggestions: bool = False
+    ) -> dict[str, Any]:
         """What a saved config's ``launch`` section shows, for the tuned shape: ``nodes`` (1
         until the knob exists) x ``world_size / nodes`` processes per node.
 
         ``single_node``: one node of it. ``multi_node``: the torchrun line for every node
         (``$NNODES`` when tuned on one node). ``srun``: the same agents started by SLURM, one
         task per node, inside an allocation. ``sbatch``: a minimal batch script (its lines)
-        that exports the config's variables and runs the ``srun`` line.
+        that exports the config's variables and runs the ``srun`` line. ``nccl_suggestions``
+        puts the debug-only NCCL variables in each (left out by default).
         """
         nodes = _nodes(self.knobs)
         per_node = self.knobs.world_size // nodes
+        asked = nccl_suggestions
         return {
-            "single_node": self.torchrun_command(script, nproc_per_node=per_node),
+            "single_node": self.torchrun_command(script, nproc_per_node=per_node,
+                                                 nccl_suggestions=asked),
             "multi_node": self.torchrun_command(
-                script, nnodes=nodes if nodes > 1 else "$NNODES", nproc_per_node=per_node
+                script, nnodes=nodes if nodes > 1 else "$NNODES", nproc_per_node=per_node,
+                nccl_suggestions=asked,
             ),
-            "srun": self.srun_command(script),
-            "sbatch": self.sbatch_lines(script),
-        }
+            "srun": self.srun_command(script, nccl_suggestions=asked),
+            "sbatch": self.sbatch_lines(script, nccl_suggestions=asked),
+        }  # fmt: skip
 
-    def srun_command(self, script: str = "train.py", nnodes: int | str = "$SLURM_NNODES") -> str:
+    def srun_command(
+        self,
+        script: str = "train.py",
+        nnodes: int | str = "$SLURM_NNODES",
+        *,
+        nccl_suggestions: bool = False,
+    ) -> str:
         """``srun`` starting one torchrun agent per node of the allocation (``--export=ALL``:
         the exported variables reach every rank; ``--kill-on-bad-exit=1``: one failed node ends
-        the step instead of leaving the others waiting in a collective)."""
+        the step instead of leaving the others waiting in a collective). ``nccl_suggestions``
+        sets the debug-only NCCL variables in front of srun, which exports them with the rest."""
         per_node = self.knobs.world_size // _nodes(self.knobs)
         torchrun = self.torchrun_command(script, nnodes=nnodes, nproc_per_node=per_node,
                                          rdzv_id="$SLURM_JOB_ID")  # fmt: skip
-        return (f"srun --nodes={nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL "
-                f"{torchrun}")  # fmt: skip
+        front = [f"{k}={shlex.quote(v)}" for k, v in self._suggested(nccl_suggestions).items()]
+        return " ".join([*front, f"srun --nodes={nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 "
+                         f"--export=ALL {torchrun}"])  # fmt: skip
 
-    def sbatch_lines(self, script: str = "train.py", *, gpu_line: bool | None = None) -> list[str]:
+    def sbatch_lines(
+        self,
+        script: str = "train.py",
+        *,
+        gpu_line: bool | None = None,
+        nccl_suggestions: bool = False,
+    ) -> list[str]:
         """A minimal ``sbatch`` script for the tuned shape, one line per entry.
 
         ``gpu_line`` (``#SBATCH --gpus-per-node``): None asks for GPUs unless the config comes
         from a CPU (``provenance.device``), whose processes ran on no GPU; True or False decide.
-        """
+        ``nccl_suggestions`` exports the debug-only NCCL variables too.
+        """  # fmt: skip
         nodes = _nodes(self.knobs)
         per_node = self.knobs.world_size // nodes
-        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env().items()]
+        env = self.env(nccl_suggestions=nccl_suggestions)
+        exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         gpus = not self.from_cpu() if gpu_line is None else gpu_line
         return [
             "#!/bin/bash",
@@ -385,25 +465,31 @@ class TunedConfig:
         """What differs between the tuning machine and this one (GPU model, torch major)."""
         return provenance.differences(self.provenance, here or provenance.current_machine())
 
-    def describe(self, script: str = "train.py") -> str:
-        """What ``workbench show`` prints: env exports, DataLoader kwargs, torchrun lines."""
+    def describe(self, script: str = "train.py", *, nccl_suggestions: bool = False) -> str:
+        """What ``workbench show`` prints: env exports, what :meth:`apply` changes in a fresh
+        process, DataLoader kwargs, torchrun lines, and the NCCL suggestions with their figures
+        (in the exports and launch lines only with ``nccl_suggestions``)."""
         loader = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs("cuda").items())
         if self.collate_fn is not None:
             loader += f", collate_fn={self.collate_fn.replace(':', '.')}"
-        flags = nccl_flags(self.knobs.nccl)
-        env = self.env()
+        flags = nccl_flags(self.env(nccl_suggestions=nccl_suggestions))
+        env = self.env(nccl_suggestions=nccl_suggestions)
         powers = trusted.powers(env)  # a config is trusted input: say what these can do
         exports = []
         for name, value in env.items():
             exports += [f"# note: {name}: {flags[name]}"] if name in flags else []
             exports += [f"# trusted input: {name}: {powers[name]}"] if name in powers else []
             exports.append(f"export {name}={shlex.quote(value)}")
-        launch = self.launch_lines(script)
+        launch = self.launch_lines(script, nccl_suggestions=nccl_suggestions)
+        applied = self.fresh_process_changes(nccl_suggestions=nccl_suggestions)
         return "\n".join(
             [
                 f"# {self.path or 'config'}: {provenance.summary(self.provenance)}",
                 "# environment of the training processes (export before launching)",
                 *(exports or ["# (nothing to export)"]),
+                "# what cfg.apply() changes in a fresh process (PyTorch's defaults, no variable "
+                "set)",
+                *(f"  {line}" for line in _changes.format_changes(applied)),
                 "# DataLoader keyword arguments (cfg.dataloader(dataset) passes them)",
                 f"DataLoader(dataset, {loader})",
                 *self._data_lines(),
@@ -417,6 +503,7 @@ class TunedConfig:
                 "# SLURM batch script (save as train.sbatch; sbatch train.sbatch)",
                 *launch["sbatch"],
                 *(describe_comm(self.comm) if self.comm else []),
+                *_suggestions.describe_suggestions(self.nccl_suggestions),
             ]
         )
 

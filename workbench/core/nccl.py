@@ -33,6 +33,8 @@ from workbench.core.envvars import ONE_LINE, has_control
 from workbench.core.errors import KnobError
 
 __all__ = [
+    "DEBUG_ONLY",
+    "DEBUG_SOURCE",
     "ON_GLOO",
     "VARIABLES",
     "InterfaceList",
@@ -42,6 +44,7 @@ __all__ = [
     "check_together",
     "check_variable",
     "flags",
+    "is_debug_only",
     "parse_interfaces",
 ]
 
@@ -194,6 +197,51 @@ _ZERO_ONE = _choice(("0", "1"))
 _ORDER = "changes which algorithm, protocol or channels sum the gradients: results can differ"
 _DEBUG = "NCCL documents it for debugging only: remove it from production once the issue is fixed"
 
+DEBUG_SOURCE = (
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html, section Debugging "
+    "(read 2026-12-05, the guide of NCCL 2.30)"
+)
+"""Where :data:`DEBUG_ONLY` comes from. NCCL's guide splits its variables in two: "System
+configuration" (kept in scripts) and "Debugging", whose variables "should not be used in
+production nor retained in scripts", since forcing them "may result in sub-optimal behavior,
+crashes, or hangs" (a forced algorithm that suits 8 GPUs may not suit 512)."""
+
+DEBUG_ONLY = frozenset(
+    {
+        "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_DIRECT_DISABLE", "NCCL_SHM_DISABLE",
+        "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NRINGS", "NCCL_MIN_NRINGS", "NCCL_CHECKS_DISABLE", "NCCL_CHECK_POINTERS",
+        "NCCL_CHECK_MODE", "NCCL_LAUNCH_MODE", "NCCL_IB_DISABLE", "NCCL_IB_AR_THRESHOLD",
+        "NCCL_IB_OOO_RQ", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS",
+        "NCCL_IB_CUDA_SUPPORT", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_ADAPTIVE_ROUTING",
+        "NCCL_IB_ECE_ENABLE", "NCCL_MEM_SYNC_DOMAIN", "NCCL_CUMEM_ENABLE",
+        "NCCL_CUMEM_HOST_ENABLE", "NCCL_NET_GDR_LEVEL", "NCCL_IB_GDR_LEVEL", "NCCL_NET_GDR_C2C",
+        "NCCL_NET_GDR_READ", "NCCL_GDRCOPY_ENABLE", "NCCL_GDRCOPY_FIFO_ENABLE",
+        "NCCL_GDRCOPY_SYNC_ENABLE", "NCCL_GDRCOPY_FLUSH_ENABLE", "NCCL_NET_SHARED_BUFFERS",
+        "NCCL_NET_SHARED_COMMS", "NCCL_IGNORE_NET_MISMATCH", "NCCL_IGNORE_COLLNET_MISMATCH",
+        "NCCL_SINGLE_RING_THRESHOLD", "NCCL_LL_THRESHOLD", "NCCL_TREE_THRESHOLD", "NCCL_ALGO",
+        "NCCL_PROTO", "NCCL_NVB_DISABLE", "NCCL_PXN_DISABLE", "NCCL_P2P_PXN_LEVEL",
+        "NCCL_PXN_C2C", "NCCL_RUNTIME_CONNECT", "NCCL_GRAPH_REGISTER", "NCCL_LOCAL_REGISTER",
+        "NCCL_LEGACY_CUDA_REGISTER", "NCCL_WIN_ENABLE", "NCCL_SET_STACK_SIZE",
+        "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_GRAPH_STREAM_ORDERING", "NCCL_DMABUF_ENABLE",
+        "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_LL_THRESHOLD", "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+        "NCCL_COMM_BLOCKING", "NCCL_CGA_CLUSTER_SIZE", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
+        "NCCL_NVLS_ENABLE", "NCCL_IB_MERGE_NICS", "NCCL_NET_MERGE_POLICY", "NCCL_MNNVL_ENABLE",
+        "NCCL_MNNVL_UUID", "NCCL_MNNVL_CLIQUE_ID", "NCCL_RAS_ENABLE", "NCCL_RAS_ADDR",
+        "NCCL_RAS_TIMEOUT_FACTOR", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL",
+        "NCCL_IPC_USE_ABSTRACT_SOCKET", "NCCL_SYM_GIN_KERNELS_ENABLE",
+    }
+)  # fmt: skip
+"""Every variable NCCL's guide lists under "Debugging" (:data:`DEBUG_SOURCE`), in or out of
+:data:`VARIABLES` (an entry there has ``debug_only`` set to match). A saved config keeps them
+as suggestions, never among the variables it applies."""
+
+
+def is_debug_only(name: str) -> bool:
+    """Whether NCCL documents ``name`` for debugging only (:data:`DEBUG_ONLY`)."""
+    return name in DEBUG_ONLY
+
+
 VARIABLES: dict[str, Rule] = {
     "NCCL_ALGO": Rule(_list_words(ALGORITHMS), _name_list(ALGORITHMS), True, True),
     "NCCL_PROTO": Rule(_list_words(PROTOCOLS), _name_list(PROTOCOLS), True, True),
@@ -208,7 +256,9 @@ VARIABLES: dict[str, Rule] = {
         debug_only=True,
     ),
     "NCCL_NET_GDR_LEVEL": Rule(
-        "one of " + ", ".join(GDR_LEVELS) + " (or the older integers 0-5)", _level(GDR_LEVELS)
+        "one of " + ", ".join(GDR_LEVELS) + " (or the older integers 0-5)",
+        _level(GDR_LEVELS),
+        debug_only=True,
     ),
     "NCCL_IB_TIMEOUT": Rule("an integer 1-31 (timeout = 4.096 us x 2^value)", _int_between(1, 31)),
     "NCCL_DEBUG": Rule("one of " + ", ".join(DEBUG_LEVELS), _choice(DEBUG_LEVELS)),
@@ -226,7 +276,9 @@ VARIABLES: dict[str, Rule] = {
         "^ first excludes them; = makes names exact (=mlx5_0)",
         _interfaces(with_port=True),
     ),
-    "NCCL_NET_GDR_READ": Rule("0 or 1 (1: send data read directly from GPU memory)", _ZERO_ONE),
+    "NCCL_NET_GDR_READ": Rule(
+        "0 or 1 (1: send data read directly from GPU memory)", _ZERO_ONE, debug_only=True
+    ),
     "NCCL_CROSS_NIC": Rule(
         "0 (each ring/tree on one NIC), 1 (may cross NICs) or 2 (decide per system)",
         _choice(("0", "1", "2")),
