@@ -13,7 +13,7 @@ from workbench.core.knobs import Knobs
 from workbench.engine import hardware
 
 KNOBS = Knobs(batch_size=64, num_workers=4, pin_memory=True, world_size=2,
-              nccl={"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128"})  # fmt: skip
+              nccl={"NCCL_CROSS_NIC": "1", "NCCL_SOCKET_IFNAME": "^docker,lo"})  # fmt: skip
 ALLOC = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
@@ -25,8 +25,8 @@ def test_show_prints_env_dataloader_and_torchrun_lines(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[0].startswith(f"# {path}: saved ")
     for line in [
-        "export NCCL_ALGO=Ring",
-        "export NCCL_PROTO='^LL128'",
+        "export NCCL_CROSS_NIC=1",
+        "export NCCL_SOCKET_IFNAME='^docker,lo'",
         "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
         "DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True, "
         "persistent_workers=False, prefetch_factor=2)",
@@ -41,7 +41,7 @@ def test_show_json_is_one_document(tmp_path, capsys):
     path = save_config(KNOBS, tmp_path / "tuned.yaml")
     assert main(["show", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128"}
+    assert doc["env"] == {"NCCL_CROSS_NIC": "1", "NCCL_SOCKET_IFNAME": "^docker,lo"}
     assert doc["dataloader"]["num_workers"] == 4 and doc["knobs"]["world_size"] == 2
     assert doc["torchrun"]["single_node"].endswith("--nproc_per_node=2 train.py")
     assert doc["warnings"] == []
@@ -57,7 +57,7 @@ def test_show_puts_machine_warnings_on_stderr(tmp_path, capsys, monkeypatch):
     )
     assert main(["show", str(path)]) == 0
     out, err = capsys.readouterr()
-    assert "export NCCL_ALGO=Ring" in out
+    assert "export NCCL_CROSS_NIC=1" in out
     assert err.startswith("workbench show: warning: ")
     assert "saved (not measured) on NVIDIA H200; this machine has NVIDIA L4" in err
 

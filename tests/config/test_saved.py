@@ -40,7 +40,7 @@ KNOBS = [
           gradient_as_bucket_view=True, static_graph=True,
           activation_checkpointing=True, optimizer_impl="fused",
           alloc_conf="expandable_segments:True,roundup_power2_divisions:[256:1,>:4]",
-          nccl={"NCCL_ALGO": "Ring", "NCCL_PROTO": "^LL128", "NCCL_MIN_NCHANNELS": "4",
+          nccl={"NCCL_CROSS_NIC": "1", "NCCL_IB_TIMEOUT": "22", "NCCL_SOCKET_NTHREADS": "4",
                 "NCCL_SOCKET_IFNAME": "^docker,lo"}),  # every knob away from its default
     Knobs(batch_size=1, precision="fp16", compile="reduce-overhead", loader="synthetic",
           optimizer_impl="for-loop"),
@@ -134,8 +134,9 @@ def test_the_file_reads_well_and_loads_with_plain_safe_yaml(tmp_path):
     assert list(doc) == ["schema_version", "knobs", "env", "dataloader", "launch", "provenance"]
     assert doc["schema_version"] == SCHEMA_VERSION
     assert list(doc["knobs"]) == list(KNOB_NAMES)
-    assert doc["env"] == {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "4", "NCCL_PROTO": "^LL128",
-                          "NCCL_SOCKET_IFNAME": "^docker,lo", "OMP_NUM_THREADS": "8"}  # fmt: skip
+    assert doc["env"] == {"NCCL_CROSS_NIC": "1", "NCCL_IB_TIMEOUT": "22",
+                          "NCCL_SOCKET_IFNAME": "^docker,lo", "NCCL_SOCKET_NTHREADS": "4",
+                          "OMP_NUM_THREADS": "8"}  # fmt: skip
     assert doc["dataloader"] == {"batch_size": 256, "num_workers": 8, "pin_memory": True,
                                  "persistent_workers": True, "prefetch_factor": 4}  # fmt: skip
     # nodes=2: one node of the tuned shape runs 8 / 2 processes
@@ -247,12 +248,12 @@ def test_schema_1_files_still_load(tmp_path):
 
 def test_a_short_hand_written_file_loads(tmp_path):
     path = tmp_path / "h.yaml"
-    path.write_text("schema_version: 2\nknobs: {batch_size: 48}\nenv: {NCCL_ALGO: tree}\n")
+    path.write_text("schema_version: 2\nknobs: {batch_size: 48}\nenv: {NCCL_SOCKET_IFNAME: eth}\n")
     cfg = load_config(path)  # no provenance: nothing to compare this machine with
-    assert cfg.knobs == Knobs(batch_size=48, nccl={"NCCL_ALGO": "tree"})  # knobs.nccl absent
+    assert cfg.knobs == Knobs(batch_size=48, nccl={"NCCL_SOCKET_IFNAME": "eth"})  # no knobs.nccl
     assert cfg.provenance["source"] is None and cfg.provenance["measured"] is None
-    path.write_text("schema_version: 2\nknobs:\n  nccl:\nenv: {NCCL_ALGO: tree}\n")
-    with pytest.raises(ConfigError, match=r"env\.NCCL_ALGO: not in knobs\.nccl"):
+    path.write_text("schema_version: 2\nknobs:\n  nccl:\nenv: {NCCL_SOCKET_IFNAME: eth}\n")
+    with pytest.raises(ConfigError, match=r"env\.NCCL_SOCKET_IFNAME: not in knobs\.nccl"):
         load_config(path)  # an explicit, empty knobs.nccl disagrees with env
 
 
@@ -285,8 +286,8 @@ BAD = [
      "knobs.precision", "'fp8' is not allowed: one of fp32, tf32, bf16, fp16"),
     ("combination", "schema_version: 2\nknobs: {prefetch_factor: 4}\n",
      "knobs.prefetch_factor", "needs num_workers > 0"),
-    ("NCCL algorithm", lambda t: t.replace("NCCL_ALGO: Ring", "NCCL_ALGO: Rign"),
-     "knobs.nccl.NCCL_ALGO", "'Rign' is not allowed: a comma-separated list of Tree, Ring"),
+    ("NCCL cross NIC", lambda t: t.replace("NCCL_CROSS_NIC: '1'", "NCCL_CROSS_NIC: '7'"),
+     "knobs.nccl.NCCL_CROSS_NIC", "'7' is not allowed: 0 (each ring/tree on one NIC)"),
     ("NCCL protocol", "schema_version: 2\nknobs: {nccl: {NCCL_PROTO: LL256}}\n",
      "knobs.nccl.NCCL_PROTO", "'LL256' is not allowed"),
     ("NCCL channels", "schema_version: 2\nknobs: {nccl: {NCCL_MIN_NCHANNELS: 0}}\n",
@@ -306,8 +307,8 @@ BAD = [
      "knobs.num_workers, which gives 8; change the knob"),
     ("edited launch", lambda t: t.replace("--nproc_per_node=4 train", "--nproc_per_node=8 train"),
      "launch.single_node", "written from knobs.world_size"),
-    ("edited env", lambda t: t.replace("\n  NCCL_ALGO: Ring", "\n  NCCL_ALGO: Tree"),
-     "env.NCCL_ALGO", "'Tree' disagrees with knobs.nccl.NCCL_ALGO='Ring'"),
+    ("edited env", lambda t: t.replace("\n  NCCL_IB_TIMEOUT: '22'", "\n  NCCL_IB_TIMEOUT: '23'"),
+     "env.NCCL_IB_TIMEOUT", "'23' disagrees with knobs.nccl.NCCL_IB_TIMEOUT='22'"),
     ("allocator", lambda t: t.replace("env:\n", f"env:\n  {ALLOC}: expandable_segments\n"),
      "env.PYTORCH_CUDA_ALLOC_CONF", "key:value pairs separated by commas"),
     ("yes is not text", "schema_version: 2\nknobs: {}\nenv: {CUDA_LAUNCH_BLOCKING: yes}\n",
@@ -339,9 +340,11 @@ def test_a_missing_file_is_a_config_error(tmp_path):
 
 
 def test_an_unknown_nccl_variable_or_allocator_option_is_a_warning(tmp_path):
-    path = save_config(Knobs(nccl={"NCCL_ALGO": "Tree"}), tmp_path / "t.yaml")
+    path = save_config(Knobs(nccl={"NCCL_SOCKET_IFNAME": "eth"}), tmp_path / "t.yaml")
     text = path.read_text()
-    text = text.replace("    NCCL_ALGO: Tree", "    NCCL_ALGO: Tree\n    NCCL_FANCY_NEW: '1'")
+    text = text.replace(
+        "    NCCL_SOCKET_IFNAME: eth", "    NCCL_SOCKET_IFNAME: eth\n    NCCL_FANCY_NEW: '1'"
+    )
     alloc = "'roundup_power2_divisions:[256:1,>:8],shiny:1'"
     text = text.replace("env:\n", f"env:\n  NCCL_FANCY_NEW: '1'\n  MY_VAR: x\n  {ALLOC}: {alloc}\n")
     text = re.sub(r"\nlaunch:\n(  .*\n)+", "\n", text)  # its sbatch script copies env: rebuilt
@@ -475,15 +478,15 @@ def test_apply_backend_flags_sets_tf32_and_cudnn_benchmark(restored_backend_flag
 
 
 def test_env_lists_the_variables_and_leaves_os_environ_alone(monkeypatch):
-    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    monkeypatch.delenv("NCCL_CROSS_NIC", raising=False)
     before = dict(os.environ)
     cfg = TunedConfig(ENV_KNOBS, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     env = cfg.env()
-    assert env == {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "4", "NCCL_PROTO": "^LL128",
-                   "NCCL_SOCKET_IFNAME": "^docker,lo",
+    assert env == {"NCCL_CROSS_NIC": "1", "NCCL_IB_TIMEOUT": "22",
+                   "NCCL_SOCKET_IFNAME": "^docker,lo", "NCCL_SOCKET_NTHREADS": "4",
                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # fmt: skip
-    env["NCCL_ALGO"] = "Tree"
-    assert cfg.env()["NCCL_ALGO"] == "Ring"  # a copy each time
+    env["NCCL_CROSS_NIC"] = "0"
+    assert cfg.env()["NCCL_CROSS_NIC"] == "1"  # a copy each time
     assert dict(os.environ) == before
 
 
@@ -504,7 +507,7 @@ def test_ddp_kwargs_are_what_a_distributed_burst_passes_to_ddp(monkeypatch):
 
 
 def test_torchrun_command_for_one_node_and_for_several():
-    cfg = TunedConfig(Knobs(world_size=4, nccl={"NCCL_ALGO": "Ring"}))
+    cfg = TunedConfig(Knobs(world_size=4, nccl={"NCCL_SOCKET_IFNAME": "eth0"}))
     assert cfg.torchrun_command("train.py") == "torchrun --standalone --nproc_per_node=4 train.py"
     assert cfg.torchrun_command("my train.py", nproc_per_node=2, script_args=["--lr", "0.1"]) == (
         "torchrun --standalone --nproc_per_node=2 'my train.py' --lr 0.1"
@@ -515,7 +518,7 @@ def test_torchrun_command_for_one_node_and_for_several():
     )
     line = cfg.torchrun_command("t.py", nnodes="1:4", rdzv_endpoint="10.0.0.1:29400",
                                 rdzv_id="job7", with_env=True)  # fmt: skip
-    assert line.startswith("NCCL_ALGO=Ring torchrun --nnodes=1:4 --nproc_per_node=4")
+    assert line.startswith("NCCL_SOCKET_IFNAME=eth0 torchrun --nnodes=1:4 --nproc_per_node=4")
     assert "--rdzv_endpoint=10.0.0.1:29400 --rdzv_id=job7 t.py" in line
     for bad in [{"nnodes": 0}, {"nnodes": "two"}, {"nproc_per_node": 0},
                 {"nnodes": 2, "rdzv_endpoint": "a b; rm -rf /"}]:  # fmt: skip
@@ -528,7 +531,7 @@ def test_describe_gives_lines_to_paste(tmp_path, same_machine):
     cfg = load_config(path)
     text = cfg.describe("fit.py")
     assert "resnet50 on NVIDIA H200 (cuda:0), 2,931.1 samples/s, step 87.3 ms" in text
-    assert "export NCCL_PROTO='^LL128'\n" in text  # quoted for the shell
+    assert "export NCCL_SOCKET_IFNAME='^docker,lo'\n" in text  # quoted for the shell
     assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in text
     assert "DataLoader(dataset, batch_size=256, num_workers=8, pin_memory=True," in text
     assert "\ntorchrun --standalone --nproc_per_node=4 fit.py\n" in text  # 8 ranks on 2 nodes
@@ -562,20 +565,24 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
     )
     assert doc.pop("leaked") == [] and doc.pop("torch_at_import") is False
     assert doc["batch_size"] == 256 and doc["scaler"] is True  # bf16: no GradScaler
-    assert doc["flags"] == ["cudnn_benchmark", "fp32_precision"] and "NCCL_ALGO" in doc["env"]
+    assert doc["flags"] == ["cudnn_benchmark", "fp32_precision"] and "NCCL_CROSS_NIC" in doc["env"]
     assert doc["ddp"] == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph"]
     assert doc["launch"].startswith("torchrun --nnodes=2 --nproc_per_node=8")
 
 
-def test_numerics_and_debug_only_nccl_variables_are_flagged_in_the_file(tmp_path):
+def test_debug_only_nccl_variables_are_suggestions_in_the_file_not_env(tmp_path):
     knobs = Knobs(world_size=2, nccl={"NCCL_PROTO": "Simple", "NCCL_SOCKET_IFNAME": "eth0"})
-    text = save_config(knobs, tmp_path / "t.yaml").read_text()
-    env_part = text[text.index("\nenv:") :]
-    before, _ = env_part.split("\n  NCCL_PROTO: Simple", 1)
-    comment = " ".join(ln.strip("# ") for ln in before.split("\n") if ln.startswith("  #"))
-    assert "results can differ" in comment and "debugging only" in comment
-    assert "# " not in env_part.split("NCCL_SOCKET_IFNAME")[0].split("NCCL_PROTO")[1]
-    assert "note: NCCL_PROTO" in load_config(tmp_path / "t.yaml").describe()
+    with pytest.warns(ConfigWarning, match=r"knobs\.nccl: NCCL_PROTO: NCCL documents it for "):
+        path = save_config(knobs, tmp_path / "t.yaml")
+    text = path.read_text()
+    doc = yaml.safe_load(text)
+    assert doc["env"] == {"NCCL_SOCKET_IFNAME": "eth0"} and doc["knobs"]["nccl"] == doc["env"]
+    assert doc["suggestions"]["nccl"]["NCCL_PROTO"]["value"] == "Simple"
+    assert doc["suggestions"]["nccl"]["NCCL_PROTO"]["measured"]["world_size"] == 2
+    head = text[: text.index("\nsuggestions:")].rsplit("\n\n", 1)[1]  # the section's comment
+    assert "debugging only" in head and "docs.nvidia.com/deeplearning/nccl" in head
+    asked = load_config(path, check_machine=False).describe(nccl_suggestions=True)
+    assert "# note: NCCL_PROTO: changes which algorithm" in asked  # numerics, where it is used
 
 
 # --- the workload's collate_fn in the saved config (issue 14) ---
@@ -679,7 +686,7 @@ def test_saving_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
 def test_loading_warns_about_each_variable_that_can_run_code_or_touch_files(tmp_path):
     """A config is trusted input: its variables reach every rank. Loading names each one that
     loads a library or writes a file there, with what it can do, and refuses none."""
-    knobs = Knobs(nccl={"NCCL_ALGO": "Ring", "NCCL_NET_PLUGIN": "aws-ofi",
+    knobs = Knobs(nccl={"NCCL_CROSS_NIC": "1", "NCCL_NET_PLUGIN": "aws-ofi",
                         "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"})  # fmt: skip
     path = save_config(knobs, tmp_path / "t.yaml", env={"LD_PRELOAD": "/opt/x.so"})
     text = path.read_text()
@@ -696,7 +703,7 @@ def test_loading_warns_about_each_variable_that_can_run_code_or_touch_files(tmp_
 
 
 def test_a_config_without_such_variables_loads_without_that_warning(tmp_path):
-    path = save_config(Knobs(nccl={"NCCL_ALGO": "Ring"}), tmp_path / "t.yaml")
+    path = save_config(Knobs(nccl={"NCCL_CROSS_NIC": "1"}), tmp_path / "t.yaml")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_config(path, check_machine=False)
