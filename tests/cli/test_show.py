@@ -129,3 +129,47 @@ def test_show_prints_the_workload_and_its_training_functions(tmp_path, capsys):
                                "optimizer": "rebuild_for_tests:adamw"}  # fmt: skip
     assert doc["collate_fn"] == "rebuild_for_tests:pad_items"
     assert doc["provenance"]["workload"] == "rebuild_for_tests:make_baskets"
+
+
+def test_show_lists_what_apply_changes_in_a_fresh_process_under_a_heading(tmp_path, capsys):
+    knobs = Knobs(precision="tf32", cudnn_benchmark=True, alloc_conf="expandable_segments:True")
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    assert main(["show", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("# what cfg.apply() changes in a fresh process (PyTorch's defaults, no "
+                     "variable set)")  # fmt: skip
+    listed = []
+    for line in lines[at + 1 :]:
+        if not line.startswith("  "):
+            break
+        listed.append(line.strip())
+    from workbench.config.saved import load_config
+
+    expected = [str(c) for c in load_config(path).fresh_process_changes()]
+    assert listed == expected and "cudnn.benchmark: False -> True" in listed
+    assert "PYTORCH_ALLOC_CONF: (unset) -> expandable_segments:True" in listed
+
+
+def test_show_lists_nccl_suggestions_with_their_figures_and_exports_them_only_when_asked(
+    tmp_path, capsys
+):
+    knobs = Knobs(world_size=2, nccl={"NCCL_ALGO": "Ring"})
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "export NCCL_ALGO" not in out and "NCCL_ALGO=Ring torchrun" not in out
+    assert "# NCCL suggestions, not applied: NCCL documents these for debugging only" in out
+    assert "#   NCCL_ALGO=Ring  (knobs.nccl: set in the tuned bursts)" in out
+    assert "#     measured: world_size 2; nodes 1" in out
+    assert main(["show", str(path), "--nccl-suggestions", "--script", "fit.py"]) == 0
+    asked = capsys.readouterr().out.splitlines()
+    assert "export NCCL_ALGO=Ring" in asked
+    assert "NCCL_ALGO=Ring torchrun --standalone --nproc_per_node=2 fit.py" in asked
+    assert (
+        "  NCCL_ALGO: (unset) -> Ring (NCCL documents it for debugging only; set because "
+        "nccl_suggestions=True asked)" in asked
+    )
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nccl_suggestions"]["NCCL_ALGO"]["value"] == "Ring" and "NCCL_ALGO" not in doc["env"]
+    assert all(set(c) == {"name", "before", "after", "kind", "note"} for c in doc["changes"])

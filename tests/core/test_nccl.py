@@ -140,3 +140,16 @@ def test_a_control_character_in_any_value_is_refused_naming_variable_and_value(n
         wb.Knobs(nccl={name: value})
     assert (caught.value.knob, caught.value.value) == (name, value.strip())
     assert "without control characters" in str(caught.value)
+
+
+def test_the_table_marks_what_nccls_guide_lists_under_debugging():
+    from workbench.core.nccl import DEBUG_ONLY, DEBUG_SOURCE, flags, is_debug_only
+
+    marked = {name for name, rule in VARIABLES.items() if rule.debug_only}
+    assert marked == DEBUG_ONLY & set(VARIABLES)
+    for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"):
+        assert is_debug_only(name) and "debugging only" in flags({name: "1"})[name]
+    for name in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_CROSS_NIC"):
+        assert not is_debug_only(name)  # system configuration: kept in scripts
+    assert is_debug_only("NCCL_NTHREADS")  # listed by NCCL, not (yet) in our table
+    assert "docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html" in DEBUG_SOURCE
