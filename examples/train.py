@@ -10,7 +10,8 @@ torch.compile, gradient accumulation, the DDP settings (bucket size, gradients a
 static graph: ``cfg.ddp_kwargs()``), the optimizer's implementation (``cfg.optimizer_kwargs()``),
 activation checkpointing (``cfg.apply_activation_checkpointing(model)``, which recomputes the
 blocks ``SmallNet.checkpoint_blocks()`` names) and the NCCL/allocator environment
-(``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``) and,
+(``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``), all set
+by ``cfg.apply()``, which prints what it changed and,
 with ``--data``, the folder read in the tuned ``data_format`` (``cfg.dataset(DIR, transform)``).
 Everything else is ordinary PyTorch: replace the model and the dataset with yours.
 """
@@ -36,12 +37,12 @@ from workbench.config import load_config
 def main() -> None:
     args = _parse_args()
     cfg = load_config(args.config)
-    # NCCL reads its variables when the process group starts, PyTorch's CUDA allocator when
-    # CUDA is initialized: set them before either. Variables already exported in the shell win.
-    for name, value in cfg.env().items():
-        os.environ.setdefault(name, value)
+    # First thing: NCCL reads its variables when the process group starts, PyTorch's CUDA
+    # allocator when CUDA is initialized. apply() sets them, the math switches (TF32) and
+    # cudnn.benchmark as measured, and prints what it changed (rank 0); debug-only NCCL
+    # variables stay suggestions unless --nccl-suggestions.
+    cfg.apply(nccl_suggestions=args.nccl_suggestions)
     rank, world, device = _start_distributed(args.device)
-    cfg.apply_backend_flags()  # TF32 on or off, cudnn.benchmark: as measured
     if rank == 0 and world != cfg.knobs.world_size:
         print(f"note: tuned for world_size={cfg.knobs.world_size}, running {world} process(es)")
     _train(args, cfg, rank, world, device)
@@ -230,6 +231,11 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--size", type=int, default=64, help="image size in pixels")
     p.add_argument("--samples", type=int, default=1024, help="made-up dataset size")
     p.add_argument("--device", choices=["auto", "cpu"], default="auto")
+    p.add_argument(
+        "--nccl-suggestions", action="store_true",
+        help="also set the NCCL variables NCCL documents for debugging only (saved as "
+        "suggestions, not applied by default)",
+    )  # fmt: skip
     args = p.parse_args()
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
