@@ -96,8 +96,10 @@ def _outside_level() -> int:
 
 
 def _inside(filename: str) -> bool:
-    return filename.startswith(_PACKAGE_DIR + os.sep) or filename == "<string>" or (
-        os.path.basename(filename) == "dataclasses.py"
+    return (
+        filename.startswith(_PACKAGE_DIR + os.sep)
+        or filename == "<string>"
+        or (os.path.basename(filename) == "dataclasses.py")
     )
 
 

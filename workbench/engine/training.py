@@ -1,8 +1,9 @@
 """One training step, built from the knobs: precision, layout, compile, loss scaling.
 
 Every knob here changes real code: ``precision`` selects autocast (bf16/fp16) or the fp32 math
-mode (PyTorch's default, IEEE everywhere, or TF32 tensor cores), fp16 gets a GradScaler, ``channels_last`` converts the
-model and the image tensors of every batch to NHWC, ``compile`` wraps the model in
+mode (PyTorch's default, IEEE everywhere, or TF32 tensor cores), fp16 gets a GradScaler,
+``channels_last`` converts the model and the image tensors of every batch to NHWC, ``compile``
+wraps the model in
 ``torch.compile``. Batches are any nest of tensors (``workbench.engine.batches``); the workload's
 ``forward`` hook feeds the input to the model and its loss gets the raw output.
 Global backend flags (TF32, cudnn.benchmark) are set for the burst and restored afterwards, so

@@ -30,8 +30,8 @@ from workbench.history.records import (
     burst_row,
     decode_answer,
     decode_burst,
-    with_current_knobs,
     records_frame,
+    with_current_knobs,
 )
 
 if TYPE_CHECKING:
