@@ -33,6 +33,8 @@ PRECISIONS = ("default", "fp32-strict", "tf32", "bf16", "fp16")
 """``default``: PyTorch's own math, as an untouched ``import torch`` has it (fp32 matmuls at
 "highest", cuDNN convolutions allowed TF32); ``fp32-strict``: IEEE fp32 everywhere, cuDNN too;
 ``tf32``: TF32 tensor cores for fp32 matmuls and convolutions; ``bf16``/``fp16``: autocast."""
+FP32_PRECISIONS = ("default", "fp32-strict", "tf32")
+"""The precisions whose math is fp32 (no autocast): they differ only in where TF32 may act."""
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
