@@ -41,7 +41,7 @@ def main() -> None:
     for name, value in cfg.env().items():
         os.environ.setdefault(name, value)
     rank, world, device = _start_distributed(args.device)
-    cfg.apply_backend_flags()  # TF32 on or off, cudnn.benchmark: as measured
+    cfg.apply_backend_flags()  # the math the knobs name (none at precision=default), as measured
     if rank == 0 and world != cfg.knobs.world_size:
         print(f"note: tuned for world_size={cfg.knobs.world_size}, running {world} process(es)")
     _train(args, cfg, rank, world, device)

@@ -207,7 +207,7 @@ def test_failed_bursts_are_recorded_and_skipped(fake):
         return 100.0 + k.batch_size
 
     fake(speed)
-    space = {"num_workers": [0, 1], "precision": ["fp32", "bf16"], "batch_size": [32, 64]}
+    space = {"num_workers": [0, 1], "precision": ["default", "bf16"], "batch_size": [32, 64]}
     t = _tune(space, budget=10)
     assert t.best == Knobs(batch_size=64)
     failed = [r for r in t.bursts if r.status == "error"]
