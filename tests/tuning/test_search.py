@@ -356,6 +356,15 @@ def test_the_default_space_on_a_cpu_searches_batch_and_loader_knobs(monkeypatch)
                      "prefetch_factor": [2, 4]}  # fmt: skip
 
 
+def test_the_default_space_on_a_gpu_starts_from_pytorchs_own_math(monkeypatch):
+    real = hardware.device_info
+    monkeypatch.setattr(hardware, "device_info", lambda d=None: real(torch.device("cpu")))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    space = default_space(torch.device("cuda"), tensor_workload(), Knobs())
+    # default is what a script gets untouched; fp32-strict is a numerics choice, never faster
+    assert space["precision"] == ["default", "tf32", "bf16"]
+
+
 def test_a_start_batch_that_ooms_shrinks_to_a_measured_size_that_fits(fake):
     f = fake(lambda k, n: "oom" if k.batch_size > 100 else float(k.batch_size))
     t = _tune({"batch_size": [16, 32, 64, 128]}, base=Knobs(batch_size=128), budget=12)
