@@ -64,7 +64,7 @@ PLAN: tuple[Step, ...] = (
     Step("paths", 120, 240, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
          "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row), a tune of 8 "
          "bursts on JPEGs ~60 s"),
-    Step("check", 120, 300, "gpu_check.py's rows in the time left: 144 s for every row but "
+    Step("check", 120, 300, "gpu_check.py's rows in the time left: 151 s for every row but "
          "max-autotune (its --plan), which is skipped unless time is left", timed=True),
     Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
     Step("lessons", 120, 300, "the core lessons on the GPU, when time allows", timed=True),

@@ -86,7 +86,7 @@ def workload() -> wb.Workload:
 
 def fit_samples_per_s(cfg: Any, steps: int) -> float:
     """Production: the tuned knobs into Lightning, and Trainer.fit's samples/s over its steps."""
-    cfg.apply_backend_flags()  # the fp32 math mode (TF32 or not) as the bursts ran
+    cfg.apply_backend_flags()  # fp32-strict/tf32 as the bursts ran; default leaves torch as is
     data = ShapesData(loader_kwargs=cfg.dataloader_kwargs("cpu"))
     trainer = L.Trainer(
         **cfg.lightning_trainer_kwargs(), max_steps=steps, accelerator="cpu", logger=False,

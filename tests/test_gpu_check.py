@@ -51,7 +51,7 @@ def test_the_plan_prints_as_a_table_without_a_gpu(gpu_check, capsys):
     assert lines[0] == "| risk | row | est s | why |"
     assert lines[3].startswith("| 1 | compile default (tf32) | 22 | ")
     assert lines[-2].startswith("| 10 | compile max-autotune (tf32) | 85 | ")
-    assert lines[-1] == f"| | total | {gpu_check.planned_s():.0f} | default budget 240 s |"
+    assert lines[-1] == f"| | total | {gpu_check.planned_s():.0f} | default budget 250 s |"
     assert len(lines) == 3 + len(gpu_check.plan()) + 1
 
 
@@ -257,7 +257,7 @@ def test_nvml_figures_required_only_where_asked(rows):
 
 # -- every row's logic, with recorded results --------------------------------------------------
 
-_SPEED = {"fp32": 100.0, "tf32": 240.0, "bf16": 400.0, "fp16": 390.0}
+_SPEED = {"default": 200.0, "fp32-strict": 100.0, "tf32": 240.0, "bf16": 400.0, "fp16": 390.0}
 
 
 def _good(workload, knobs, **kw):
@@ -341,15 +341,15 @@ def test_compile_rows_fail_on_a_fallback_or_no_compile_time(rows):
     assert [r.knobs.precision for _, r in run.bursts] == ["tf32"]
 
 
-def test_precisions_fail_when_tf32_is_no_faster_than_fp32(rows):
+def test_precisions_fail_when_tf32_is_no_faster_than_fp32_strict(rows):
     def burst(workload, knobs, **kw):
         r = _good(workload, knobs, **kw)
         r.samples_per_s = 100.0 if knobs.precision == "tf32" else r.samples_per_s
         return r
 
     run = _run(rows, rows.precisions, _tools(rows, burst))
-    assert run.problems == ["tf32 >= 1.15x fp32: tf32/fp32 = 1.00: TF32 did not act"]
-    assert [label for label, _ in run.bursts] == ["fp32", "tf32", "bf16", "fp16"]
+    assert run.problems == ["tf32 >= 1.15x fp32-strict: tf32/fp32-strict = 1.00: TF32 did not act"]
+    assert [label for label, _ in run.bursts] == ["default", "fp32-strict", "tf32", "bf16", "fp16"]
 
 
 def test_the_burst_after_an_oom_must_use_a_clean_bursts_memory(rows):

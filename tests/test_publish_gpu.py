@@ -101,13 +101,16 @@ def test_an_entry_naming_a_command_its_run_did_not_record_is_found(publish, copy
     assert "run None is no kept run" in bad[1]
 
 
-def _recorded_run(results: Path) -> Path:
-    """A kept run as the GPU session writes it, holding the precision row only."""
+def _recorded_run(results: Path, strict: str = "fp32") -> Path:
+    """A kept run as the GPU session writes it, holding the precision row only; ``strict``:
+    the IEEE burst's name, ``fp32`` before issue 28 (its own row label), ``fp32-strict`` after."""
     knobs = {"batch_size": 128, "loader": "synthetic", "channels_last": True}
-    bursts = [{"label": f"precisions fp32/tf32/bf16/fp16: {p}", "status": "ok",
+    row = ("precisions fp32/tf32/bf16/fp16" if strict == "fp32"
+           else "precisions default/fp32-strict/tf32/bf16/fp16")  # fmt: skip
+    bursts = [{"label": f"{row}: {p}", "status": "ok",
                "knobs": {**knobs, "precision": p}, "samples_per_s": sps, "step_ms_p50": ms,
                "step_ms_mean": ms * 1.01, "peak_mem_mib": 6000.0, "step_ms": [ms] * 10}
-              for p, sps, ms in (("fp32", 1000.0, 128.0), ("tf32", 3000.0, 42.7),
+              for p, sps, ms in ((strict, 1000.0, 128.0), ("tf32", 3000.0, 42.7),
                                  ("bf16", 4000.0, 32.0), ("fp16", 4100.0, 31.2))]  # fmt: skip
     doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
            "command": "bash benchmarks/gpu_session.sh /tmp/out", "git_commit": "abcdef1234",
@@ -120,8 +123,9 @@ def _recorded_run(results: Path) -> Path:
     return path
 
 
-def test_a_newer_recorded_run_replaces_the_figures_it_holds(publish, copy):
-    _recorded_run(copy / "benchmarks/results")
+@pytest.mark.parametrize("strict", ["fp32", "fp32-strict"])
+def test_a_newer_recorded_run_replaces_the_figures_it_holds(publish, copy, strict):
+    _recorded_run(copy / "benchmarks/results", strict)
     runs = publish.load_runs(copy / "benchmarks/results")
     body = publish.render(publish.TABLES[0], runs)
     assert "| bf16 | 4,000 | 32.0 | 32.3 | 6,000 | [1] |" in body

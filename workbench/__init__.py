@@ -20,6 +20,7 @@ DISTRIBUTION = "throughput-workbench"
 _EXPORTS = {
     "Knobs": "workbench.core.knobs",
     "KnobError": "workbench.core.knobs",
+    "RenamedValueWarning": "workbench.core.knobs",
     "knob_specs": "workbench.core.knobs",
     "run_burst": "workbench.distributed.dispatch",
     "BurstProgress": "workbench.engine.burst",
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from workbench.analysis.profiling import ProfileResult, profile_burst
     from workbench.analysis.sweeps import sweep
     from workbench.config.saved import TunedConfig, load_config, save_config
-    from workbench.core.knobs import KnobError, Knobs, knob_specs
+    from workbench.core.knobs import KnobError, Knobs, RenamedValueWarning, knob_specs
     from workbench.core.results import BurstResult
     from workbench.distributed.allreduce import CommResult
     from workbench.distributed.dispatch import run_burst
@@ -108,7 +109,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
-    "Knobs", "KnobError", "knob_specs", "run_burst", "BurstProgress", "BurstResult",
+    "Knobs", "KnobError", "RenamedValueWarning", "knob_specs", "run_burst", "BurstProgress",
+    "BurstResult",
     "Workload", "register_workload", "workload_names", "HistoryStore", "open_store",
     "retry_pending", "DataError", "build_datasets", "ensure_datasets", "history", "Bench",
     "save_config", "load_config", "TunedConfig",

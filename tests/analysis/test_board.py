@@ -73,10 +73,10 @@ def test_an_empty_room_gives_empty_tables_with_their_columns():
     assert list(board.exercise_answers(empty, "03-precision").columns)[:2] == ["learner", "host"]
     bursts = records_frame([])
     assert board.best_configs(bursts).empty
-    effects = board.knob_effect(bursts, "precision", "bf16", "fp32")
+    effects = board.knob_effect(bursts, "precision", "bf16", "default")
     assert effects.empty and board.effect_spread(effects).machines == 0
     assert "nothing to compare" in board.effect_spread(effects).sentence(
-        "precision", "bf16", "fp32"
+        "precision", "bf16", "default"
     )
 
 
@@ -84,7 +84,7 @@ def _burst(i, learner, host, sps, status="ok", workload="cnn", **knobs):
     return {"id": i, "created_at": f"2026-12-04T10:{i:02d}:00+00:00", "workload": workload,
             "device": "cuda:0", "device_name": f"GPU of {host}", "status": status,
             "samples_per_s": sps, "peak_mem_mib": 100.0 + i, "learner": learner, "host": host,
-            "knobs": {"batch_size": 32, "precision": "fp32", "nccl": {}, **knobs}}  # fmt: skip
+            "knobs": {"batch_size": 32, "precision": "default", "nccl": {}, **knobs}}  # fmt: skip
 
 
 BURSTS = records_frame(
@@ -96,7 +96,7 @@ BURSTS = records_frame(
         _burst(5, "ann", "gpu1", None, status="oom", batch_size=512),
         _burst(6, "bob", "gpu2", 200.0),
         _burst(7, "bob", "gpu2", 180.0, precision="bf16"),
-        _burst(8, "bob", "gpu2", 90.0, precision="bf16", batch_size=64),  # no fp32 at 64
+        _burst(8, "bob", "gpu2", 90.0, precision="bf16", batch_size=64),  # no default at 64
         _burst(9, "bob", "gpu2", 50.0, workload="gpt"),
         _burst(10, "cy", "gpu3", 400.0, precision="bf16", status="error"),
     ]
@@ -115,7 +115,7 @@ def test_best_configs_pick_each_learners_fastest_ok_burst_with_its_knobs():
 
 
 def test_knob_effect_pairs_bursts_on_one_machine_with_the_other_knobs_held():
-    effects = board.knob_effect(BURSTS, "precision", "bf16", "fp32")
+    effects = board.knob_effect(BURSTS, "precision", "bf16", "default")
     assert effects[["learner", "host"]].values.tolist() == [["ann", "gpu1"], ["bob", "gpu2"]]
     ann = effects.iloc[0]
     assert (ann["new_per_s"], ann["old_per_s"]) == (240.0, 100.0)  # median of 250 and 230
@@ -127,13 +127,13 @@ def test_knob_effect_pairs_bursts_on_one_machine_with_the_other_knobs_held():
     assert spread.ratio_median == pytest.approx(1.65)
     assert (spread.ratio_min, spread.ratio_max) == (pytest.approx(0.9), pytest.approx(2.4))
     assert "median 1.65x, from 0.90x to 2.40x; faster on 1 of 2" in spread.sentence(
-        "precision", "bf16", "fp32"
+        "precision", "bf16", "default"
     )
 
 
 def test_knob_effect_names_a_knob_that_does_not_exist():
     with pytest.raises(ValueError, match="'precison' is not a knob"):
-        board.knob_effect(BURSTS, "precison", "bf16", "fp32")
+        board.knob_effect(BURSTS, "precison", "bf16", "default")
 
 
 def test_bursts_from_before_class_mode_have_no_learner_and_still_count():
@@ -146,9 +146,9 @@ def test_bursts_from_before_class_mode_have_no_learner_and_still_count():
 def test_knob_columns_without_a_knobs_dict_are_read_too():
     flat = pd.DataFrame([
         {"id": 1, "workload": "cnn", "status": "ok", "samples_per_s": 10.0, "learner": "a",
-         "host": "h", "precision": "fp32", "batch_size": 8},
+         "host": "h", "precision": "default", "batch_size": 8},
         {"id": 2, "workload": "cnn", "status": "ok", "samples_per_s": 30.0, "learner": "a",
          "host": "h", "precision": "bf16", "batch_size": 8},
     ])  # fmt: skip
-    effects = board.knob_effect(flat, "precision", "bf16", "fp32")
+    effects = board.knob_effect(flat, "precision", "bf16", "default")
     assert effects["ratio"].tolist() == [3.0] and effects["held"].tolist() == ["batch_size=8"]

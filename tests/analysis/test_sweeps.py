@@ -46,7 +46,7 @@ def test_other_knobs_are_held_and_repeats_interleave():
         ("batch_size", [], "at least one value"),
         ("warp", [1, 2], "unknown knob"),
         ("batch_size", [16, 0], "batch_size=0 is not allowed: an integer from 1"),
-        ("precision", ["fp32", "fp8"], "precision='fp8' is not allowed: one of fp32"),
+        ("precision", ["default", "fp8"], "precision='fp8' is not allowed: one of default"),
         ("batch_size", "16", "a list of values"),
     ],
 )

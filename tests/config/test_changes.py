@@ -11,11 +11,15 @@ import sys
 import pytest
 import torch
 
-from workbench.config import changes
 from workbench.config.changes import PYTORCH_DEFAULTS, Change
 from workbench.config.tuned_config import TunedConfig
 from workbench.core.knobs import Knobs
-from workbench.engine.training import _read_flags, _restore_flags, precision_state
+from workbench.engine.training import (
+    _read_flags,
+    _restore_flags,
+    at_torch_defaults,
+    precision_state,
+)
 
 ALLOC = "expandable_segments:True"
 VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "NCCL_CROSS_NIC",
@@ -25,14 +29,12 @@ VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS",
 @pytest.fixture
 def at_defaults(monkeypatch):
     """PyTorch's default switches and none of the config's variables; both put back after."""
-    saved = _read_flags()
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
     readers = {k: v for k, v in PYTORCH_DEFAULTS.items() if k in precision_state()}
-    _restore_flags(changes._defaults_snapshot(readers, "new" in saved))
-    assert precision_state() == readers
-    yield
-    _restore_flags(saved)
+    with at_torch_defaults():  # puts back exactly what it found, after
+        assert precision_state() == readers
+        yield
     for name in VARIABLES:  # apply() wrote os.environ itself: monkeypatch cannot know
         os.environ.pop(name, None)
 

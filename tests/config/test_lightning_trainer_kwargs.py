@@ -6,7 +6,13 @@ import pytest
 from workbench.config.tuned_config import TunedConfig
 from workbench.core.knobs import PRECISIONS, Knobs
 
-LIGHTNING_NAMES = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+LIGHTNING_NAMES = {
+    "default": "32-true",
+    "fp32-strict": "32-true",
+    "tf32": "32-true",
+    "bf16": "bf16-mixed",
+    "fp16": "16-mixed",
+}
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -283,7 +283,7 @@ BAD = [
     ("out of range", lambda t: t.replace("batch_size: 256", "batch_size: 0"),
      "knobs.batch_size", "0 is not allowed: an integer from 1 to 65536"),
     ("wrong type", lambda t: t.replace("precision: bf16", "precision: fp8"),
-     "knobs.precision", "'fp8' is not allowed: one of fp32, tf32, bf16, fp16"),
+     "knobs.precision", "'fp8' is not allowed: one of default, fp32-strict, tf32, bf16, fp16"),
     ("combination", "schema_version: 2\nknobs: {prefetch_factor: 4}\n",
      "knobs.prefetch_factor", "needs num_workers > 0"),
     ("NCCL cross NIC", lambda t: t.replace("NCCL_CROSS_NIC: '1'", "NCCL_CROSS_NIC: '7'"),
@@ -436,8 +436,8 @@ def test_dataloader_uses_the_tuned_kwargs_and_takes_overrides():
 
 @pytest.mark.parametrize(
     ("precision", "dtype"),
-    [("fp32", torch.float32), ("tf32", torch.float32), ("bf16", torch.bfloat16),
-     ("fp16", torch.float16)],
+    [("default", torch.float32), ("fp32-strict", torch.float32), ("tf32", torch.float32),
+     ("bf16", torch.bfloat16), ("fp16", torch.float16)],
 )  # fmt: skip
 def test_autocast_runs_in_the_tuned_precision(precision, dtype):
     cfg = TunedConfig(Knobs(precision=precision))
@@ -449,7 +449,7 @@ def test_autocast_runs_in_the_tuned_precision(precision, dtype):
 
 def test_grad_scaler_only_for_fp16():
     assert isinstance(TunedConfig(Knobs(precision="fp16")).grad_scaler("cpu"), torch.amp.GradScaler)
-    for p in ("fp32", "tf32", "bf16"):
+    for p in ("default", "fp32-strict", "tf32", "bf16"):
         assert TunedConfig(Knobs(precision=p)).grad_scaler("cpu") is None
 
 
@@ -471,10 +471,11 @@ def test_apply_backend_flags_sets_tf32_and_cudnn_benchmark(restored_backend_flag
         assert b.cuda.matmul.fp32_precision == "tf32" and b.cudnn.conv.fp32_precision == "tf32"
     else:
         assert b.cuda.matmul.allow_tf32 and b.cudnn.allow_tf32
-    TunedConfig(Knobs(precision="bf16")).apply_backend_flags()  # IEEE fp32 outside autocast
-    assert b.cudnn.benchmark is False
+    # bf16 names autocast only: fp32 math outside it and cudnn.benchmark stay as they are
+    assert TunedConfig(Knobs(precision="bf16")).apply_backend_flags() == {}
+    assert b.cudnn.benchmark is True
     if hasattr(b.cuda.matmul, "fp32_precision"):
-        assert b.cuda.matmul.fp32_precision == "ieee" and b.cudnn.conv.fp32_precision == "ieee"
+        assert b.cuda.matmul.fp32_precision == "tf32" and b.cudnn.conv.fp32_precision == "tf32"
 
 
 def test_env_lists_the_variables_and_leaves_os_environ_alone(monkeypatch):
@@ -565,7 +566,7 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
     )
     assert doc.pop("leaked") == [] and doc.pop("torch_at_import") is False
     assert doc["batch_size"] == 256 and doc["scaler"] is True  # bf16: no GradScaler
-    assert doc["flags"] == ["cudnn_benchmark", "fp32_precision"] and "NCCL_CROSS_NIC" in doc["env"]
+    assert doc["flags"] == ["cudnn_benchmark"] and "NCCL_CROSS_NIC" in doc["env"]  # bf16: no math
     assert doc["ddp"] == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph"]
     assert doc["launch"].startswith("torchrun --nnodes=2 --nproc_per_node=8")
 

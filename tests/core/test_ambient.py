@@ -59,7 +59,10 @@ def test_library_overrides_are_no_effect_entries_on_a_gpu_only():
     assert ambient.conflicts(off, Knobs(precision="bf16"), "cuda") == {}
     assert ambient.conflicts(off, Knobs(precision="tf32"), "cpu") == {}
     forced = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
-    assert "not strict" in ambient.conflicts(forced, Knobs(precision="fp32"), "cuda")["precision"]
+    strict = ambient.conflicts(forced, Knobs(precision="fp32-strict"), "cuda")["precision"]
+    assert "not strict" in strict
+    assert "not PyTorch's default" in ambient.conflicts(forced, Knobs(), "cuda")["precision"]
+    assert "convolutions in IEEE" in ambient.conflicts(off, Knobs(), "cuda")["precision"]
 
 
 def test_launch_blocking_and_no_caching_make_a_gpu_burst_suspect():

@@ -1,9 +1,12 @@
+import warnings
+
 import pytest
 
 from workbench.core.knobs import (
     KNOB_NAMES,
     KnobError,
     Knobs,
+    RenamedValueWarning,
     check_value,
     knob_specs,
     parse_value,
@@ -12,9 +15,41 @@ from workbench.core.knobs import (
 
 def test_defaults_are_valid_and_documented():
     k = Knobs()
-    assert k.batch_size == 32 and k.precision == "fp32" and k.loader == "torch"
+    assert k.batch_size == 32 and k.precision == "default" and k.loader == "torch"
     for spec in knob_specs():
         assert spec.doc and spec.group in {"data", "compute", "memory", "dist"}
+
+
+def _renamed(make):
+    """What ``make()`` returns, and the RenamedValueWarnings it gave, as Python would show
+    them with its default filter ("default": once per message and calling line)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = make()
+    return value, [str(w.message) for w in caught if w.category is RenamedValueWarning]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Knobs(precision="fp32").precision,
+        lambda: Knobs.from_dict({"precision": "fp32"}).precision,
+        lambda: Knobs().with_text(["precision=fp32"]).precision,  # --set precision=fp32
+        lambda: check_value("precision", "fp32"),  # a sweep's values, a tuner's space
+    ],
+    ids=["Knobs(...)", "from_dict", "--set", "check_value"],
+)
+def test_the_old_fp32_reads_as_fp32_strict_with_one_warning_line(make):
+    value, notes = _renamed(make)
+    assert value == "fp32-strict"
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert "IEEE fp32 everywhere" in notes[0] and "precision=default" in notes[0]
+
+
+def test_the_current_names_give_no_warning():
+    for precision in ("default", "fp32-strict", "tf32", "bf16", "fp16"):
+        knobs, notes = _renamed(lambda p=precision: Knobs(precision=p).replace(batch_size=64))
+        assert knobs.precision == precision and notes == []
 
 
 def test_contract_knob_names_are_fields():
@@ -44,7 +79,7 @@ def test_contract_knob_names_are_fields():
         ({"batch_size": "abc"}, "batch_size", "integer"),
         ({"batch_size": 2.5}, "batch_size", "integer"),
         ({"batch_size": True}, "batch_size", "integer"),
-        ({"precision": "fp8"}, "precision", "fp32, tf32, bf16, fp16"),
+        ({"precision": "fp8"}, "precision", "default, fp32-strict, tf32, bf16, fp16"),
         ({"compile": "fast"}, "compile", "reduce-overhead"),
         ({"loader": "ffcv"}, "loader", "torch, dali, synthetic"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),

@@ -348,7 +348,7 @@ def test_error_helpers():
 
 @pytest.mark.gpu
 def test_gpu_burst_precisions_and_memory():
-    for precision in ("fp32", "tf32", "bf16", "fp16"):
+    for precision in ("default", "fp32-strict", "tf32", "bf16", "fp16"):
         r = run_burst("cnn", Knobs(batch_size=64, precision=precision, pin_memory=True),
                       seconds=1.0, record=False)  # fmt: skip
         assert r.ok, r.error
@@ -362,7 +362,7 @@ def test_gpu_oom_frees_memory_for_the_next_burst():
     # while the default token file still holds more than one batch (a batch larger than the
     # dataset would be a data error, not an OOM).
     before_mib = torch.cuda.memory_allocated() / 2**20
-    r = run_burst("gpt", Knobs(batch_size=8192, precision="fp32"), seconds=1.0, record=False)
+    r = run_burst("gpt", Knobs(batch_size=8192, precision="fp32-strict"), seconds=1.0, record=False)
     assert r.status == "oom", r.error
     assert torch.cuda.memory_allocated() / 2**20 < before_mib + 64
     again = run_burst("gpt", Knobs(batch_size=32), seconds=1.0, record=False)

@@ -60,6 +60,16 @@ def test_peak_flops_by_name(name: str, precision: str, expected: float) -> None:
     assert peak_flops(name, precision) == pytest.approx(expected, rel=1e-6)
 
 
+def test_each_precision_knob_has_the_peak_its_math_can_reach() -> None:
+    a100 = "NVIDIA A100-SXM4-80GB"
+    assert peak_flops(a100, "fp32-strict") == peak_flops(a100, "fp32") == 19.5e12
+    # default: PyTorch's cuDNN convolutions run on TF32 tensor cores, so the TF32 ceiling
+    assert peak_flops(a100, "default") == peak_flops(a100, "tf32") == 156e12
+    # a GPU without TF32 runs default as IEEE fp32 everywhere
+    assert peak_flops("Tesla V100-SXM2-16GB", "default") == 15.7e12
+    assert peak_flops("Tesla V100-SXM2-16GB", "tf32") is None
+
+
 def test_h100_variants_differ() -> None:
     sxm = peak_flops("NVIDIA H100 80GB HBM3", "bf16")
     pcie = peak_flops("NVIDIA H100 PCIe", "bf16")

@@ -17,9 +17,11 @@ from workbench import Knobs, Workload, run_burst
 from workbench.engine.training import (
     _read_flags,
     _restore_flags,
+    _write_torch_defaults,
     apply_backend_flags,
     backend_flags,
     precision_state,
+    torch_defaults,
 )
 from workbench.engine.workloads.checks import WorkloadWarning
 
@@ -53,7 +55,7 @@ def _errors(state: dict) -> list[str]:
 
 @needs_new_api
 @pytest.mark.parametrize("user", list(USER_SETTINGS))
-@pytest.mark.parametrize("precision", ["tf32", "fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["tf32", "fp32-strict"])
 def test_every_reader_works_during_a_burst_and_the_users_setting_comes_back(user, precision):
     USER_SETTINGS[user]()
     before = precision_state()
@@ -65,8 +67,29 @@ def test_every_reader_works_during_a_burst_and_the_users_setting_comes_back(user
         assert during["cuda.matmul.allow_tf32"] is tf32 and during["cudnn.allow_tf32"] is tf32
         mode = "tf32" if tf32 else "ieee"
         assert during["cuda.matmul.fp32_precision"] == mode
-        assert during["cudnn.conv.fp32_precision"] == mode  # fp32 means no TF32 convolutions
+        assert during["cudnn.conv.fp32_precision"] == mode  # strict: no TF32 convolutions
     assert precision_state() == before
+
+
+@pytest.mark.parametrize("user", list(USER_SETTINGS))
+@pytest.mark.parametrize("precision", ["default", "bf16", "fp16"])
+def test_a_default_burst_measures_pytorchs_math_and_gives_the_users_back(user, precision):
+    if "new API" in user and not hasattr(b.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch < 2.9 has only the legacy API")
+    USER_SETTINGS[user]()  # e.g. TF32 turned on in the kernel before the burst
+    before = precision_state()
+    with backend_flags(Knobs(precision=precision), CUDA):
+        assert precision_state() == torch_defaults()  # cuDNN TF32 on, matmuls IEEE
+    assert precision_state() == before
+
+
+def test_a_default_burst_over_pytorchs_defaults_writes_no_switch(monkeypatch):
+    _write_torch_defaults()  # as an untouched process has them (the fixture gives back after)
+    written = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", written.append)
+    with backend_flags(Knobs(), CUDA):
+        assert precision_state() == torch_defaults()
+        assert written == []  # on the way in; the way out restores as it always did
 
 
 def test_benchmark_flag_set_inside_and_restored():
@@ -79,17 +102,33 @@ def test_benchmark_flag_set_inside_and_restored():
 def test_a_cpu_burst_touches_no_flag():
     b.cuda.matmul.allow_tf32 = True
     before = precision_state()
-    with backend_flags(Knobs(precision="fp32"), torch.device("cpu")):
+    with backend_flags(Knobs(precision="fp32-strict"), torch.device("cpu")):
         assert precision_state() == before
 
 
 def test_production_side_sets_the_same_coherent_mode():
-    assert apply_backend_flags(Knobs(precision="tf32")) == {
-        "fp32_precision": "tf32",
-        "cudnn_benchmark": False,
-    }
+    assert apply_backend_flags(Knobs(precision="tf32")) == {"fp32_precision": "tf32"}
     state = precision_state()
     assert _errors(state) == [] and state["torch.get_float32_matmul_precision()"] == "high"
+
+
+def test_production_fp32_strict_is_ieee_everywhere_as_the_old_fp32_was():
+    assert apply_backend_flags(Knobs(precision="fp32-strict")) == {"fp32_precision": "ieee"}
+    state = precision_state()
+    assert state["torch.get_float32_matmul_precision()"] == "highest"
+    assert state["cuda.matmul.allow_tf32"] is False and state["cudnn.allow_tf32"] is False
+    if hasattr(b.cuda.matmul, "fp32_precision"):
+        assert state["cuda.matmul.fp32_precision"] == "ieee"
+        assert state["cudnn.conv.fp32_precision"] == state["cudnn.rnn.fp32_precision"] == "ieee"
+
+
+@pytest.mark.parametrize("precision", ["default", "bf16", "fp16"])
+def test_production_default_and_autocast_precisions_write_no_math_switch(precision):
+    b.cuda.matmul.allow_tf32 = True  # the script's own choice, before the config is applied
+    b.cudnn.benchmark = True
+    before = precision_state()
+    assert apply_backend_flags(Knobs(precision=precision)) == {}
+    assert precision_state() == before
 
 
 def test_a_refusing_reader_reads_as_an_error_not_an_exception():

@@ -223,6 +223,35 @@ def test_old_rows_read_renamed_fields_under_their_new_names(
     assert "mem_bw_util_pct" in sql(db, "SELECT record FROM bursts WHERE id = 1")[0][0]
 
 
+def test_old_fp32_rows_read_as_fp32_strict_with_one_warning_per_read(
+    history: HistoryStore, db: Path
+) -> None:
+    """precision=fp32 measured IEEE everywhere: such rows read as fp32-strict, one warning for
+    the whole read (not one per row), and stay as written on disk."""
+    import warnings
+
+    from workbench.core.knobs import RenamedValueWarning
+
+    for _ in range(3):
+        history.append(burst(knobs={"batch_size": 64, "precision": "fp32", "nccl": {}}))
+    history.append(burst(knobs={"batch_size": 64, "precision": "tf32", "nccl": {}}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = history.records()
+        results = [BurstResult.from_dict(row) for row in rows]  # no second warning
+    renamed = [str(w.message) for w in caught if w.category is RenamedValueWarning]
+    assert [r["knobs"]["precision"] for r in rows] == ["fp32-strict"] * 3 + ["tf32"]
+    assert [r.knobs.precision for r in results] == ["fp32-strict"] * 3 + ["tf32"]
+    assert len(renamed) == 1 and renamed[0].startswith("history ")
+    assert "precision=fp32" in renamed[0] and "\n" not in renamed[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert history.get(1)["knobs"]["precision"] == "fp32-strict"
+    assert len(caught) == 1
+    stored = sql(db, "SELECT record FROM bursts WHERE id = 1")[0][0]  # append-only: as written
+    assert json.loads(stored)["knobs"]["precision"] == "fp32"
+
+
 NVML_RECORD = {
     "start": {"t_s": 0.01, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_c": 63.0,
               "power_w": 626.5, "throttle_reasons": []},

@@ -47,8 +47,8 @@ def test_empty_views_say_what_fills_them():
     assert "no answers yet" in str(board_charts.correct(empty).to_dict())
     assert "no successful burst" in str(board_charts.best(pd.DataFrame()).to_dict())
     none = pd.DataFrame(columns=["learner", "host", "ratio"])
-    assert "both bf16 and fp32" in str(
-        board_charts.effect(none, "precision", "bf16", "fp32").to_dict()
+    assert "both bf16 and default" in str(
+        board_charts.effect(none, "precision", "bf16", "default").to_dict()
     )
     for name in ("correct", "answers", "best", "effect"):
         assert board_charts.waiting_chart(name).to_dict()["layer"]
@@ -61,7 +61,7 @@ def test_effect_chart_plots_each_machine_on_a_log_axis_with_a_rule_at_one():
         {"learner": "bob", "host": "h2", "device_name": "T4", "workload": "cnn",
          "held": "defaults", "ratio": 0.9, "new_per_s": 180.0, "old_per_s": 200.0},
     ])  # fmt: skip
-    chart = board_charts.effect(effects, "precision", "bf16", "fp32")
+    chart = board_charts.effect(effects, "precision", "bf16", "default")
     assert _values(chart, 0) == [{"ratio": 1.0}]
     assert chart.to_dict()["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
     assert [r["machine"] for r in _values(chart, 1)] == ["ann @ h1", "bob @ h2"]

@@ -24,9 +24,9 @@ def _burst(learner, precision, sps):
 
 ROOM = {  # learner: (their answer to 03-precision, their bursts)
     "ann": ({"exercise": "03-precision", "ok": True, "message": "ok", "prediction": 2.0,
-             "measured": 2.4}, [("fp32", 100.0), ("bf16", 240.0)]),
+             "measured": 2.4}, [("default", 100.0), ("bf16", 240.0)]),
     "bob": ({"exercise": "03-precision", "ok": False, "message": "no", "prediction": 0.5,
-             "measured": 0.9}, [("fp32", 200.0), ("bf16", 180.0)]),
+             "measured": 0.9}, [("default", 200.0), ("bf16", 180.0)]),
 }  # fmt: skip
 
 

@@ -54,7 +54,7 @@ def burst(i: int, status: str = "ok", **fields: Any) -> dict[str, Any]:
         "error": None,
         "batch_size": 32,
         "num_workers": 0,
-        "precision": "fp32",
+        "precision": "default",
         "samples_per_s": None,
         "step_ms_p50": None,
         "step_ms_iqr": None,
@@ -206,12 +206,12 @@ def test_throughput_x_scale_is_log2_for_batch_size_and_linear_for_workers(sweep)
 
 def test_throughput_categorical_knobs_are_ordinal_in_their_natural_order(sweep):
     df = sweep.assign(
-        precision=["bf16", "fp32", "fp16", "tf32", "fp32", "bf16", "fp32"],
+        precision=["bf16", "default", "fp16", "tf32", "default", "bf16", "default"],
         pin_memory=[True, False, True, False, True, False, True],
     )
     spec = spec_of(plots.throughput(df, "precision"))
     x = layer(spec, "points")["encoding"]["x"]
-    assert x["type"] == "ordinal" and x["sort"] == ["fp32", "tf32", "bf16", "fp16"]
+    assert x["type"] == "ordinal" and x["sort"] == ["default", "tf32", "bf16", "fp16"]
     assert layer(spec, "median")["mark"]["type"] == "tick"
     x = layer(spec_of(plots.throughput(df, "pin_memory")), "points")["encoding"]["x"]
     assert x["type"] == "ordinal" and x["sort"] == ["false", "true"]

@@ -57,14 +57,14 @@ def test_the_flops_constant_is_what_the_workbench_counts_for_resnet50():
 
 
 def test_beside_puts_the_sweep_over_the_references():
-    df = pd.DataFrame({"precision": ["fp32", "bf16", "bf16"], "samples_per_s": [40.0, 10, 12],
+    df = pd.DataFrame({"precision": ["default", "bf16", "bf16"], "samples_per_s": [40.0, 10, 12],
                        "status": ["ok", "ok", "ok"]})  # fmt: skip
     table = reference.beside(df, "precision", "03")
     mine = table[table["source"] == "your sweep"]
     assert mine["value"].tolist() == [40.0, 11.0]
     assert (table["source"] != "your sweep").sum() == len(reference.table("03"))
     again = pd.concat([df, df.iloc[:1].assign(samples_per_s=20.0)], ignore_index=True)
-    again["reference"] = [False, False, False, True]  # fp32 run again, for drift
+    again["reference"] = [False, False, False, True]  # default run again, for drift
     mine = reference.beside(again, "precision", "03")
     assert mine[mine["source"] == "your sweep"]["value"].tolist() == [40.0, 11.0]
 
@@ -91,7 +91,7 @@ def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_
         assert plan.teaches == "compute" and plan.workload == "resnet50"
         assert "data-bound" not in workshop.gpu_verdicts(plan, fastest, decode), lesson
     # what lessons 3 and 4 did before: resnet50 fed by num_workers=0 is data-bound at every point
-    old = workshop.LessonPlan("resnet50", Knobs(batch_size=64), "precision", ("fp32", "bf16"),
+    old = workshop.LessonPlan("resnet50", Knobs(batch_size=64), "precision", ("default", "bf16"),
                               "compute")  # fmt: skip
     assert set(workshop.gpu_verdicts(old, fastest, decode)) == {"data-bound"}
     # lesson 2 starts data-bound and its sweep reaches the model (TF32 rate)

@@ -68,13 +68,13 @@ def test_check_best_says_why_it_cannot_read_a_frame_instead_of_raising():
 
 
 def test_check_speedup_compares_with_the_measured_ratio():
-    frame = _sweep("precision", [("fp32", 40.0, "ok"), ("bf16", 10.0, "ok")])
-    assert workshop.check_speedup(0.25, frame, "precision", "bf16", "fp32")
-    assert workshop.check_speedup(0.26, frame, "precision", "bf16", "fp32")
-    assert not workshop.check_speedup(4.0, frame, "precision", "bf16", "fp32")  # upside down
-    assert not workshop.check_speedup(1.0, frame, "precision", "bf16", "fp32")
-    assert not workshop.check_speedup("fast", frame, "precision", "bf16", "fp32")
-    missing = workshop.check_speedup(1.0, frame, "precision", "fp16", "fp32")
+    frame = _sweep("precision", [("default", 40.0, "ok"), ("bf16", 10.0, "ok")])
+    assert workshop.check_speedup(0.25, frame, "precision", "bf16", "default")
+    assert workshop.check_speedup(0.26, frame, "precision", "bf16", "default")
+    assert not workshop.check_speedup(4.0, frame, "precision", "bf16", "default")  # upside down
+    assert not workshop.check_speedup(1.0, frame, "precision", "bf16", "default")
+    assert not workshop.check_speedup("fast", frame, "precision", "bf16", "default")
+    missing = workshop.check_speedup(1.0, frame, "precision", "fp16", "default")
     assert not missing and "precision='fp16' has no successful burst" in missing.message
 
 
@@ -217,12 +217,12 @@ def test_a_prediction_is_judged_when_there_is_no_answer_and_reported_beside_one(
 
 
 def test_a_predicted_ratio_gets_a_wider_band_and_says_how_far_it_was():
-    frame = _sweep("precision", [("fp32", 40.0, "ok"), ("bf16", 10.0, "ok")])
-    near = workshop.check_speedup(None, frame, "precision", "bf16", "fp32", prediction=0.3)
+    frame = _sweep("precision", [("default", 40.0, "ok"), ("bf16", 10.0, "ok")])
+    near = workshop.check_speedup(None, frame, "precision", "bf16", "default", prediction=0.3)
     assert near and "20% above the measured 0.25" in near.message and near.measured == 0.25
-    upside = workshop.check_speedup(None, frame, "precision", "bf16", "fp32", prediction=2.0)
+    upside = workshop.check_speedup(None, frame, "precision", "bf16", "default", prediction=2.0)
     assert not upside and "700% above" in upside.message
-    typed = workshop.check_speedup(None, frame, "precision", "bf16", "fp32", prediction="2x")
+    typed = workshop.check_speedup(None, frame, "precision", "bf16", "default", prediction="2x")
     assert not typed and "a ratio" in typed.message
 
 

@@ -207,7 +207,7 @@ def test_failed_bursts_are_recorded_and_skipped(fake):
         return 100.0 + k.batch_size
 
     fake(speed)
-    space = {"num_workers": [0, 1], "precision": ["fp32", "bf16"], "batch_size": [32, 64]}
+    space = {"num_workers": [0, 1], "precision": ["default", "bf16"], "batch_size": [32, 64]}
     t = _tune(space, budget=10)
     assert t.best == Knobs(batch_size=64)
     failed = [r for r in t.bursts if r.status == "error"]
@@ -354,6 +354,15 @@ def test_the_default_space_on_a_cpu_searches_batch_and_loader_knobs(monkeypatch)
     space = default_space(torch.device("cpu"), tensor_workload(), Knobs(batch_size=32))
     assert space == {"batch_size": [16, 32, 64, 128, 256], "num_workers": [0, 1, 2],
                      "prefetch_factor": [2, 4]}  # fmt: skip
+
+
+def test_the_default_space_on_a_gpu_starts_from_pytorchs_own_math(monkeypatch):
+    real = hardware.device_info
+    monkeypatch.setattr(hardware, "device_info", lambda d=None: real(torch.device("cpu")))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    space = default_space(torch.device("cuda"), tensor_workload(), Knobs())
+    # default is what a script gets untouched; fp32-strict is a numerics choice, never faster
+    assert space["precision"] == ["default", "tf32", "bf16"]
 
 
 def test_a_start_batch_that_ooms_shrinks_to_a_measured_size_that_fits(fake):

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from workbench.core.knobs import KnobError, Knobs
+from workbench.core.knobs import FP32_PRECISIONS, KnobError, Knobs
 from workbench.engine import hardware
 from workbench.engine.loaders.dali import INSTALL_HINT, dali_available  # no DALI import
 from workbench.engine.training import no_effect
@@ -186,7 +186,7 @@ def compute_advice(
         else "autocast: faster only on CPUs with AMX or AVX-512 BF16; measure it"
     )
     rules = [
-        (knobs.precision in ("fp32", "tf32"), "precision", "bf16", bf16_why),
+        (knobs.precision in FP32_PRECISIONS, "precision", "bf16", bf16_why),
         (True, "batch_size", knobs.batch_size * 2,
          "more work per step amortizes per-step overhead; "
          + _watch_memory(dev, knobs, peak_mem_mib)),

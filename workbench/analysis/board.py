@@ -14,7 +14,7 @@ Why the figures are what they are:
 - **A prediction is close** when it lands within ``PREDICTION_BAND`` of the learner's own
   measurement (numbers) or names the same choice: the same band ``check_prediction`` uses.
 - **A knob's effect is a ratio of medians on one machine, other knobs held.** Machines differ
-  by far more than any knob, so comparing a bf16 burst on one GPU with an fp32 burst on another
+  by far more than any knob, so comparing a bf16 burst on one GPU with a default one on another
   says nothing; each row pairs bursts of one learner on one host that differ only in the knob.
 """
 

@@ -20,13 +20,13 @@ Light imports: torch inside the functions that need it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.core.allocconf import ENV_VARS as ALLOC_VARS
+from workbench.core.torch_math import TORCH_DEFAULTS
 
 __all__ = ["KINDS", "PYTORCH_DEFAULTS", "UNSET", "Change", "apply_changes", "format_changes",
            "fresh_process_changes", "report"]  # fmt: skip
@@ -34,24 +34,9 @@ __all__ = ["KINDS", "PYTORCH_DEFAULTS", "UNSET", "Change", "apply_changes", "for
 UNSET = "(unset)"
 """How a variable that was not set reads in the printed list."""
 
-PYTORCH_DEFAULTS: dict[str, Any] = {
-    "torch.get_float32_matmul_precision()": "highest",
-    "cuda.matmul.allow_tf32": False,
-    "cudnn.allow_tf32": True,
-    "cudnn.benchmark": False,
-    "generic.fp32_precision": "none",
-    "cuda.matmul.fp32_precision": "none",
-    "cudnn.fp32_precision": "none",
-    "cudnn.conv.fp32_precision": "tf32",
-    "cudnn.rnn.fp32_precision": "tf32",
-    "mkldnn.fp32_precision": "none",
-    "mkldnn.matmul.fp32_precision": "none",
-    "mkldnn.conv.fp32_precision": "none",
-    "mkldnn.rnn.fp32_precision": "none",
-}
-"""What every reader of the math switches returns in a fresh process (torch 2.14; readers a
-torch version lacks are skipped): matmuls IEEE fp32 ("highest"), cuDNN convolutions and RNNs
-allowed TF32, no benchmark. A test compares it with a fresh interpreter's."""
+PYTORCH_DEFAULTS = TORCH_DEFAULTS
+"""What every reader of the math switches returns in a fresh process
+(:data:`workbench.core.torch_math.TORCH_DEFAULTS`; readers a torch version lacks are skipped)."""
 
 KINDS = ("backend", "env", "nccl-suggestion")
 """``backend``: a torch.backends switch; ``env``: an environment variable; ``nccl-suggestion``:
@@ -193,35 +178,8 @@ def fresh_process_changes(
     exactly as they were (whichever API set them); the environment is a scratch dict, never
     ``os.environ``. This process's own state is left as found.
     """
-    with _at_pytorch_defaults():
+    # torch only here: the production side stays torch-free until a method needs it
+    from workbench.engine.training import at_torch_defaults
+
+    with at_torch_defaults():
         return apply_changes(write_backend, env, suggested, environ={}, late={})
-
-
-@contextlib.contextmanager
-def _at_pytorch_defaults() -> Iterator[None]:
-    # the save/restore a burst uses around its own switches: both APIs, exactly
-    from workbench.engine.training import _read_flags, _restore_flags, precision_state
-
-    saved = _read_flags()
-    try:
-        readers = precision_state()
-        defaults = {k: v for k, v in PYTORCH_DEFAULTS.items() if k in readers}
-        _restore_flags(_defaults_snapshot(defaults, "new" in saved))
-        yield
-    finally:
-        _restore_flags(saved)
-
-
-def _defaults_snapshot(readers: dict[str, Any], new_api: bool) -> dict[str, Any]:
-    """PyTorch's defaults in the shape ``_restore_flags`` takes (what ``_read_flags`` returns)."""
-    snapshot: dict[str, Any] = {
-        "legacy_matmul": readers["torch.get_float32_matmul_precision()"],
-        "legacy_cudnn": readers["cudnn.allow_tf32"],
-        "benchmark": readers["cudnn.benchmark"],
-        "readers": readers,
-    }
-    if new_api:
-        suffix = ".fp32_precision"
-        snapshot["new"] = {k.removesuffix(suffix): v for k, v in readers.items()
-                           if k.endswith(suffix)}  # fmt: skip
-    return snapshot

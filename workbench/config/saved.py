@@ -50,7 +50,14 @@ from workbench.config.yaml_text import (
     write_text,
 )
 from workbench.core import allocconf, envvars, nccl, trusted
-from workbench.core.knobs import KNOB_NAMES, KnobError, Knobs, knob_specs
+from workbench.core.knobs import (
+    KNOB_NAMES,
+    KnobError,
+    Knobs,
+    current_values,
+    knob_specs,
+    warn_renamed,
+)
 from workbench.core.results import BurstResult
 
 __all__ = ["SCHEMA_VERSION", "ConfigError", "ConfigWarning", "TunedConfig", "collate_fn_name",
@@ -228,7 +235,8 @@ def load_config(path: str | Path, *, check_machine: bool = True) -> TunedConfig:
 
 
 def load_knobs(path: str | Path) -> Knobs:
-    """Only the knobs of a saved config (validated as by load_config, without warnings)."""
+    """Only the knobs of a saved config (validated as by load_config, without its
+    ConfigWarnings; an old value read under its new name still says so)."""
     return _parse(read_yaml(path), path)[0].knobs
 
 
@@ -355,6 +363,8 @@ def _mapping(
 def _knobs(data: dict[str, Any], env: dict[str, Any], path: str | Path) -> tuple[Knobs, str]:
     """Build the Knobs; NCCL values come from knobs.nccl, or from env when that is absent."""
     check_keys(path, "knobs", data, KNOB_NAMES)
+    data, renamed = current_values(data)  # a file from before a rename: fp32 -> fp32-strict
+    warn_renamed(renamed, str(path))
     env_nccl = {k: v for k, v in env.items() if isinstance(k, str) and k.startswith("NCCL_")}
     where = "knobs.nccl" if "nccl" in data else "env"
     data["nccl"] = env_nccl if where == "env" else (data["nccl"] or {})

@@ -217,10 +217,10 @@ class TunedConfig:
 
     # -- precision ------------------------------------------------------------------------
     def autocast(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
-        """``torch.autocast`` for bf16/fp16; a no-op context for fp32 and tf32.
+        """``torch.autocast`` for bf16/fp16; a no-op context for default, fp32-strict and tf32.
 
-        tf32 is not an autocast dtype: it is a math mode of fp32 matmuls and convolutions,
-        set by :meth:`apply_backend_flags`.
+        tf32 and fp32-strict are not autocast dtypes: they are math modes of fp32 matmuls and
+        convolutions, set by :meth:`apply_backend_flags`.
         """
         # torch only when the script asks for it: load_config stays torch-free
         import torch
@@ -241,9 +241,15 @@ class TunedConfig:
         return torch.amp.GradScaler(_device_type(device_type))
 
     def apply_backend_flags(self) -> dict[str, Any]:
-        """Set TF32 (on for tf32, else IEEE fp32) and cudnn.benchmark as the burst did.
+        """Set the math switches the knobs name, and nothing else; returns what it wrote
+        (``{}`` when nothing: a config saved at the default knobs).
 
-        Process-wide and left set: call it once at start-up. Returns what was set.
+        ``tf32`` turns TF32 on for fp32 matmuls and cuDNN, ``fp32-strict`` off everywhere
+        (both TF32 APIs kept coherent). ``default``, ``bf16`` and ``fp16`` write no math
+        switch: the process keeps PyTorch's own math (fp32 matmuls IEEE, cuDNN convolutions
+        TF32), or what the script set before; bf16/fp16 are autocast (:meth:`autocast`).
+        ``cudnn_benchmark`` on turns cudnn.benchmark on; off leaves it as the process has it.
+        Process-wide and left set: call it once at start-up.
         """
         # torch only when the script asks for it: load_config stays torch-free
         from workbench.engine.training import apply_backend_flags
@@ -320,10 +326,12 @@ class TunedConfig:
         """Keyword arguments for ``lightning.Trainer(**cfg.lightning_trainer_kwargs(), ...)``.
 
         ``precision``: bf16 -> ``"bf16-mixed"``, fp16 -> ``"16-mixed"`` (autocast, and for
-        fp16 Lightning's own GradScaler, as a burst), the fp32 ones -> ``"32-true"``. TF32 is
-        not a Trainer setting: Lightning leaves the fp32 math mode to
+        fp16 Lightning's own GradScaler, as a burst), default, fp32-strict and tf32 ->
+        ``"32-true"`` (Lightning's fp32, which leaves torch's math switches alone). TF32 is not
+        a Trainer setting: Lightning leaves the fp32 math mode to
         ``torch.set_float32_matmul_precision``, so call :meth:`apply_backend_flags` once at
-        start-up (tf32 on for tf32, IEEE fp32 otherwise, as the bursts ran).
+        start-up (it writes TF32 on for tf32, off everywhere for fp32-strict, and nothing for
+        default, bf16 and fp16, as the bursts ran).
         ``accumulate_grad_batches``: ``grad_accum``. ``benchmark``: ``cudnn_benchmark``.
         ``devices`` and ``num_nodes``: ``world_size`` split over ``nodes`` (one device when
         tuned on one: the Trainer's default would take every GPU), with a ``DDPStrategy``
@@ -540,7 +548,8 @@ def import_collate(name: str, path: Path | str | None = None) -> Any:
 
 
 _LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed"}
-"""Lightning's precision names for the autocast precisions; every fp32 mode is "32-true"."""
+"""Lightning's precision names for the autocast precisions; every fp32 mode (default,
+fp32-strict, tf32) is "32-true": the math mode is :meth:`TunedConfig.apply_backend_flags`'s."""
 
 
 def _ddp_strategy(ddp_kwargs: dict[str, Any]) -> Any:

@@ -21,7 +21,8 @@ The policy, per variable (docs/measurement.md has the table):
 - **A library-level override that a knob cannot beat is a ``no_effect`` entry** of that knob
   (``conflicts``): ``NVIDIA_TF32_OVERRIDE=0`` makes cuBLAS and cuDNN ignore PyTorch's TF32
   switch, so ``precision=tf32`` runs strict fp32; ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` makes
-  PyTorch's fp32 matmuls TF32 whatever the burst sets, so ``precision=fp32`` is not strict.
+  PyTorch's fp32 matmuls TF32 whatever the burst sets, so ``precision=fp32-strict`` is not
+  strict. Both also move ``precision=default`` off PyTorch's own math.
 - **A variable that makes the numbers meaningless is also ``suspect``** on a GPU
   (``CUDA_LAUNCH_BLOCKING=1``: every kernel launch waits for the kernel;
   ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: every tensor is a cudaMalloc and a cudaFree).
@@ -177,14 +178,21 @@ def conflicts(environ: Mapping[str, str], knobs: Knobs, device_type: str) -> dic
     if device_type != "cuda":
         return {}
     out = {}
-    if knobs.precision == "tf32" and environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
+    no_tf32 = environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0"
+    forced_tf32 = _on(environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"))
+    if knobs.precision == "tf32" and no_tf32:
         out["precision"] = ("NVIDIA_TF32_OVERRIDE=0 in the environment turns TF32 off inside "
                             "cuBLAS and cuDNN: this tf32 burst ran strict fp32 math; unset it "
                             "and restart the kernel")  # fmt: skip
-    if knobs.precision == "fp32" and _on(environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")):
-        out["precision"] = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 in the environment makes fp32 "
-                            "matmuls use TF32: this fp32 burst was not strict; unset it and "
-                            "restart the kernel")  # fmt: skip
+    elif knobs.precision == "default" and no_tf32:
+        out["precision"] = ("NVIDIA_TF32_OVERRIDE=0 in the environment turns TF32 off inside "
+                            "cuDNN: this default burst ran convolutions in IEEE fp32, not as "
+                            "PyTorch's default does; unset it and restart the kernel")  # fmt: skip
+    if knobs.precision in ("fp32-strict", "default") and forced_tf32:
+        wanted = "strict" if knobs.precision == "fp32-strict" else "PyTorch's default math"
+        out["precision"] = (f"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 in the environment makes fp32 "
+                            f"matmuls use TF32: this {knobs.precision} burst was not {wanted}; "
+                            f"unset it and restart the kernel")  # fmt: skip
     return out
 
 

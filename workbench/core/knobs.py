@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
+import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,7 +29,12 @@ from workbench.core import allocconf
 from workbench.core.errors import KnobError
 from workbench.core.nccl import check_together, check_variable
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("default", "fp32-strict", "tf32", "bf16", "fp16")
+"""``default``: PyTorch's own math, as an untouched ``import torch`` has it (fp32 matmuls at
+"highest", cuDNN convolutions allowed TF32); ``fp32-strict``: IEEE fp32 everywhere, cuDNN too;
+``tf32``: TF32 tensor cores for fp32 matmuls and convolutions; ``bf16``/``fp16``: autocast."""
+FP32_PRECISIONS = ("default", "fp32-strict", "tf32")
+"""The precisions whose math is fp32 (no autocast): they differ only in where TF32 may act."""
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
@@ -36,6 +44,65 @@ DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"0", "false", "no", "off", "n", "f"}
+_RENAMED: dict[tuple[str, str], tuple[str, str]] = {
+    ("precision", "fp32"): (
+        "fp32-strict",
+        "precision=fp32 (workbench 0.1) measured IEEE fp32 everywhere, TF32 off in cuDNN too: "
+        "it now reads as fp32-strict; PyTorch's own math, where cuDNN may use TF32, is "
+        "precision=default",
+    ),
+}
+"""Old knob values and what they read as now, with the one line that says why: the value
+that measured IEEE fp32 everywhere keeps meaning exactly that (saved configs, history rows,
+tuner spaces and ``--set`` alike), under a name that no longer looks like PyTorch's default."""
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class RenamedValueWarning(UserWarning):
+    """A knob value from an older workbench, read under its current name; the message says
+    what the old value measured and what it reads as now."""
+
+
+def current_value(name: str, value: Any) -> tuple[Any, str | None]:
+    """``value`` under its current name, and the note that says so (None if not renamed)."""
+    renamed = _RENAMED.get((name, value)) if isinstance(value, str) else None
+    return (value, None) if renamed is None else renamed
+
+
+def current_values(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Knob values (a knobs dict) with old values under their current names, silently, and
+    the notes of those renamed: a source of many (a history read) warns once with them."""
+    out, notes = dict(data), []
+    for name, value in data.items():
+        out[name], note = current_value(name, value)
+        if note is not None and note not in notes:
+            notes.append(note)
+    return out, notes
+
+
+def warn_renamed(notes: list[str], source: str | None = None) -> None:
+    """One RenamedValueWarning per note, prefixed by the source (a file, a store), pointed at
+    the first caller outside workbench so Python's filter shows it once per calling line."""
+    for note in notes:
+        text = f"{source}: {note}" if source else note
+        warnings.warn(text, RenamedValueWarning, stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """The stacklevel of the first frame outside workbench (and dataclasses' generated
+    ``__init__``), counted from warn_renamed's caller's caller."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and _inside(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _inside(filename: str) -> bool:
+    return (
+        filename.startswith(_PACKAGE_DIR + os.sep)
+        or filename == "<string>"
+        or (os.path.basename(filename) == "dataclasses.py")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +185,11 @@ class Knobs:
         "bool",
     )
     precision: str = _knob(
-        "fp32",
-        "Math precision: fp32, tf32 matmuls (Ampere+), bf16 or fp16 autocast (fp16 with loss "
-        "scaling).",
+        "default",
+        "Math precision: default (PyTorch's own: fp32 matmuls IEEE, cuDNN convolutions may use "
+        "TF32), fp32-strict (IEEE everywhere, cuDNN too), tf32 (TF32 matmuls and convolutions, "
+        "Ampere+), bf16 or fp16 autocast (fp16 with loss scaling). The old fp32 reads as "
+        "fp32-strict.",
         "compute",
         "choice",
         choices=PRECISIONS,
@@ -396,6 +465,9 @@ def _coerce(spec: KnobSpec, value: Any) -> Any:
             return value
         raise KnobError(spec.name, value, spec.allowed())
     if spec.kind == "choice":
+        value, note = current_value(spec.name, value)
+        if note is not None:
+            warn_renamed([note])
         if isinstance(value, str) and value in (spec.choices or ()):
             return value
         raise KnobError(spec.name, value, spec.allowed())

@@ -51,6 +51,18 @@ __all__ = [
 _MIB = 1024 * 1024
 _T = 1e12
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+"""The datasheet's columns: the math unit a peak is for ("fp32": CUDA-core IEEE fp32)."""
+_PEAK_COLUMNS = {
+    "fp32": ("fp32",), "fp32-strict": ("fp32",), "tf32": ("tf32",), "bf16": ("bf16",),
+    "fp16": ("fp16",), "default": ("tf32", "fp32"),
+}  # fmt: skip
+"""Which column each ``precision`` knob is measured against, first known wins. ``default`` is
+PyTorch's own math: fp32 matmuls IEEE on CUDA cores, but cuDNN convolutions allowed TF32 tensor
+cores, so its ceiling on a GPU with TF32 is the TF32 peak (a convnet's FLOPs are mostly
+convolutions and can reach it; against the fp32 peak its MFU could pass 100%). A model whose
+FLOPs are matmuls reads low against it, and rightly: those matmuls leave the TF32 tensor cores
+idle (``precision=tf32`` would use them). Where the GPU has no TF32 (Volta, Turing) everything
+runs IEEE fp32 and the fp32 peak applies."""
 _DEVICE_FORMS = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
 
@@ -257,17 +269,20 @@ _PEAK_PATTERNS = tuple((re.compile(row[0], re.IGNORECASE), row[1:]) for row in _
 
 
 def peak_flops(device_name: str, precision: str) -> float | None:
-    """Dense datasheet peak FLOP/s of a GPU by its name, for "fp32", "tf32", "bf16" or "fp16".
+    """Dense datasheet peak FLOP/s of a GPU by its name, for a ``precision`` knob value or a
+    datasheet column ("fp32", "tf32", "bf16", "fp16").
 
     None for a CPU, an unknown GPU or variant, a precision the GPU lacks, or an unknown
-    precision. "fp32" means CUDA-core FP32 (TF32 off); "fp16" is tensor-core FP16 with FP32
-    accumulation, what autocast uses.
+    precision. "fp32" and "fp32-strict" mean CUDA-core FP32 (TF32 off); "default" the TF32
+    peak where the GPU has TF32 (PyTorch's cuDNN convolutions use it; ``_PEAK_COLUMNS`` says
+    why), else fp32; "fp16" is tensor-core FP16 with FP32 accumulation, what autocast uses.
     """
-    if not isinstance(device_name, str) or precision not in PRECISIONS:
+    if not isinstance(device_name, str) or precision not in _PEAK_COLUMNS:
         return None
     for pattern, peaks in _PEAK_PATTERNS:
         if pattern.search(device_name):
-            return peaks[PRECISIONS.index(precision)]
+            known = (peaks[PRECISIONS.index(c)] for c in _PEAK_COLUMNS[precision])
+            return next((peak for peak in known if peak is not None), None)
     return None
 
 
@@ -287,6 +302,8 @@ def estimate_mfu(
 
 _MATMUL_DTYPES = {
     "fp32": torch.float32,
+    "fp32-strict": torch.float32,
+    "default": torch.float32,
     "tf32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
@@ -321,7 +338,8 @@ def measure_matmul_flops(
 
     `n` defaults to a size that saturates the device (8192 on CUDA, 1024 on a CPU). The operands
     are in the precision's dtype (bf16/fp16 tensors, FP32 accumulation as cuBLAS does by
-    default); "fp32" turns TF32 off for CUDA matmuls and "tf32" on, restoring the flag after.
+    default); "fp32", "fp32-strict" and "default" (PyTorch's matmuls are IEEE) turn TF32 off
+    for CUDA matmuls and "tf32" on, restoring the flag after.
     Warm-up (`_WARMUP_S` of device time) comes first and is not counted. The calls are then
     issued back to back in chunks of about 50 ms and each chunk is timed on the device: on
     CUDA by a pair of events on the stream the matmuls run on, so the time is the GPU's, not
@@ -329,7 +347,8 @@ def measure_matmul_flops(
     its clocks and power limit, gives.
     """
     if precision not in _MATMUL_DTYPES:
-        raise InputError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+        allowed = ", ".join(_MATMUL_DTYPES)
+        raise InputError(f"precision {precision!r}: expected one of {allowed}")
     if seconds <= 0 or (n is not None and n <= 0):
         raise InputError(
             f"seconds={seconds!r}, n={n!r}: seconds must be > 0 and n > 0 (or None: sized for "
@@ -423,7 +442,8 @@ def _time_chunk(call: Callable[[], object], clock: _Clock, count: int) -> float:
 
 @contextlib.contextmanager
 def _fp32_matmul_precision(precision: str) -> Iterator[None]:
-    """TF32 on for "tf32", off for "fp32", for CUDA matmuls; the flag's own value restored after.
+    """TF32 on for "tf32", off for the IEEE ones ("fp32", "fp32-strict", "default": PyTorch's
+    own matmuls are IEEE), for CUDA matmuls; the flag's own value restored after.
 
     Set and read through the per-backend flag `torch.backends.cuda.matmul.fp32_precision`
     (torch >= 2.9), the one cuBLAS reads. The legacy getters are never called: since 2.9
@@ -431,7 +451,7 @@ def _fp32_matmul_precision(precision: str) -> Iterator[None]:
     and new APIs") once a user has set that flag to "tf32" while the legacy setting is at its
     default. Older torch has only `allow_tf32`. bf16/fp16 leave every flag alone.
     """
-    if precision not in ("fp32", "tf32"):
+    if precision not in ("fp32", "fp32-strict", "default", "tf32"):
         yield
         return
     matmul = torch.backends.cuda.matmul

@@ -73,7 +73,8 @@ if TYPE_CHECKING:  # the burst's plan; burst.py imports this module
 Report = Callable[[str, float, int], None]
 
 LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed"}
-"""Lightning's precision for each ``precision`` knob (every fp32 mode is "32-true"): the same
+"""Lightning's precision for each ``precision`` knob (every fp32 mode, default, fp32-strict
+and tf32, is "32-true": the math mode is the burst's ``backend_flags``): the same
 mapping as ``TunedConfig.lightning_trainer_kwargs``, so a burst runs what the saved config
 tells production to run."""
 

@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from workbench.core.knobs import FP32_PRECISIONS
 from workbench.history.store import open_store
 
 # (knob, the change in words, is this row's knobs the "before", is it the "after")
@@ -30,7 +31,8 @@ _CHANGES: tuple[_Change, ...] = (
      lambda k: not k.get("activation_checkpointing"),
      lambda k: bool(k.get("activation_checkpointing"))),
     ("precision", "precision=bf16",
-     lambda k: k.get("precision") in ("fp32", "tf32"), lambda k: k.get("precision") == "bf16"),
+     lambda k: k.get("precision", "default") in FP32_PRECISIONS,
+     lambda k: k.get("precision") == "bf16"),
     ("alloc_conf", "alloc_conf=expandable_segments:True",
      lambda k: not k.get("alloc_conf"),
      lambda k: "expandable_segments:True" in (k.get("alloc_conf") or "")),
@@ -115,7 +117,7 @@ def _place(name: str, words: str, pairs: list[tuple[float, float]], measured, un
 def _how(name: str) -> str:
     if name == "grad_accum":
         return "wb.run_burst(wl, k.replace(batch_size=k.batch_size // 2, grad_accum=2))"
-    values = {"activation_checkpointing": "[False, True]", "precision": '["fp32", "bf16"]',
+    values = {"activation_checkpointing": "[False, True]", "precision": '["default", "bf16"]',
               "alloc_conf": '["", "expandable_segments:True"]',
               "optimizer_impl": '["foreach", "fused"]'}[name]  # fmt: skip
     return f'wb.sweep(wl, "{name}", {values}, base=k.replace(batch_size=<one that fits>))'

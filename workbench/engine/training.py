@@ -1,8 +1,9 @@
 """One training step, built from the knobs: precision, layout, compile, loss scaling.
 
 Every knob here changes real code: ``precision`` selects autocast (bf16/fp16) or the fp32 math
-mode (IEEE fp32 vs TF32 tensor cores), fp16 gets a GradScaler, ``channels_last`` converts the
-model and the image tensors of every batch to NHWC, ``compile`` wraps the model in
+mode (PyTorch's default, IEEE everywhere, or TF32 tensor cores), fp16 gets a GradScaler,
+``channels_last`` converts the model and the image tensors of every batch to NHWC, ``compile``
+wraps the model in
 ``torch.compile``. Batches are any nest of tensors (``workbench.engine.batches``); the workload's
 ``forward`` hook feeds the input to the model and its loss gets the raw output.
 Global backend flags (TF32, cudnn.benchmark) are set for the burst and restored afterwards, so
@@ -24,6 +25,7 @@ from torch import nn
 
 from workbench.core import ambient, nccl
 from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
+from workbench.core.torch_math import TORCH_DEFAULTS
 from workbench.engine.batches import (
     Batch,
     BatchError,
@@ -351,31 +353,57 @@ def optimizer_step(state: TrainState) -> None:
 
 @contextlib.contextmanager
 def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
-    """Set TF32 and cudnn.benchmark for the burst; restore the previous values exactly after.
+    """Set the fp32 math mode and cudnn.benchmark for the burst; restore the previous values
+    exactly after.
 
-    ``fp32`` means IEEE fp32 everywhere: PyTorch's own default lets cuDNN convolutions use
-    TF32, which would make "fp32 vs tf32" compare TF32 with TF32 for conv nets.
+    A burst measures what the knobs name whatever the kernel was left in: ``default`` (and
+    bf16/fp16, whose fp32 ops outside autocast run PyTorch's own math) puts back, for the
+    window, only the switches that differ from PyTorch's defaults (:data:`TORCH_DEFAULTS`),
+    so a user's earlier ``allow_tf32 = True`` does not leak into a "default" figure;
+    ``fp32-strict`` is IEEE everywhere (cuDNN too); ``tf32`` is TF32 for matmuls and
+    convolutions. cudnn.benchmark is the knob's.
     """
     if device.type != "cuda":
         yield
         return
     saved = _read_flags()
     try:
-        apply_backend_flags(knobs)
+        tf32 = _FP32_MODES.get(knobs.precision)
+        if tf32 is None:
+            _write_torch_defaults()
+        else:
+            _write_math(tf32)
+        torch.backends.cudnn.benchmark = knobs.cudnn_benchmark
         yield
     finally:
         _restore_flags(saved)
 
 
-def apply_backend_flags(knobs: Knobs) -> dict[str, Any]:
-    """Set TF32 and cudnn.benchmark as the knobs say, and leave them set (production side).
+_FP32_MODES = {"fp32-strict": False, "tf32": True}
+"""The precisions that name an fp32 math mode (TF32 or not); the others leave fp32 math as
+PyTorch has it: ``default`` by definition, bf16/fp16 because autocast is what they name (their
+fp32 ops outside autocast then run as an untouched ``import torch`` runs them)."""
 
-    The same settings a burst uses, so a tuned config reproduces the measured numerics; a
-    no-op in effect on a CPU. Returns what was set.
+
+def apply_backend_flags(knobs: Knobs) -> dict[str, Any]:
+    """Set what the knobs name, and leave it set (production side); returns what it wrote,
+    ``{}`` when nothing.
+
+    ``fp32-strict`` and ``tf32`` write their fp32 math mode (both TF32 APIs, coherent);
+    ``default``, ``bf16`` and ``fp16`` write no math switch at all: the process keeps its own
+    (PyTorch's defaults unless the script changed them), and autocast is
+    ``TunedConfig.autocast``'s. cudnn.benchmark is written when the knob turns it on; off is
+    PyTorch's default and is left as the process has it. A no-op in effect on a CPU.
     """
-    fp32_mode = "tf32" if knobs.precision == "tf32" else "ieee"
-    _write_flags(fp32_mode == "tf32", knobs.cudnn_benchmark)
-    return {"fp32_precision": fp32_mode, "cudnn_benchmark": knobs.cudnn_benchmark}
+    done: dict[str, Any] = {}
+    tf32 = _FP32_MODES.get(knobs.precision)
+    if tf32 is not None:
+        _write_math(tf32)
+        done["fp32_precision"] = "tf32" if tf32 else "ieee"
+    if knobs.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+        done["cudnn_benchmark"] = True
+    return done
 
 
 # Why both TF32 APIs are written: since torch 2.9 the fp32 math mode has a new per-backend API
@@ -421,7 +449,8 @@ def _read_flags() -> dict[str, Any]:
     return flags
 
 
-def _write_flags(tf32: bool, benchmark: bool) -> None:
+def _write_math(tf32: bool) -> None:
+    """TF32 on or off for fp32 matmuls and cuDNN (convolutions and RNNs), through both APIs."""
     b = torch.backends
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     b.cudnn.allow_tf32 = tf32
@@ -429,7 +458,51 @@ def _write_flags(tf32: bool, benchmark: bool) -> None:
         mode = "tf32" if tf32 else "ieee"
         b.cuda.matmul.fp32_precision = mode
         b.cudnn.conv.fp32_precision = b.cudnn.rnn.fp32_precision = mode
-    b.cudnn.benchmark = benchmark
+
+
+def torch_defaults() -> dict[str, Any]:
+    """:data:`TORCH_DEFAULTS` for the readers this torch has."""
+    return {name: TORCH_DEFAULTS[name] for name in precision_state() if name in TORCH_DEFAULTS}
+
+
+def _write_torch_defaults() -> None:
+    """Put the fp32 math switches that differ from PyTorch's defaults back to them; write
+    nothing when none differs. A legacy setter also writes some per-operator switches, so
+    the legacy ones go first and the per-operator ones are then set where they still differ."""
+    b = torch.backends
+    target = torch_defaults()
+    if _math(precision_state()) == _math(target):
+        return
+    if _read_or_none(torch.get_float32_matmul_precision) != target[_LEGACY_MATMUL]:
+        torch.set_float32_matmul_precision(target[_LEGACY_MATMUL])
+    if _read_or_none(lambda: b.cudnn.allow_tf32) != target["cudnn.allow_tf32"]:
+        b.cudnn.allow_tf32 = target["cudnn.allow_tf32"]
+    for name, obj in _new_api_objects().items():
+        wanted = target.get(f"{name}.fp32_precision")
+        if wanted is not None and obj.fp32_precision != wanted:
+            obj.fp32_precision = wanted
+
+
+_LEGACY_MATMUL = "torch.get_float32_matmul_precision()"
+
+
+@contextlib.contextmanager
+def at_torch_defaults() -> Iterator[None]:
+    """Inside: every math switch and cudnn.benchmark as an untouched ``import torch`` has them;
+    after: exactly as found, whichever API set them (the save/restore a burst uses). For a dry
+    run of what a production apply changes in a fresh process (``workbench show``)."""
+    saved = _read_flags()
+    try:
+        _write_torch_defaults()
+        torch.backends.cudnn.benchmark = TORCH_DEFAULTS["cudnn.benchmark"]
+        yield
+    finally:
+        _restore_flags(saved)
+
+
+def _math(state: dict[str, Any]) -> dict[str, Any]:
+    """The fp32 math readers of a :func:`precision_state` (all but cudnn.benchmark)."""
+    return {name: value for name, value in state.items() if name != "cudnn.benchmark"}
 
 
 def _restore_flags(saved: dict[str, Any]) -> None:

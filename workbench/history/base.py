@@ -31,6 +31,7 @@ from workbench.history.records import (
     decode_answer,
     decode_burst,
     records_frame,
+    with_current_knobs,
 )
 
 if TYPE_CHECKING:
@@ -177,7 +178,8 @@ class Store(ABC):
         sql = f"SELECT {self._burst_columns()} FROM {self._table('bursts')}{where} ORDER BY id DESC"
         if limit is not None:
             sql, params = f"{sql} LIMIT {self._P}", (*params, limit)
-        return [decode_burst(*row) for row in reversed(self._query(sql, params))]
+        rows = [decode_burst(*row) for row in reversed(self._query(sql, params))]
+        return with_current_knobs(rows, self.where())
 
     def get(self, burst_id: int) -> dict[str, Any]:
         """One burst by id; ``KeyError`` if there is none (or it is another learner's)."""
@@ -187,7 +189,7 @@ class Store(ABC):
         )
         if not rows:
             raise KeyError(f"no burst with id {burst_id} in history store {self.where()}")
-        return decode_burst(*rows[0])
+        return with_current_knobs([decode_burst(*rows[0])], self.where())[0]
 
     def frame(self, **filters: Any) -> pandas.DataFrame:
         """One row per burst (filters as in ``records``), ready for plots.

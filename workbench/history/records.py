@@ -11,12 +11,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.jsonsafe import jsonable
+from workbench.core.knobs import current_values, warn_renamed
 from workbench.core.results import RENAMED, BurstResult, utc_now
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["burst_row", "decode_answer", "decode_burst", "records_frame"]
+__all__ = ["burst_row", "decode_answer", "decode_burst", "records_frame", "with_current_knobs"]
 
 _REQUIRED = ("workload", "status")
 _FRONT = ("id", "created_at", "workload", "device", "status", "learner", "host")
@@ -78,6 +79,20 @@ def decode_burst(
     """A stored burst as appended, plus its row's ``id, created_at, learner, host``."""
     record = _current_names(json.loads(text))
     return {**record, "id": row_id, "created_at": created_at, "learner": learner, "host": host}
+
+
+def with_current_knobs(records: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """``records`` with old knob values read under their current names (``precision=fp32``
+    reads as ``fp32-strict``, what it measured), with one warning for the whole read, not one
+    per row. The rows on disk stay as they were written."""
+    notes: list[str] = []
+    for record in records:
+        knobs = record.get("knobs")
+        if isinstance(knobs, Mapping):
+            record["knobs"], found = current_values(knobs)
+            notes += [note for note in found if note not in notes]
+    warn_renamed(notes, f"history {source}")
+    return records
 
 
 def decode_answer(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class Board:
     """The live board. ``knob``, ``new``, ``old``: the comparison of the third view."""
 
     def __init__(self, store: Any = None, *, knob: str = "precision", new: Any = "bf16",
-                 old: Any = "fp32", refresh_s: float | None = None) -> None:  # fmt: skip
+                 old: Any = "default", refresh_s: float | None = None) -> None:  # fmt: skip
         # a store object as is (SQLite or the class's PostgreSQL); a path or None opened
         self.store = (
             open_store(store) if store is None or isinstance(store, (str, os.PathLike)) else store
