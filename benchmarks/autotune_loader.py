@@ -32,11 +32,11 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity import JpegFolder, Net, make_optimizer, provenance  # noqa: E402
+from fidelity import JpegFolder, Net, make_optimizer, provenance
 
-from workbench.config import TunedConfig  # noqa: E402
-from workbench.config.autotune import AutotuneOptions  # noqa: E402
-from workbench.core.knobs import Knobs  # noqa: E402
+from workbench.config import TunedConfig
+from workbench.config.autotune import AutotuneOptions
+from workbench.core.knobs import Knobs
 
 
 def run(dataset: JpegFolder, workers: int, autotune: bool, args: argparse.Namespace) -> dict:
@@ -87,8 +87,8 @@ def compare(dataset, name: str, a: tuple[int, bool], b: tuple[int, bool], args) 
         row[key] = {"median": round(statistics.median(values), 4),
                     "min": round(min(values), 4), "max": round(max(values), 4)}  # fmt: skip
     row["chosen_workers"] = [p["autotuned"]["chosen_workers"] for p in pairs]
-    print(json.dumps({k: row[k] for k in ("comparison", "ratio", "ratio_after_cap",
-                                          "chosen_workers")}), file=sys.stderr, flush=True)  # fmt: skip
+    shown = ("comparison", "ratio", "ratio_after_cap", "chosen_workers")
+    print(json.dumps({k: row[k] for k in shown}), file=sys.stderr, flush=True)
     return row
 
 
@@ -144,7 +144,7 @@ def main() -> None:
             (args.best, True),
             (args.best, False),
             args,
-        ),  # fmt: skip
+        ),
     ]
     doc = {**source, "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
            "load_avg_end": os.getloadavg()}  # fmt: skip
