@@ -153,14 +153,22 @@ class TunedConfig:
         full = dataloader_kwargs(self.knobs, _device_type(device))
         return {k: full[k] for k in LOADER_KEYS if k in full}
 
-    def dataloader(self, dataset: Any, **overrides: Any) -> Any:
+    def dataloader(self, dataset: Any, autotune: Any = False, **overrides: Any) -> Any:
         """A ``torch.utils.data.DataLoader`` over ``dataset`` with the tuned arguments.
 
         ``overrides`` win (``shuffle=True``, ``sampler=DistributedSampler(ds)``, ...). Setting
         ``num_workers=0`` also drops the tuned prefetch_factor and persistent_workers, which
         torch refuses without workers. The saved ``collate_fn`` (the workload's, as measured)
         is imported and passed unless overridden.
+
+        ``autotune=True`` (or ``workbench.config.autotune.AutotuneOptions(...)``): a loader that
+        starts from these values and refines workers and prefetch on the job's first batches,
+        within a time cap, caching the answer for the next run (``workbench.config.autotune``).
         """
+        if autotune is not False:
+            from workbench.config.autotune import autotuned_loader  # torch-side: asked for
+
+            return autotuned_loader(self, dataset, autotune, overrides)
         # torch only when the script asks for a loader: load_config stays torch-free
         from torch.utils.data import DataLoader
 
