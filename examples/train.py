@@ -66,7 +66,9 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
     if world > 1 and not iterable:
         sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)
     shuffle = sampler is None and not iterable
-    loader = cfg.dataloader(dataset, shuffle=shuffle, sampler=sampler, drop_last=True)
+    # --autotune: workers and prefetch tuned on the first steps, the answer cached per machine
+    loader = cfg.dataloader(dataset, shuffle=shuffle, sampler=sampler, drop_last=True,
+                            autotune=args.autotune)  # fmt: skip
 
     model = SmallNet(classes).to(device)
     cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
@@ -235,6 +237,11 @@ def _parse_args() -> argparse.Namespace:
         "--nccl-suggestions", action="store_true",
         help="also set the NCCL variables NCCL documents for debugging only (saved as "
         "suggestions, not applied by default)",
+    )  # fmt: skip
+    p.add_argument(
+        "--autotune", action="store_true",
+        help="tune num_workers and prefetch_factor on the first steps (cfg.dataloader(..., "
+        "autotune=True)); the answer is cached under $WORKBENCH_HOME for the next run",
     )  # fmt: skip
     args = p.parse_args()
     if args.steps < 1 or args.warmup < 0:
