@@ -432,7 +432,7 @@ def _shut_down(it: Any) -> None:
 
 def _distributed() -> tuple[int, int]:
     """(rank, world size) of an initialized process group; (0, 1) without one."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch only when a loader is built: load_config stays light
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -449,6 +449,7 @@ def _local_ranks() -> int:
 
 def _broadcast(workers: int, prefetch: int) -> Knobs2:
     """Rank 0's (workers, prefetch) on every rank: a two-integer tensor, on the GPU for NCCL."""
+    # torch only when a loader is built: load_config stays light
     import torch
     import torch.distributed as dist
 
