@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +37,13 @@ FOLDER = "autotune"
 
 def machine(local_ranks: int = 1) -> dict[str, Any]:
     """What a loader's speed depends on here (see the module docstring)."""
+    # torch (through hardware) only when a loader is tuned: importing this module stays light
+    from workbench.engine.hardware import cpu_model
+
     return {
         "host": socket.gethostname(),
         "cpus": usable_cpus(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "gpu": _gpu_name(),
         "local_ranks": local_ranks,
     }
@@ -112,17 +114,6 @@ def _structure(item: Any) -> Any:
     if shape is not None:
         return {"shape": list(shape), "dtype": str(getattr(item, "dtype", ""))}
     return type(item).__name__
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _gpu_name() -> str | None:

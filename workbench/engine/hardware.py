@@ -148,7 +148,7 @@ def device_info(device: str | torch.device | None = None) -> DeviceInfo:
         )
     return DeviceInfo(
         kind="cpu",
-        name=_cpu_model(),
+        name=cpu_model(),
         index=None,
         total_mem_mib=psutil.virtual_memory().total / _MIB,
         capability=None,
@@ -158,7 +158,8 @@ def device_info(device: str | torch.device | None = None) -> DeviceInfo:
     )
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
