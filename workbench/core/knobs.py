@@ -39,6 +39,10 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 LOADERS = ("torch", "dali", "synthetic")
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 DATA_FORMATS = ("files", "shards", "lmdb", "predecoded")
+DECODES = ("cpu", "gpu")
+"""Where the torch loader's image pipeline runs: ``cpu`` (workers decode with Pillow, crop,
+flip and normalize: float32 batches cross to the device) or ``gpu`` (workers only read the
+stored bytes; the training device decodes them with nvJPEG and augments there)."""
 CACHE_MODES = ("warm", "cold")
 DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
@@ -247,6 +251,16 @@ class Knobs:
         "float",
         low=0.0,
         high=1.0,
+    )
+    decode: str = _knob(
+        "cpu",
+        "Where the torch loader's images are decoded and augmented: cpu (workers decode with "
+        "Pillow, crop, flip, normalize; float32 batches are copied to the device) or gpu "
+        "(workers read bytes only; the device decodes JPEGs with nvJPEG, or takes predecoded "
+        "uint8 pixels, and crops, flips and normalizes there). CUDA only.",
+        "data",
+        "choice",
+        choices=DECODES,
     )
     data_format: str = _knob(
         "files",

@@ -140,6 +140,14 @@ class BurstResult(Outcome):
     loader_device_mem_mib: float | None = None
     """Device memory the loader's own pools held (DALI's), outside PyTorch's allocator and so
     outside ``peak_mem_mib``; None where the loader holds none or cannot say."""
+    decode: str | None = None
+    """Where the images were decoded and augmented: "cpu" (the loader's workers) or "gpu" (the
+    device: ``decode=gpu`` with nvJPEG, or DALI's mixed decode). None without an image folder
+    or with the synthetic loader. The ``decode`` knob asks; this says what ran."""
+    h2d_bytes_per_sample: float | None = None
+    """Bytes a sample sent from host memory to the device: its float32 crop and label with
+    ``decode=cpu`` (602 KB at 224 px), its stored JPEG or uint8 square with ``decode=gpu``.
+    None on a CPU burst (nothing crosses), and where the loader is already on the device."""
     sm_clock_mhz: float | None = None
     throttle_reasons: list[str] = field(default_factory=list)
     mem_clock_mhz: float | None = None

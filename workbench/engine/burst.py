@@ -56,7 +56,7 @@ from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, oom
-from workbench.engine.batches import Batch, SampleRule, sample_rule
+from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
 from workbench.engine.epochs import short_epochs_report
@@ -69,6 +69,7 @@ from workbench.engine.failures import (
 )
 from workbench.engine.lightning_fit import fit_with_trainer, trainer_no_effect
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
+from workbench.engine.loaders.device_batches import decode_ran
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
@@ -137,6 +138,8 @@ class _Measured:
     notes: list[str] = field(default_factory=list)
     samples_from: str | None = None
     short_epochs: dict[str, Any] | None = None
+    decode: str | None = None
+    h2d_bytes_per_sample: float | None = None
 
 
 def run_in_process(
@@ -288,8 +291,9 @@ def _measure(
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
-        batch, rule = _check_first_batch(state, stream, knobs, dev, wl, parts)
+        batch, rule, host_bytes = _check_first_batch(state, stream, knobs, dev, wl, parts)
         setup_s = plan.clock() - t0
+        h2d_first = host_bytes / max(1, rule.count(batch)) if host_bytes is not None else None
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
         if is_lightning(wl) and isinstance(plan.coord, Solo):
@@ -302,6 +306,8 @@ def _measure(
     finally:
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
+    measured.decode = decode_ran(stream, wl)
+    measured.h2d_bytes_per_sample = getattr(stream, "h2d_bytes_per_sample", h2d_first)
     measured.setup_s = setup_s
     measured.flops_per_sample, measured.samples_from = flops, rule.source
     return measured
@@ -384,21 +390,25 @@ def _check_first_batch(
     dev: torch.device,
     wl: Workload,
     parts: dict[str, Any],
-) -> tuple[Batch, SampleRule]:
+) -> tuple[Batch, SampleRule, int | None]:
     """Set-up's early check: one batch from the stream, on the device. How its samples are
     counted is decided here, once, from every tensor's leading dimension (``sample_rule``: a
     batch nothing decides is refused, naming ``samples_of``); then it goes through the model
     and the loss (``check_model_takes``), so a batch the model cannot take fails here, before
     the window, with the batch's structure and the hook that fits. Returns the batch, for the
-    FLOP count, and the rule every step counts with."""
+    FLOP count, the rule every step counts with, and the bytes the batch copied from host
+    memory to a GPU (None where nothing was copied: a CPU burst, a stream on the device)."""
     batch = next(stream)
+    host_bytes = None
     if not stream.on_device:
+        if dev.type == "cuda":  # the whole batch crosses; counted before it does
+            host_bytes = sum(t.nbytes for t in tensor_leaves(batch))
         batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
     rule = sample_rule(batch, wl.samples_of)
     check_model_takes(state, batch, wl)
     if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
         parts["activations_mib"] = memory.activation_mib(state, batch)
-    return batch, rule
+    return batch, rule, host_bytes
 
 
 def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
@@ -535,6 +545,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.loader_epochs, r.final_loss = m.epochs, m.final_loss
     r.short_epochs = m.short_epochs
     r.loader_device_mem_mib = m.loader_device_mem_mib
+    r.decode, r.h2d_bytes_per_sample = m.decode, m.h2d_bytes_per_sample
     r.no_effect.update(m.no_effect)
     r.notes = list(m.notes)
     _fill_compile(r, m.compile_report)

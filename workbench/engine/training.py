@@ -37,6 +37,7 @@ from workbench.engine.batches import (
 )
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
+from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
 from workbench.engine.workloads import Workload
 from workbench.engine.workloads.base import call_model, default_loss, logits_of
@@ -564,6 +565,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
             if getattr(knobs, name) != getattr(Knobs(), name):
                 reasons[name] = "the synthetic loader replays one device-resident batch"
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
+    reasons.update(decode_no_effect(knobs, device, workload))
     reasons.update(_dist_reasons(knobs, device))
     reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons

@@ -21,6 +21,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from workbench.core.knobs import DATA_FORMATS, KnobError, Knobs
+from workbench.engine.encoded import EncodedFiles
 from workbench.engine.formats.inuse import held
 from workbench.engine.formats.lmdb_format import DATA_FILE, LmdbDataset, close_environment
 from workbench.engine.formats.manifest import FormatError, Manifest, open_checked, read_manifest
@@ -120,13 +121,28 @@ def dataset_for(wl: Workload, knobs: Knobs) -> Dataset:
     return open_format(folder, knobs.data_format, getattr(dataset, "transform", None))
 
 
-def open_format(folder: Path, fmt: str, transform: Any = None) -> Dataset:
-    """The dataset of a converted folder (no workload needed), marked in use while it lives."""
+def open_format(folder: Path, fmt: str, transform: Any = None, *, encoded: bool = False) -> Dataset:
+    """The dataset of a converted folder (no workload needed), marked in use while it lives;
+    ``encoded``: its samples as stored, undecoded (``decode=gpu``, ``workbench.engine.encoded``)."""
     kinds = {"shards": ShardDataset, "lmdb": LmdbDataset, "predecoded": PredecodedDataset}
     if fmt not in kinds:
         raise KnobError("data_format", fmt, f"one of {', '.join(DATA_FORMATS)}")
     # Marked in use while the dataset lives: a conversion never replaces it under a reader.
-    return held(Path(folder), lambda: kinds[fmt](folder, transform))
+    return held(Path(folder), lambda: kinds[fmt](folder, transform, encoded=encoded))
+
+
+def encoded_dataset_for(wl: Workload, knobs: Knobs, dataset: Any = None) -> Dataset:
+    """The workload's samples in ``knobs.data_format`` as stored, undecoded, with their labels
+    and in the decoding dataset's order (``decode=gpu``): JPEG bytes, or predecoded squares."""
+    dataset = wl.dataset() if dataset is None else dataset
+    if knobs.data_format == "files":
+        samples = getattr(dataset, "samples", None)
+        if samples is None:
+            raise KnobError("decode", "gpu", f"decode=cpu for workload {wl.name!r}: its dataset "
+                            "lists no (path, label) samples to read as bytes")  # fmt: skip
+        return EncodedFiles(samples)
+    folder, _ = located(wl, knobs, dataset)
+    return open_format(folder, knobs.data_format, encoded=True)
 
 
 def data_files(wl: Workload, knobs: Knobs) -> list[Path]:
@@ -156,6 +172,7 @@ __all__ = [
     "checked_copy",
     "data_files",
     "dataset_for",
+    "encoded_dataset_for",
     "format_dir",
     "located",
     "open_format",

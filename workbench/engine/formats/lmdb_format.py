@@ -21,6 +21,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from workbench.engine.encoded import as_tensor
 from workbench.engine.formats.manifest import FormatError, decode_jpeg, open_checked
 
 DATA_FILE = "data.mdb"
@@ -105,12 +106,16 @@ class LmdbWriter:
 
 
 class LmdbDataset(Dataset):
-    """Map-style dataset over the LMDB: ``(transform(image), label)`` by index."""
+    """Map-style dataset over the LMDB: ``(transform(image), label)`` by index (``encoded``:
+    ``(JPEG bytes as a uint8 tensor, label)``, undecoded, for ``decode=gpu``)."""
 
-    def __init__(self, folder: str | Path, transform: Callable | None = None):
+    def __init__(
+        self, folder: str | Path, transform: Callable | None = None, *, encoded: bool = False
+    ):
         self.folder = Path(folder)
         self.manifest = open_checked(self.folder, "lmdb")
         self.transform = transform
+        self.encoded = encoded
 
     def __len__(self) -> int:
         return self.manifest.count
@@ -140,5 +145,7 @@ class LmdbDataset(Dataset):
         if index < 0:
             index += len(self)
         label, jpeg = self.raw(index)
+        if self.encoded:
+            return as_tensor(jpeg), label
         rgb = decode_jpeg(jpeg, f"{index} in LMDB {self.folder / DATA_FILE}")
         return (self.transform(rgb) if self.transform else rgb), label

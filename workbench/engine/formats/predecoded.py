@@ -24,6 +24,7 @@ import numpy as np
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
+from workbench.engine.encoded import as_tensor
 from workbench.engine.formats.manifest import FormatError, open_checked
 
 PIXELS = "pixels.u8"
@@ -67,10 +68,15 @@ class PredecodedWriter:
 
 
 class PredecodedDataset(Dataset):
-    """Map-style dataset over the pixel file: ``(transform(image), label)`` by index."""
+    """Map-style dataset over the pixel file: ``(transform(image), label)`` by index
+    (``encoded``: ``(R x R x 3 uint8 tensor, label)``, the stored square as it is, for
+    ``decode=gpu``: the device crops it)."""
 
-    def __init__(self, folder: str | Path, transform: Callable | None = None):
+    def __init__(
+        self, folder: str | Path, transform: Callable | None = None, *, encoded: bool = False
+    ):
         self.folder = Path(folder)
+        self.encoded = encoded
         self.manifest = open_checked(self.folder, "predecoded")
         self.resolution = int(self.manifest.resolution or 0)
         self.record = self.resolution * self.resolution * 3
@@ -106,5 +112,7 @@ class PredecodedDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} out of range for {len(self)} samples")
         label, pixels = self.raw(index)
+        if self.encoded:
+            return as_tensor(pixels), label
         image = Image.fromarray(pixels)  # a copy: the transform may keep it past the mapping
         return (self.transform(image) if self.transform else image), label

@@ -24,6 +24,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from workbench.engine.encoded import as_tensor
 from workbench.engine.formats.manifest import FormatError, Manifest, decode_jpeg, open_checked
 
 SHARD_NAME = "shard-{:05d}.tar"
@@ -96,7 +97,8 @@ def shard_paths(folder: Path, manifest: Manifest) -> list[str]:
 
 
 class ShardDataset(IterableDataset):
-    """Samples ``(transform(image), label)`` from the shards, shuffled by shard and buffer."""
+    """Samples ``(transform(image), label)`` from the shards, shuffled by shard and buffer
+    (``encoded``: ``(JPEG bytes, label)``)."""
 
     def __init__(
         self,
@@ -105,9 +107,12 @@ class ShardDataset(IterableDataset):
         *,
         seed: int = 0,
         shard: tuple[int, int] | None = None,
+        encoded: bool = False,
     ):
         self.folder = Path(folder)
         self.manifest = open_checked(self.folder, "shards")
+        self.encoded = encoded
+        """Yield ``(JPEG bytes as a uint8 tensor, label)``, undecoded (``decode=gpu``)."""
         self.shards = shard_paths(self.folder, self.manifest)
         self.transform = transform
         self.seed = seed
@@ -164,6 +169,8 @@ class ShardDataset(IterableDataset):
             yield int(s["__key__"]), int(s["cls"])
 
     def _decode(self, sample: dict[str, Any]) -> tuple[Any, int]:
+        if self.encoded:
+            return as_tensor(sample["jpg"]), int(sample["cls"])
         where = f"{sample['__key__']}.jpg in shard {sample['__url__']}"
         rgb = decode_jpeg(sample["jpg"], where)
         label = int(sample["cls"])

@@ -4,7 +4,9 @@ A batch is ``(input, target)`` or a dict, any nest of tensors (``workbench.engin
 workload's ``collate_fn`` makes it from the dataset's items where the backend is torch's.
 
 ``build_loader`` picks the backend from ``knobs.loader``: the torch DataLoader, NVIDIA DALI, or
-``synthetic`` (one batch resident on the device, replayed: the compute-only ceiling).
+``synthetic`` (one batch resident on the device, replayed: the compute-only ceiling). With
+``decode=gpu`` on CUDA the torch loader's workers read bytes and the device decodes and
+augments them (``loaders.device_batches``).
 
 An epoch shorter than ``SHORT_EPOCH_BATCHES`` is continued or measured as it is, by the rule
 of ``workbench.engine.epochs``; the stream's ``epoch_handling`` says which.
@@ -18,6 +20,7 @@ from workbench.core.knobs import Knobs
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.formats import dataset_for, release_mappings
 from workbench.engine.loaders.dali import build_dali_stream  # imports DALI only when called
+from workbench.engine.loaders.device_batches import build_device_stream, decode_no_effect
 from workbench.engine.loaders.stream import BatchStream, LoaderUnavailable, check_batch_fits
 from workbench.engine.loaders.synthetic import SyntheticStream
 from workbench.engine.loaders.torch_loader import TorchStream
@@ -59,6 +62,8 @@ def _build(
         if shard is None:
             return build_dali_stream(workload, knobs, device)
         return build_dali_stream(workload, knobs, device, shard=shard)
+    if knobs.decode == "gpu" and not decode_no_effect(knobs, device, workload):
+        return build_device_stream(workload, knobs, device, shard)
     return TorchStream(
         dataset_for(workload, knobs),
         knobs,

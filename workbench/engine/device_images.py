@@ -1,0 +1,236 @@
+"""The image pipeline on the training device: decode (nvJPEG), random-resized crop, flip, normalize.
+
+Why it exists: a torch DataLoader worker that decodes JPEGs with Pillow and augments them
+delivers roughly 150-270 images/s at 224 px, while resnet50 in bf16 trains thousands a second
+on one H100/H200. Feeding it from the CPU takes more cores than many GPU boxes give one GPU.
+With ``decode=gpu`` the workers only read the stored bytes (``workbench.engine.encoded``): the
+device decodes a whole batch of JPEGs in one nvJPEG call and does the augmentation there, or,
+for ``data_format=predecoded``, takes the stored uint8 squares as they are (a quarter of the
+float32 crops' bytes to copy) and crops them on the device.
+
+The same augmentation as the CPU path (``workloads.vision.train_transform``), drawn by the same
+rules (:class:`ImageRecipe`, read from the workload's own transform by :func:`recipe_of`):
+RandomResizedCrop's box (a share of the area from ``scale``, an aspect ratio log-uniform in
+``ratio``, ten tries, then the centre crop clamped to ``ratio``), resized to ``size`` x
+``size`` with bilinear interpolation and antialiasing (what torchvision does on tensors), a
+horizontal flip with probability ``flip_p``, then ``/255`` and the mean/std normalisation.
+The boxes and flips are drawn on the host (``random.Random``: no device sync); only the pixel
+work runs on the device. The result is float32, outside any autocast, as the CPU path's is.
+
+The JPEG decoder: TorchCodec's ``decode_jpeg`` where it is installed (torchvision 0.29
+deprecated its own decoders in favour of TorchCodec 0.16), else ``torchvision.io.decode_jpeg``
+(present wherever the image workloads run). Both take the bytes as CPU tensors and decode a list
+in one batched nvJPEG call on CUDA; :data:`DECODER` says which one this process uses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from workbench.engine.encoded import JPEG, EncodedBatch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CROP_TRIES = 10  # RandomResizedCrop's tries before its centre-crop fallback
+
+
+class UnsupportedTransform(ValueError):
+    """A workload transform the device pipeline cannot reproduce; the message says which step."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRecipe:
+    """The augmentation a batch gets, whichever side runs it (the CPU's or the device's)."""
+
+    size: int
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_p: float = 0.5
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+
+@dataclass(frozen=True, slots=True)
+class CropBox:
+    """Where a crop is cut from an image (pixels) and whether it is flipped."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+    flip: bool = False
+
+
+def recipe_of(transform: Any) -> ImageRecipe:
+    """The recipe of a torchvision ``Compose`` of RandomResizedCrop, RandomHorizontalFlip
+    (optional), ToTensor / ToImage+ToDtype and Normalize: the classic training augmentation,
+    and what the built-in image workloads use. Anything else raises UnsupportedTransform
+    naming the step: the device would run another augmentation than the CPU's."""
+    steps = list(getattr(transform, "transforms", [transform] if transform else []))
+    found: dict[str, Any] = {}
+    for step in steps:
+        kind = type(step).__name__
+        if kind == "RandomResizedCrop":
+            size = step.size[0] if isinstance(step.size, (tuple, list)) else step.size
+            found |= {"size": int(size), "scale": tuple(step.scale), "ratio": tuple(step.ratio)}
+        elif kind == "RandomHorizontalFlip":
+            found["flip_p"] = float(step.p)
+        elif kind == "Normalize":
+            found |= {"mean": tuple(map(float, step.mean)), "std": tuple(map(float, step.std))}
+        elif kind not in {"ToTensor", "ToImage", "ToDtype", "PILToTensor", "ConvertImageDtype"}:
+            raise UnsupportedTransform(
+                f"its transform has a {kind} step, which the device pipeline does not run "
+                "(it runs RandomResizedCrop, RandomHorizontalFlip and Normalize)"
+            )
+    if "size" not in found:
+        raise UnsupportedTransform("its transform has no RandomResizedCrop to take the size from")
+    return ImageRecipe(**{"flip_p": 0.0, **found})
+
+
+def crop_box(height: int, width: int, recipe: ImageRecipe, rng: random.Random) -> CropBox:
+    """A RandomResizedCrop box for a ``height`` x ``width`` image and a flip, drawn from ``rng``."""
+    area = height * width
+    log_low, log_high = math.log(recipe.ratio[0]), math.log(recipe.ratio[1])
+    for _ in range(CROP_TRIES):
+        target = area * rng.uniform(*recipe.scale)
+        aspect = math.exp(rng.uniform(log_low, log_high))
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top, left = rng.randint(0, height - h), rng.randint(0, width - w)
+            return CropBox(top, left, h, w, rng.random() < recipe.flip_p)
+    h, w = _centre_fallback(height, width, recipe.ratio)
+    flip = rng.random() < recipe.flip_p
+    return CropBox((height - h) // 2, (width - w) // 2, h, w, flip)
+
+
+def _centre_fallback(height: int, width: int, ratio: tuple[float, float]) -> tuple[int, int]:
+    """The whole image, narrowed to the ratio range where it is too wide or too tall."""
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        return round(width / min(ratio)), width
+    if in_ratio > max(ratio):
+        return height, round(height * max(ratio))
+    return height, width
+
+
+def augment(
+    images: Sequence[torch.Tensor], recipe: ImageRecipe, rng: random.Random
+) -> torch.Tensor:
+    """``N x 3 x size x size`` float32, normalized, from uint8 ``3 x H x W`` images (any sizes,
+    on any one device): each cropped by its own box, resized with antialiasing, flipped."""
+    first = images[0]
+    out = torch.empty((len(images), 3, recipe.size, recipe.size), device=first.device)
+    for i, image in enumerate(images):
+        box = crop_box(image.shape[-2], image.shape[-1], recipe, rng)
+        patch = image[:, box.top : box.top + box.height, box.left : box.left + box.width]
+        resized = F.interpolate(
+            patch.unsqueeze(0).float(),
+            size=(recipe.size, recipe.size),
+            mode="bilinear",
+            align_corners=False,
+            antialias=True,
+        )
+        out[i] = resized[0].flip(-1) if box.flip else resized[0]
+    return normalize_(out, recipe)
+
+
+def normalize_(batch: torch.Tensor, recipe: ImageRecipe) -> torch.Tensor:
+    """``(x / 255 - mean) / std`` in place, channel-wise: what ToTensor then Normalize do."""
+    shape = (1, len(recipe.mean), 1, 1)
+    mean = torch.tensor(recipe.mean, device=batch.device).view(shape) * 255.0
+    std = torch.tensor(recipe.std, device=batch.device).view(shape) * 255.0
+    return batch.sub_(mean).div_(std)
+
+
+def _torchcodec_decoder() -> Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]:
+    # torchcodec is optional: the decoder torchvision points to since 0.29
+    from torchcodec.decoders import decode_jpeg
+
+    return lambda data, device: decode_jpeg(data, mode="RGB", device=device)
+
+
+def _torchvision_decoder() -> Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]:
+    # torchvision only when an image pipeline runs
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        with warnings.catch_warnings():  # 0.29+ says to use TorchCodec: we do, where installed
+            warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+
+    return decode
+
+
+def _pick_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
+    try:
+        return "torchcodec", _torchcodec_decoder()
+    except ImportError:
+        return "torchvision", _torchvision_decoder()
+
+
+_DECODER: tuple[str, Callable[..., list[torch.Tensor]]] | None = None
+
+
+def jpeg_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
+    """(name, decode): the JPEG decoder this process uses, chosen once (see the module's doc)."""
+    global _DECODER
+    if _DECODER is None:
+        _DECODER = _pick_decoder()
+    return _DECODER
+
+
+def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
+    """uint8 ``3 x H x W`` images on ``device`` from JPEG bytes (1-D uint8 CPU tensors): one
+    batched nvJPEG call on CUDA, libjpeg-turbo on a CPU. Grey JPEGs come out as RGB."""
+    _, decode = jpeg_decoder()
+    return list(decode(list(data), torch.device(device)))
+
+
+class DeviceImages:
+    """``EncodedBatch`` -> ``(images, labels)`` on ``device``: JPEGs decoded (one batched
+    call), predecoded squares copied as uint8, then :func:`augment` with ``recipe``. Counts the
+    bytes that crossed to the device (``h2d_bytes_per_sample``)."""
+
+    def __init__(
+        self,
+        recipe: ImageRecipe,
+        device: torch.device | str,
+        *,
+        seed: int = 0,
+        channels_last: bool = False,
+    ) -> None:
+        self.recipe = recipe
+        self.device = torch.device(device)
+        self.channels_last = channels_last
+        self._rng = random.Random(seed)
+        self.bytes_moved = 0
+        self.samples = 0
+
+    def __call__(self, batch: EncodedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        pinned = self.device.type == "cuda" and batch.labels.is_pinned()
+        labels = batch.labels.to(self.device, non_blocking=pinned)
+        if batch.kind == JPEG:
+            images = decode_jpegs(batch.jpegs(), self.device)
+        else:  # predecoded N x R x R x 3: one uint8 copy, then CHW views of it
+            pixels = batch.data.to(self.device, non_blocking=pinned)
+            images = list(pixels.permute(0, 3, 1, 2))
+        out = augment(images, self.recipe, self._rng)
+        if self.channels_last:
+            out = out.contiguous(memory_format=torch.channels_last)
+        self.bytes_moved += batch.nbytes
+        self.samples += len(batch)
+        return out, labels
+
+    @property
+    def h2d_bytes_per_sample(self) -> float | None:
+        """Mean bytes a sample sent to the device so far (stored bytes plus its label)."""
+        return self.bytes_moved / self.samples if self.samples else None
