@@ -164,7 +164,7 @@ def _torchvision_decoder() -> Callable[[list[torch.Tensor], torch.device], list[
 
     def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         with warnings.catch_warnings():  # 0.29+ says to use TorchCodec: we do, where installed
-            warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
+            warnings.filterwarnings("ignore", message=".*TorchCodec.*")
             return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
     return decode
