@@ -32,7 +32,8 @@ HEAVY = (
     "lightning",
     "pytorch_lightning",
     "psycopg",
-)  # fmt: skip  (psycopg: the class extra's driver, absent without it)
+    "torchcodec",
+)  # fmt: skip  (psycopg: the class extra's driver, absent without it; torchcodec: decode's)
 # Modules whose own function-level imports of the package keep a light path light: the CLI's
 # commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
 # production side's ``workbench.config`` (no torch until a method needs it).

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from torchvision import transforms as T
 
+from workbench.engine import device_images
 from workbench.engine.device_images import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -146,7 +147,7 @@ def test_jpegs_decode_as_pillow_decodes_them_and_grey_ones_come_out_rgb():
     pillow = np.asarray(Image.open(io.BytesIO(_jpeg(colour).numpy().tobytes())).convert("RGB"))
     assert np.abs(got[0].permute(1, 2, 0).numpy().astype(int) - pillow).max() <= 2
     assert torch.equal(got[1][0], got[1][2])  # grey: the three channels are one
-    assert jpeg_decoder()[0] in {"torchcodec", "torchvision"}
+    assert jpeg_decoder()[0].split()[0] in {"torchcodec", "torchvision"}
 
 
 def test_predecoded_squares_are_cropped_from_uint8_and_counted_as_their_bytes():
@@ -157,3 +158,17 @@ def test_predecoded_squares_are_cropped_from_uint8_and_counted_as_their_bytes():
     assert out.shape == (4, 3, 64, 64) and labels.tolist() == [0, 1, 2, 3]
     assert out.is_contiguous(memory_format=torch.channels_last)
     assert images.h2d_bytes_per_sample == 73 * 73 * 3 + 8  # the square and its int64 label
+
+
+def test_without_torchcodec_torchvisions_decoder_decodes_the_same(monkeypatch):
+    colour = np.random.default_rng(4).integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    first = decode_jpegs([_jpeg(colour)], "cpu")[0]
+
+    def missing():
+        raise ImportError("No module named 'torchcodec'")
+
+    monkeypatch.setattr(device_images, "_DECODER", None)
+    monkeypatch.setattr(device_images, "_torchcodec_decoder", missing)
+    assert jpeg_decoder()[0].startswith("torchvision ")
+    assert torch.equal(decode_jpegs([_jpeg(colour)], "cpu")[0], first)
+    monkeypatch.setattr(device_images, "_DECODER", None)  # the next test picks again

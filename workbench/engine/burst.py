@@ -307,6 +307,8 @@ def _measure(
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
     measured.decode = decode_ran(stream, wl)
+    if getattr(stream, "note", None):  # decode=gpu: which decoder ran, and how
+        measured.notes.append(stream.note)
     measured.h2d_bytes_per_sample = getattr(stream, "h2d_bytes_per_sample", h2d_first)
     measured.setup_s = setup_s
     measured.flops_per_sample, measured.samples_from = flops, rule.source

@@ -25,6 +25,7 @@ in one batched nvJPEG call on CUDA; :data:`DECODER` says which one this process 
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import random
 import warnings
@@ -172,16 +173,24 @@ def _torchvision_decoder() -> Callable[[list[torch.Tensor], torch.device], list[
 
 def _pick_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
     try:
-        return "torchcodec", _torchcodec_decoder()
-    except ImportError:
-        return "torchvision", _torchvision_decoder()
+        return f"torchcodec {_version('torchcodec')}", _torchcodec_decoder()
+    except Exception:  # not installed, or built for another torch: its own ops fail to load
+        return f"torchvision {_version('torchvision')}", _torchvision_decoder()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 _DECODER: tuple[str, Callable[..., list[torch.Tensor]]] | None = None
 
 
 def jpeg_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
-    """(name, decode): the JPEG decoder this process uses, chosen once (see the module's doc)."""
+    """(name and version, decode): the JPEG decoder this process uses, chosen once (see the
+    module's doc); a burst that decoded on the device names it in its ``notes``."""
     global _DECODER
     if _DECODER is None:
         _DECODER = _pick_decoder()

@@ -23,7 +23,12 @@ from typing import Any
 import torch
 
 from workbench.core.knobs import Knobs
-from workbench.engine.device_images import DeviceImages, UnsupportedTransform, recipe_of
+from workbench.engine.device_images import (
+    DeviceImages,
+    UnsupportedTransform,
+    jpeg_decoder,
+    recipe_of,
+)
 from workbench.engine.encoded import collate_encoded
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.formats import encoded_dataset_for
@@ -42,6 +47,7 @@ class _Ahead:
         self._images = images
         on_cuda = images.device.type == "cuda"
         self._side = torch.cuda.Stream(images.device) if overlap and on_cuda else None
+        self.overlaps = self._side is not None
         self._ready: DeviceBatch | None = None
         self._started = False
 
@@ -120,6 +126,12 @@ class DeviceDecodeStream:
     @property
     def h2d_bytes_per_sample(self) -> float | None:
         return self.images.h2d_bytes_per_sample
+
+    @property
+    def note(self) -> str:
+        """What the result's ``notes`` say of this stream: the decoder and the overlap."""
+        where = "on a side stream, one batch ahead" if self._ahead.overlaps else "in line"
+        return f"decode=gpu: JPEGs decoded by {jpeg_decoder()[0]} (nvJPEG), augmented {where}"
 
     def __next__(self) -> DeviceBatch:
         return next(self._ahead)
