@@ -124,10 +124,14 @@ def _centre_fallback(height: int, width: int, ratio: tuple[float, float]) -> tup
 
 
 def augment(
-    images: Sequence[torch.Tensor], recipe: ImageRecipe, rng: random.Random
+    images: Sequence[torch.Tensor],
+    recipe: ImageRecipe,
+    rng: random.Random,
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``N x 3 x size x size`` float32, normalized, from uint8 ``3 x H x W`` images (any sizes,
-    on any one device): each cropped by its own box, resized with antialiasing, flipped."""
+    on any one device): each cropped by its own box, resized with antialiasing, flipped.
+    ``stats``: :func:`channel_stats` made once on the device (see :func:`normalize_`)."""
     first = images[0]
     out = torch.empty((len(images), 3, recipe.size, recipe.size), device=first.device)
     for i, image in enumerate(images):
@@ -141,14 +145,28 @@ def augment(
             antialias=True,
         )
         out[i] = resized[0].flip(-1) if box.flip else resized[0]
-    return normalize_(out, recipe)
+    return normalize_(out, recipe, stats)
 
 
-def normalize_(batch: torch.Tensor, recipe: ImageRecipe) -> torch.Tensor:
-    """``(x / 255 - mean) / std`` in place, channel-wise: what ToTensor then Normalize do."""
+def channel_stats(recipe: ImageRecipe, device: torch.device | str) -> tuple[torch.Tensor, ...]:
+    """The mean and std on the 0-255 scale, shaped to broadcast over ``N x C x H x W``."""
     shape = (1, len(recipe.mean), 1, 1)
-    mean = torch.tensor(recipe.mean, device=batch.device).view(shape) * 255.0
-    std = torch.tensor(recipe.std, device=batch.device).view(shape) * 255.0
+    mean = torch.tensor(recipe.mean).view(shape) * 255.0
+    std = torch.tensor(recipe.std).view(shape) * 255.0
+    return mean.to(device), std.to(device)
+
+
+def normalize_(
+    batch: torch.Tensor,
+    recipe: ImageRecipe,
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``(x / 255 - mean) / std`` in place, channel-wise: what ToTensor then Normalize do.
+
+    Why ``stats`` is made once: copying a tensor from pageable host memory to a GPU waits for
+    the stream (PyTorch synchronizes a blocking copy), which on every batch would stop the host
+    until the side stream's work so far is done, and with it the overlap."""
+    mean, std = stats if stats is not None else channel_stats(recipe, batch.device)
     return batch.sub_(mean).div_(std)
 
 
@@ -207,7 +225,12 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[t
 class DeviceImages:
     """``EncodedBatch`` -> ``(images, labels)`` on ``device``: JPEGs decoded (one batched
     call), predecoded squares copied as uint8, then :func:`augment` with ``recipe``. Counts the
-    bytes that crossed to the device (``h2d_bytes_per_sample``)."""
+    bytes that crossed to the device (``h2d_bytes_per_sample``).
+
+    Nothing here waits for the device when the batch is pinned (``pin_memory=True``): the
+    crop boxes are drawn on the host, the copies are ``non_blocking``, the normalisation's
+    constants live on the device. An unpinned batch's copy waits for the stream, as an
+    unpinned copy does in any loop: that is what ``pin_memory`` measures."""
 
     def __init__(
         self,
@@ -221,6 +244,8 @@ class DeviceImages:
         self.device = torch.device(device)
         self.channels_last = channels_last
         self._rng = random.Random(seed)
+        self._stats = channel_stats(recipe, self.device)
+        self._held: list[tuple[torch.cuda.Event, EncodedBatch]] = []
         self.bytes_moved = 0
         self.samples = 0
 
@@ -232,12 +257,27 @@ class DeviceImages:
         else:  # predecoded N x R x R x 3: one uint8 copy, then CHW views of it
             pixels = batch.data.to(self.device, non_blocking=pinned)
             images = list(pixels.permute(0, 3, 1, 2))
-        out = augment(images, self.recipe, self._rng)
+        out = augment(images, self.recipe, self._rng, self._stats)
         if self.channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         self.bytes_moved += batch.nbytes
         self.samples += len(batch)
+        self._hold_until_done(batch)
         return out, labels
+
+    def _hold_until_done(self, batch: EncodedBatch) -> None:
+        """Keep the host batch alive until the device has finished with it.
+
+        nvJPEG reads the JPEG bytes from host memory on its own schedule; once this batch is
+        dropped, its pinned block goes back to PyTorch's host cache, which knows only of the
+        uses that ``copy_`` recorded, and the pinning thread could refill it with the next
+        batch under the decoder. An event after the batch's work says when it is free."""
+        if self.device.type != "cuda":
+            return
+        self._held = [(done, held) for done, held in self._held if not done.query()]
+        done = torch.cuda.Event()
+        done.record()  # on the current stream: the side stream when overlapping
+        self._held.append((done, batch))
 
     @property
     def h2d_bytes_per_sample(self) -> float | None:
