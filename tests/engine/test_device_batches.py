@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.core.knobs import Knobs
 from workbench.distributed.dispatch import run_burst
+from workbench.engine import loaders
 from workbench.engine.convert import convert_dataset
 from workbench.engine.device_images import DeviceImages, ImageRecipe
 from workbench.engine.encoded import JPEG, PIXELS, EncodedFiles, collate_encoded, folder_samples
@@ -134,3 +135,16 @@ def test_overlap_on_a_side_stream_gives_the_same_batches(coloured):
         runs.append([(x.cpu(), y.cpu()) for x, y in DeviceBatches(loader, images, overlap=overlap)])
     for (xa, ya), (xb, yb) in zip(*runs, strict=True):
         assert torch.equal(ya, yb) and torch.allclose(xa, xb)
+
+
+def test_the_bursts_device_path_runs_whole_on_cpu_tensors(tiny_data, monkeypatch):
+    """The CPU twin of a decode=gpu burst: the refusal lifted, the same stream, pipeline and
+    loop run on CPU tensors; what crosses is the JPEG bytes and the label."""
+    monkeypatch.setattr(loaders, "decode_no_effect", lambda *_: {})
+    knobs = Knobs(decode="gpu", batch_size=6, num_workers=1)
+    r = run_burst("cnn", knobs, data_dir=tiny_data, device="cpu", **FAST)
+    assert r.ok, r.error
+    assert r.decode == "gpu" and r.samples == r.steps * 6
+    sizes = [Path(p).stat().st_size for p, _ in folder_samples(tiny_data / "images")]
+    assert min(sizes) + 8 <= r.h2d_bytes_per_sample <= max(sizes) + 8
+    assert any("decode=gpu: JPEGs decoded by" in note for note in r.notes)
