@@ -148,3 +148,59 @@ def test_the_bursts_device_path_runs_whole_on_cpu_tensors(tiny_data, monkeypatch
     sizes = [Path(p).stat().st_size for p, _ in folder_samples(tiny_data / "images")]
     assert min(sizes) + 8 <= r.h2d_bytes_per_sample <= max(sizes) + 8
     assert any("decode=gpu: JPEGs decoded by" in note for note in r.notes)
+
+
+def test_on_cuda_the_next_batch_is_queued_on_a_side_stream_the_trainer_waits_for(monkeypatch):
+    """The overlap's order, with CUDA's stream calls recorded (a fake: no GPU here): batch k+1
+    is prepared on the side stream only after the training stream was made to wait for batch
+    k's work and k's tensors were marked as used there."""
+    log: list[str] = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits for {other.name}")
+
+    main, side = Stream("main"), Stream("side")
+    current = [main]
+
+    class Tensor:
+        def __init__(self, tag):
+            self.tag = tag
+
+        def record_stream(self, stream):
+            log.append(f"{self.tag} used on {stream.name}")
+
+    class Images:
+        device = CUDA
+
+        def __call__(self, batch):
+            log.append(f"prepare {batch} on {current[-1].name}")
+            return Tensor(f"x{batch}"), Tensor(f"y{batch}")
+
+    class OnSide:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):
+            current.append(self.stream)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    monkeypatch.setattr(torch.cuda, "stream", OnSide)
+    got = [x.tag for x, _ in DeviceBatches([0, 1], Images())]
+    assert got == ["x0", "x1"]
+    assert log == [
+        "prepare 0 on side",
+        "main waits for side", "x0 used on main", "y0 used on main",
+        "prepare 1 on side",
+        "main waits for side", "x1 used on main", "y1 used on main",
+    ]  # fmt: skip
+    log.clear()
+    list(DeviceBatches([0], Images(), overlap=False))
+    assert log == ["prepare 0 on main"]  # in line: nothing to wait for
