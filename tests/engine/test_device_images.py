@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.nn import functional as F
 from torchvision import transforms as T
 
 from workbench.engine import device_images
@@ -172,3 +173,31 @@ def test_without_torchcodec_torchvisions_decoder_decodes_the_same(monkeypatch):
     assert jpeg_decoder()[0].startswith("torchvision ")
     assert torch.equal(decode_jpegs([_jpeg(colour)], "cpu")[0], first)
     monkeypatch.setattr(device_images, "_DECODER", None)  # the next test picks again
+
+
+def _smooth(height: int, width: int, seed: int) -> torch.Tensor:
+    coarse = torch.rand(
+        (1, 3, height // 8, width // 8), generator=torch.Generator().manual_seed(seed)
+    )
+    full = F.interpolate(coarse, size=(height, width), mode="bilinear") * 255
+    return full[0].round().to(torch.uint8)
+
+
+def test_the_batched_resize_is_within_a_grey_level_of_torchvisions_antialiased_one():
+    """roi_align's averaged samples against a per-image antialiased bilinear resize, on the
+    same boxes, for crops both larger and smaller than the output."""
+    images = [_smooth(256, 256, i) for i in range(24)] + [_smooth(300, 400, i) for i in range(8)]
+    recipe = ImageRecipe(size=96, flip_p=0.0)
+    got = augment(images, recipe, random.Random(9), stats=(torch.zeros(1), torch.ones(1)))
+    rng = random.Random(9)
+    boxes = [crop_box(i.shape[-2], i.shape[-1], recipe, rng) for i in images]
+    expected = torch.stack([
+        F.interpolate(image[None, :, b.top : b.top + b.height, b.left : b.left + b.width].float(),
+                      size=(96, 96), mode="bilinear", antialias=True, align_corners=False)[0]
+        for image, b in zip(images, boxes, strict=True)
+    ])  # fmt: skip
+    difference = (got - expected).abs()
+    assert difference.mean().item() < 1.0  # grey levels, of 255
+    assert difference.flatten().quantile(0.99).item() < 6.0
+    per_image = difference.mean(dim=(1, 2, 3))
+    assert per_image.max().item() < 2.0  # every image in its own place: order kept across sizes
