@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from torch.nn import functional as F
 from torchvision import transforms as T
+from torchvision.transforms import InterpolationMode, v2
 
 from workbench.engine import device_images
 from workbench.engine.device_images import (
@@ -201,3 +202,18 @@ def test_the_batched_resize_is_within_a_grey_level_of_torchvisions_antialiased_o
     assert difference.flatten().quantile(0.99).item() < 6.0
     per_image = difference.mean(dim=(1, 2, 3))
     assert per_image.max().item() < 2.0  # every image in its own place: order kept across sizes
+
+
+def test_a_crop_that_is_not_bilinear_or_pixels_left_unscaled_are_refused():
+    from torchvision.transforms import InterpolationMode, v2
+
+    bicubic = T.Compose([T.RandomResizedCrop(32, interpolation=InterpolationMode.BICUBIC)])
+    with pytest.raises(UnsupportedTransform, match="bicubic"):
+        recipe_of(bicubic)
+    unscaled = v2.Compose([v2.RandomResizedCrop(32), v2.ToImage(), v2.ToDtype(torch.float32)])
+    with pytest.raises(UnsupportedTransform, match="scale=False"):
+        recipe_of(unscaled)
+    steps = [v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.ToImage()]
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.5] * 3)]
+    scaled = v2.Compose(steps)
+    assert recipe_of(scaled) == ImageRecipe(size=32, mean=(0.5,) * 3, std=(0.5,) * 3)

@@ -80,8 +80,14 @@ def recipe_of(transform: Any) -> ImageRecipe:
     for step in steps:
         kind = type(step).__name__
         if kind == "RandomResizedCrop":
+            _check_bilinear(step)
             size = step.size[0] if isinstance(step.size, (tuple, list)) else step.size
             found |= {"size": int(size), "scale": tuple(step.scale), "ratio": tuple(step.ratio)}
+        elif kind == "ToDtype" and not getattr(step, "scale", False):
+            raise UnsupportedTransform(
+                "its ToDtype step does not scale (scale=False): its pixels stay 0-255, while "
+                "the device pipeline divides by 255 as ToTensor does"
+            )
         elif kind == "RandomHorizontalFlip":
             found["flip_p"] = float(step.p)
         elif kind == "Normalize":
@@ -94,6 +100,17 @@ def recipe_of(transform: Any) -> ImageRecipe:
     if "size" not in found:
         raise UnsupportedTransform("its transform has no RandomResizedCrop to take the size from")
     return ImageRecipe(**{"flip_p": 0.0, **found})
+
+
+def _check_bilinear(crop: Any) -> None:
+    """Refuse a crop that resizes otherwise than bilinearly: the device resizes bilinearly."""
+    mode = getattr(crop, "interpolation", None)
+    name = str(getattr(mode, "value", mode) or "bilinear").lower()
+    if name != "bilinear":
+        raise UnsupportedTransform(
+            f"its RandomResizedCrop resizes with {name} interpolation; the device pipeline "
+            "resizes bilinearly"
+        )
 
 
 def crop_box(height: int, width: int, recipe: ImageRecipe, rng: random.Random) -> CropBox:
