@@ -205,8 +205,6 @@ def test_the_batched_resize_is_within_a_grey_level_of_torchvisions_antialiased_o
 
 
 def test_a_crop_that_is_not_bilinear_or_pixels_left_unscaled_are_refused():
-    from torchvision.transforms import InterpolationMode, v2
-
     bicubic = T.Compose([T.RandomResizedCrop(32, interpolation=InterpolationMode.BICUBIC)])
     with pytest.raises(UnsupportedTransform, match="bicubic"):
         recipe_of(bicubic)
