@@ -42,6 +42,7 @@ from workbench.config.rebuild import read_training, source_of, with_source
 from workbench.config.tuned_config import TunedConfig
 from workbench.config.yaml_text import (
     ConfigError,
+    ConfigWarning,
     Section,
     check_keys,
     load_text,
@@ -74,10 +75,6 @@ _DALI_KNOBS = tuple(name for name in KNOB_NAMES if name.startswith("dali_"))
 
 
 TRUSTED = "a config is trusted input, like a script: load only files whose author you trust"
-
-
-class ConfigWarning(UserWarning):
-    """Loading works, but something deserves a look (another GPU, an unknown variable)."""
 
 
 # --------------------------------------------------------------------------- save
