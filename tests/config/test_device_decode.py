@@ -156,3 +156,10 @@ def test_an_autotuned_loader_reads_bytes_too(images):
     x, y = next(iter(cfg.device_batches(loader, "cpu")))
     assert isinstance(next(iter(loader.loader)), EncodedBatch)
     assert x.shape == (4, 3, 32, 32) and len(y) == 4
+
+
+def test_show_says_decode_gpu_has_no_effect_with_the_workloads_collate_fn():
+    shown = TunedConfig(Knobs(decode="gpu"), collate_fn="recs.data:pad").describe()
+    assert ("# data: decode=gpu has no effect with the workload's own collate_fn (recs.data:pad)"
+            in shown)  # fmt: skip
+    assert "collate_encoded" not in shown and "device_batches" not in shown
