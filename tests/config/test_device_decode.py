@@ -163,3 +163,19 @@ def test_show_says_decode_gpu_has_no_effect_with_the_workloads_collate_fn():
     assert ("# data: decode=gpu has no effect with the workload's own collate_fn (recs.data:pad)"
             in shown)  # fmt: skip
     assert "collate_encoded" not in shown and "device_batches" not in shown
+
+
+def test_the_default_seed_follows_torch_and_differs_by_rank_and_by_call(images, monkeypatch):
+    cfg = _cfg()
+    loader = cfg.dataloader(ImageFiles(images, train_transform(32)), device="cuda")
+
+    def crops(seed_torch: int | None, rank: str) -> torch.Tensor:
+        monkeypatch.setenv("RANK", rank)
+        if seed_torch is not None:
+            torch.manual_seed(seed_torch)
+        return next(iter(cfg.device_batches(loader, "cpu")))[0]
+
+    first = crops(0, "0")
+    assert torch.equal(first, crops(0, "0"))  # reproducible under torch.manual_seed
+    assert not torch.equal(first, crops(0, "1"))  # each rank its own crops
+    assert not torch.equal(first, crops(None, "0"))  # a second call (an epoch): new crops

@@ -30,8 +30,10 @@ The decisions behind that API:
   loader of decoded batches (``decode=cpu``, or a fallback) it copies each batch to the device
   (``non_blocking`` from pinned memory, images NHWC with ``channels_last``), so a script written
   once runs either config.
-- **Each rank draws its crops from its own seed** (its rank, as the burst's ranks do), so two
-  ranks never crop alike.
+- **Each call draws its crops from a seed of its own**: a draw from torch's default generator
+  (``torch.manual_seed`` makes a run reproducible) combined with the rank, so two ranks never
+  crop alike (the burst's ranks are seeded by their rank too) and a loop that calls
+  ``device_batches`` once per epoch gets new crops every epoch, as one that calls it once.
 
 Light imports: torch and the engine inside the functions that need them (``load_config`` stays
 torch-free).
@@ -151,10 +153,10 @@ def device_batches(
     """``(images, labels)`` on ``device`` from ``loader``, one epoch per iteration.
 
     A loader of stored bytes (``cfg.dataloader`` with ``decode=gpu`` acting): the burst's
-    ``DeviceBatches`` over ``DeviceImages`` with the dataset's augmentation, seeded by the rank
-    (``seed``). Any other loader: :class:`DecodedBatches`, its batches copied to the device.
-    ``device``: default CUDA's current device when there is one, else the CPU, where the same
-    decode and augmentation run on CPU tensors.
+    ``DeviceBatches`` over ``DeviceImages`` with the dataset's augmentation, its crops drawn
+    from ``seed`` (default: see the module's doc). Any other loader: :class:`DecodedBatches`,
+    its batches copied to the device. ``device``: default CUDA's current device when there is
+    one, else the CPU, where the same decode and augmentation run on CPU tensors.
     """
     # the engine (torch) only when a loop asks for batches: load_config stays light
     from workbench.engine.device_images import DeviceImages, UnsupportedTransform, recipe_of
@@ -172,7 +174,7 @@ def device_batches(
         raise KnobError("decode", "gpu", f"the loader's dataset keeps no augmentation the "
                         f"device can run ({exc}): build the loader with cfg.dataloader(dataset), "
                         "from the dataset with its training transform") from None  # fmt: skip
-    images = DeviceImages(recipe, target, seed=_rank() if seed is None else seed,
+    images = DeviceImages(recipe, target, seed=_seed() if seed is None else seed,
                           channels_last=channels_last)  # fmt: skip
     return DeviceBatches(loader, images, overlap=overlap)
 
@@ -216,6 +218,19 @@ def _device(device: Any) -> Any:
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def _seed() -> int:
+    """A draw from torch's default generator, the rank in its low bits (module's doc)."""
+    # torch only when a loop asks for batches: load_config stays light
+    import torch
+
+    draw = int(torch.randint(2**31 - 1, ()).item())
+    return draw * _RANKS + _rank() % _RANKS
+
+
+_RANKS = 1 << 16
+"""Ranks told apart by the default seed (its low 16 bits)."""
 
 
 def _rank() -> int:

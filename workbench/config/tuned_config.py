@@ -215,8 +215,10 @@ class TunedConfig:
         ``DeviceBatches``, the same class with the same overlap, so the loop gets what was
         measured: each batch decoded (nvJPEG) and cropped, flipped and normalised on the device
         by the dataset's transform, float32 NCHW (NHWC with ``channels_last``), outside any
-        autocast, one batch ahead on a side CUDA stream (``overlap``); each rank draws its
-        crops from ``seed`` (default: its rank). Over any other loader (``decode=cpu``, or
+        autocast, one batch ahead on a side CUDA stream (``overlap``). The crops are drawn from
+        ``seed``; by default from torch's generator and the rank (reproducible under
+        ``torch.manual_seed``, different on each rank and on each call, so a call per epoch
+        is as good as one). Over any other loader (``decode=cpu``, or
         decode=gpu where it could not act): its batches copied to the device, images NHWC
         with ``channels_last``. ``device``: default CUDA's current device, else the CPU, where
         the same decode and augmentation run on CPU tensors.
