@@ -8,6 +8,9 @@ processes (NCCL_* and allocator variables) and a launch line. Each is one method
 computed from the knobs the same way a burst computes it, so the script runs what was
 measured. Beside the knobs, the workload's own code by name: its collate_fn (in
 :meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
+With ``decode=gpu``, :meth:`dataloader` reads the stored bytes and :meth:`device_batches`
+is the training loop's one call that decodes and augments them on the device, as the bursts
+did (``workbench.config.device_decode`` says what was decided and why).
 ``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
