@@ -13,6 +13,11 @@ blocks ``SmallNet.checkpoint_blocks()`` names) and the NCCL/allocator environmen
 (``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``), all set
 by ``cfg.apply()``, which prints what it changed and,
 with ``--data``, the folder read in the tuned ``data_format`` (``cfg.dataset(DIR, transform)``).
+Where the images are decoded comes from the config too: with ``decode=gpu`` the loader's workers
+read the stored bytes and ``cfg.device_batches(loader, device)`` decodes (nvJPEG) and augments
+each batch on the GPU, one batch ahead, as the tuning bursts measured (it needs ``--data``: the
+made-up images have no files to read; without CUDA the workers decode, with a warning). With
+``decode=cpu`` the same call copies the workers' batches to the device.
 Everything else is ordinary PyTorch: replace the model and the dataset with yours.
 """
 
@@ -66,9 +71,10 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
     if world > 1 and not iterable:
         sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)
     shuffle = sampler is None and not iterable
-    # --autotune: workers and prefetch tuned on the first steps, the answer cached per machine
+    # --autotune: workers and prefetch tuned on the first steps, the answer cached per machine.
+    # decode=gpu: the workers read stored bytes for the device to decode (see _batches).
     loader = cfg.dataloader(dataset, shuffle=shuffle, sampler=sampler, drop_last=True,
-                            autotune=args.autotune)  # fmt: skip
+                            autotune=args.autotune, device=device)  # fmt: skip
 
     model = SmallNet(classes).to(device)
     cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
@@ -82,7 +88,7 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **cfg.optimizer_kwargs())
     scaler = cfg.grad_scaler(device.type)  # None unless fp16
 
-    batches = _batches(loader, sampler)
+    batches = _batches(cfg.device_batches(loader, device), sampler)
     step = _step_function(cfg, model, optimizer, scaler, device, world)
     for _ in range(args.warmup):  # compile, cuDNN autotuning, worker start-up: not timed
         step(batches)
@@ -104,7 +110,6 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
 def _step_function(cfg, model, optimizer, scaler, device, world):
     """One optimizer step: grad_accum micro-batches, each under the tuned autocast."""
     accum = cfg.knobs.grad_accum
-    pinned = cfg.dataloader_kwargs(device.type).get("pin_memory", False)
     # DDP all-reduces gradients on every backward; no_sync skips that until the last
     # micro-batch. Not with static_graph: PyTorch's DDP fails an internal assert on a first
     # backward under no_sync with a static graph (pytorch/pytorch#143580).
@@ -112,11 +117,7 @@ def _step_function(cfg, model, optimizer, scaler, device, world):
 
     def step(batches) -> torch.Tensor:
         for i in range(accum):
-            x, y = next(batches)
-            # non_blocking only overlaps the copy with compute when the batch is pinned
-            x, y = x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
-            if cfg.knobs.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x, y = next(batches)  # on the device already, NHWC with channels_last
             last = i == accum - 1
             sync = model.no_sync() if skip_sync and not last else contextlib.nullcontext()
             with sync:
@@ -134,13 +135,14 @@ def _step_function(cfg, model, optimizer, scaler, device, world):
     return step
 
 
-def _batches(loader, sampler):
-    """Batches forever, epoch after epoch (the sampler reshuffles per epoch under DDP)."""
+def _batches(on_device, sampler):
+    """Device batches forever, epoch after epoch (the sampler reshuffles per epoch under DDP);
+    ``on_device`` is ``cfg.device_batches(loader, device)``, iterated once per epoch."""
     epoch = 0
     while True:
         if sampler is not None:
             sampler.set_epoch(epoch)
-        yield from loader
+        yield from on_device
         epoch += 1
 
 

@@ -41,6 +41,20 @@ def test_train_example_runs_a_tuned_config(tmp_path):
     assert float(m[1]) > 0 and m.group(2, 3, 4) == ("1", "8", "2")
 
 
+def test_the_example_trains_a_decode_gpu_config_and_says_why_the_cpu_decoded(tmp_path, tiny_data):
+    """decode=gpu on this CPU: the loader's workers decode (a warning says why) and
+    cfg.device_batches hands the step its batches, NHWC with channels_last."""
+    knobs = Knobs(batch_size=8, num_workers=1, decode="gpu", channels_last=True)
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    args = [sys.executable, str(TRAIN), "--config", str(path), "--steps", "2", "--warmup", "1",
+            "--device", "cpu", "--size", "32"]  # fmt: skip
+    p = _run([*args, "--data", str(tiny_data / "images")])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "decode=gpu has no effect here: nvJPEG decodes on a CUDA device" in p.stderr
+    m = LINE.search(p.stdout)
+    assert m and m.group(2, 3) == ("1", "8"), p.stdout
+
+
 @pytest.mark.slow
 def test_the_example_reads_the_tuned_data_format_split_across_ranks(tmp_path, tiny_data):
     """data_format=shards saved: train.py reads the shards copy (cfg.dataset), each of two

@@ -173,3 +173,20 @@ def test_show_lists_nccl_suggestions_with_their_figures_and_exports_them_only_wh
     doc = json.loads(capsys.readouterr().out)
     assert doc["nccl_suggestions"]["NCCL_ALGO"]["value"] == "Ring" and "NCCL_ALGO" not in doc["env"]
     assert all(set(c) == {"name", "before", "after", "kind", "note"} for c in doc["changes"])
+
+
+def test_show_gives_the_production_lines_for_decode_gpu(tmp_path, capsys):
+    """decode=gpu: the loader reads bytes (collate_encoded) and the loop's one call decodes."""
+    path = save_config(dataclasses.replace(KNOBS, decode="gpu"), tmp_path / "tuned.yaml")
+    assert main(["show", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    loader = next(line for line in lines if line.startswith("DataLoader(dataset, "))
+    assert loader.endswith(", collate_fn=workbench.engine.encoded.collate_encoded)")
+    assert any(line.startswith("# data: decode=gpu: the workers read the stored bytes")
+               for line in lines)  # fmt: skip
+    start = lines.index("loader = cfg.dataloader(dataset, shuffle=True)  # dataset: yours, with "
+                        "its training transform")  # fmt: skip
+    assert lines[start + 1].startswith("for images, labels in cfg.device_batches(loader, device):")
+    save_config(KNOBS, tmp_path / "cpu.yaml")
+    assert main(["show", str(tmp_path / "cpu.yaml")]) == 0
+    assert "device_batches" not in capsys.readouterr().out

@@ -1,7 +1,7 @@
-"""TunedConfig.dataset: production reads the data the way the tuned bursts read it."""
+"""TunedConfig.dataset: production reads the data the way the tuned bursts read it (``images``:
+tests/config/conftest.py)."""
 
 import shutil
-from pathlib import Path
 
 import pytest
 from torch.utils.data import IterableDataset
@@ -9,22 +9,8 @@ from torch.utils.data import IterableDataset
 from workbench.config.tuned_config import TunedConfig
 from workbench.core.errors import InputError
 from workbench.core.knobs import KnobError, Knobs
-from workbench.engine.convert import convert_dataset
 from workbench.engine.datasets import ImageFiles
 from workbench.engine.formats.manifest import FormatError
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory) -> Path:
-    """A copy of a small image folder, with its shards, LMDB and predecoded (64 px crop) copies."""
-    from workbench.engine.datasets import build_datasets
-
-    root = tmp_path_factory.mktemp("prod") / "data"
-    build_datasets(root, images_per_class=4, classes=2, token_mb=0.01)
-    for fmt in ("shards", "lmdb", "predecoded"):
-        convert_dataset(fmt, root / "images", resolution=73 if fmt == "predecoded" else None,
-                        workers=1)  # fmt: skip
-    return root / "images"
 
 
 def _cfg(**knobs) -> TunedConfig:

@@ -45,6 +45,20 @@ def test_panel_has_a_control_for_every_knob_with_tooltips(store_path):
     assert (controls["world_size"].min, controls["world_size"].max) == (1, os.cpu_count())
     assert controls["nccl"].disabled and "gloo" in bench._ui.controls.notes["nccl"].value
     assert not controls["static_graph"].disabled
+    assert controls["decode"].options == ("cpu", "gpu") and controls["decode"].value == "cpu"
+    assert controls["decode"].disabled and "CUDA" in bench._ui.controls.notes["decode"].value
+
+
+def test_decode_is_a_dropdown_that_acts_on_a_gpu():
+    from workbench.core.knobs import knob_specs
+    from workbench.notebook.ui import controls
+
+    spec = next(s for s in knob_specs() if s.name == "decode")
+    dropdown = controls.make_control(spec, "gpu", "cuda")
+    assert dropdown.options == ("cpu", "gpu") and dropdown.value == "gpu"
+    assert "nvJPEG" in dropdown.tooltip
+    assert "decode" not in controls.disabled_reasons("cuda")
+    assert "nvJPEG" in controls.disabled_reasons("cpu")["decode"]
 
 
 def test_nodes_is_a_slider_up_to_the_local_launchers_reach(store_path, monkeypatch):

@@ -42,6 +42,7 @@ from workbench.config.rebuild import read_training, source_of, with_source
 from workbench.config.tuned_config import TunedConfig
 from workbench.config.yaml_text import (
     ConfigError,
+    ConfigWarning,
     Section,
     check_keys,
     load_text,
@@ -74,10 +75,6 @@ _DALI_KNOBS = tuple(name for name in KNOB_NAMES if name.startswith("dali_"))
 
 
 TRUSTED = "a config is trusted input, like a script: load only files whose author you trust"
-
-
-class ConfigWarning(UserWarning):
-    """Loading works, but something deserves a look (another GPU, an unknown variable)."""
 
 
 # --------------------------------------------------------------------------- save
@@ -498,7 +495,9 @@ _NOTES = {
     "initializes CUDA, so setting them later has no effect.",
     "dataloader": "torch.utils.data.DataLoader arguments, passed by cfg.dataloader(dataset); "
     "shuffle and sampler are the script's. batch_size is per process; pin_memory needs CUDA. "
-    "collate_fn, when present, is the workload's own (imported by that name), not a knob.",
+    "collate_fn, when present, is the workload's own (imported by that name), not a knob. "
+    "With knobs.decode gpu, cfg.dataloader(dataset) reads the stored bytes and "
+    "cfg.device_batches(loader, device) decodes and augments them on the device.",
     "launch": "torchrun lines (your script in place of train.py). One node: world_size "
     "processes. Several nodes: the same line on every node, with NNODES, MASTER_ADDR and "
     "JOB_ID set. srun: the same under SLURM, one agent per node, inside an allocation with "

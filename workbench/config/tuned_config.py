@@ -8,6 +8,9 @@ processes (NCCL_* and allocator variables) and a launch line. Each is one method
 computed from the knobs the same way a burst computes it, so the script runs what was
 measured. Beside the knobs, the workload's own code by name: its collate_fn (in
 :meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
+With ``decode=gpu``, :meth:`dataloader` reads the stored bytes and :meth:`device_batches`
+is the training loop's one call that decodes and augments them on the device, as the bursts
+did (``workbench.config.device_decode`` says what was decided and why).
 ``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
@@ -26,8 +29,8 @@ from types import MappingProxyType
 from typing import Any
 
 from workbench.config import changes as _changes
+from workbench.config import device_decode, provenance
 from workbench.config import nccl_suggestions as _suggestions
-from workbench.config import provenance
 from workbench.config.changes import Change
 from workbench.config.comm_suggestions import describe_comm
 from workbench.config.names import FUNCTION_NAME, import_named
@@ -153,13 +156,24 @@ class TunedConfig:
         full = dataloader_kwargs(self.knobs, _device_type(device))
         return {k: full[k] for k in LOADER_KEYS if k in full}
 
-    def dataloader(self, dataset: Any, autotune: Any = False, **overrides: Any) -> Any:
+    def dataloader(
+        self, dataset: Any, autotune: Any = False, *, device: Any = None, **overrides: Any
+    ) -> Any:
         """A ``torch.utils.data.DataLoader`` over ``dataset`` with the tuned arguments.
 
         ``overrides`` win (``shuffle=True``, ``sampler=DistributedSampler(ds)``, ...). Setting
         ``num_workers=0`` also drops the tuned prefetch_factor and persistent_workers, which
         torch refuses without workers. The saved ``collate_fn`` (the workload's, as measured)
-        is imported and passed unless overridden.
+        is imported and passed unless overridden. ``device``: the training device the batches
+        go to (default: CUDA when present); it decides ``pin_memory`` and whether
+        ``decode=gpu`` can act.
+
+        ``decode=gpu``: the workers read each sample's stored bytes and the loader yields
+        ``EncodedBatch`` (``collate_fn=collate_encoded``); :meth:`device_batches` decodes and
+        augments them on the device with the dataset's own transform. Where it cannot act (no
+        CUDA device, a collate_fn of its own, a transform the device cannot run) the workers
+        decode as with ``decode=cpu``, and a ConfigWarning says why
+        (``workbench.config.device_decode`` has the whole design).
 
         ``autotune=True`` (or ``workbench.config.autotune.AutotuneOptions(...)``): a loader that
         starts from these values and refines workers and prefetch on the job's first batches,
@@ -168,18 +182,52 @@ class TunedConfig:
         if autotune is not False:
             from workbench.config.autotune import autotuned_loader  # torch-side: asked for
 
-            return autotuned_loader(self, dataset, autotune, overrides)
+            where = {} if device is None else {"device": device}
+            return autotuned_loader(self, dataset, autotune, {**overrides, **where})
         # torch only when the script asks for a loader: load_config stays torch-free
         from torch.utils.data import DataLoader
 
-        kwargs = self.dataloader_kwargs()
-        if self.collate_fn is not None and "collate_fn" not in overrides:
+        kwargs = self.dataloader_kwargs(device)
+        own = overrides.get("collate_fn", self.collate_fn)
+        dataset, stored = device_decode.loader_dataset(
+            self.knobs, dataset, _device_type(device), _collate_name(own)
+        )
+        if stored:
+            # the engine's collate only for decode=gpu: load_config stays torch-free
+            from workbench.engine.encoded import collate_encoded
+
+            kwargs["collate_fn"] = collate_encoded
+            if overrides.get("collate_fn", ...) is None:  # torch's default asked: bytes need ours
+                overrides = {k: v for k, v in overrides.items() if k != "collate_fn"}
+        elif self.collate_fn is not None and "collate_fn" not in overrides:
             kwargs["collate_fn"] = import_collate(self.collate_fn, self.path)
         if overrides.get("num_workers", kwargs["num_workers"]) == 0:
             for name in ("prefetch_factor", "persistent_workers"):
                 kwargs.pop(name, None)
         kwargs.update(overrides)
         return DataLoader(dataset, **kwargs)
+
+    def device_batches(
+        self, loader: Iterable[Any], device: Any = None, *, seed: int | None = None,
+        overlap: bool = True,
+    ) -> Iterable[Any]:  # fmt: skip
+        """The training loop's batches on ``device``: ``for x, y in cfg.device_batches(loader,
+        device)``, once per epoch, as the loader itself.
+
+        Over a loader of stored bytes (:meth:`dataloader` with ``decode=gpu``): the burst's
+        ``DeviceBatches``, the same class with the same overlap, so the loop gets what was
+        measured: each batch decoded (nvJPEG) and cropped, flipped and normalised on the device
+        by the dataset's transform, float32 NCHW (NHWC with ``channels_last``), outside any
+        autocast, one batch ahead on a side CUDA stream (``overlap``). The crops are drawn from
+        ``seed``; by default from torch's generator and the rank (reproducible under
+        ``torch.manual_seed``, different on each rank and on each call, so a call per epoch
+        is as good as one). Over any other loader (``decode=cpu``, or
+        decode=gpu where it could not act): its batches copied to the device, images NHWC
+        with ``channels_last``. ``device``: default CUDA's current device, else the CPU, where
+        the same decode and augmentation run on CPU tensors.
+        """
+        return device_decode.device_batches(loader, device, seed=seed, overlap=overlap,
+                                            channels_last=self.knobs.channels_last)  # fmt: skip
 
     def dataset(
         self,
@@ -488,6 +536,8 @@ class TunedConfig:
         loader = ", ".join(f"{k}={v!r}" for k, v in self.dataloader_kwargs("cuda").items())
         if self.collate_fn is not None:
             loader += f", collate_fn={self.collate_fn.replace(':', '.')}"
+        elif self.knobs.decode == "gpu":
+            loader += ", collate_fn=workbench.engine.encoded.collate_encoded"
         flags = nccl_flags(self.env(nccl_suggestions=nccl_suggestions))
         env = self.env(nccl_suggestions=nccl_suggestions)
         powers = trusted.powers(env)  # a config is trusted input: say what these can do
@@ -523,6 +573,17 @@ class TunedConfig:
             ]
         )
 
+    def _decode_lines(self) -> list[str]:
+        """The production snippet for ``decode=gpu``; with the workload's own collate_fn, why it
+        has no effect (as in the bursts)."""
+        if self.knobs.decode != "gpu":
+            return []
+        if self.collate_fn is not None:
+            return [f"# data: decode=gpu has no effect with the workload's own collate_fn "
+                    f"({self.collate_fn}), which the device pipeline would bypass: the workers "
+                    "decode (decode=cpu), as in the bursts"]  # fmt: skip
+        return list(_DECODE_LINES)
+
     def _training_lines(self) -> list[str]:
         """The workload's training functions by name, where the file has them."""
         if self.training is None:
@@ -543,11 +604,30 @@ class TunedConfig:
             lines += [f"# data: measured reading the {k.data_format} copy of the image folder "
                       f"(workbench data --format {k.data_format} --from DIR builds it); read the "
                       "same in production: dataset = cfg.dataset(DIR, transform)"]  # fmt: skip
+        lines += self._decode_lines()
         if k.cache == "cold":
             lines += ["# data: measured with a cold page cache (every read from the disk, none "
                       "from RAM): a dataset that fits in RAM reads faster after its first "
                       "epoch"]  # fmt: skip
         return lines
+
+
+_DECODE_LINES = [
+    "# data: decode=gpu: the workers read the stored bytes (JPEG files, shard or LMDB records, "
+    "predecoded pixels), the device decodes (nvJPEG) and crops, flips and normalizes, one batch "
+    "ahead, as the bursts measured; on a machine without CUDA the workers decode, with a warning",
+    "loader = cfg.dataloader(dataset, shuffle=True)  # dataset: yours, with its training transform",
+    "for images, labels in cfg.device_batches(loader, device):  # float32 NCHW on the device",
+    "    ...  # the training step, as with any loader",
+]
+"""What ``workbench show`` prints for ``decode=gpu``: the loader and the one call in the loop."""
+
+
+def _collate_name(collate: Any) -> str | None:
+    """A collate function as a person reads it (its saved name, or its own); None for none."""
+    if collate is None or isinstance(collate, str):
+        return collate
+    return getattr(collate, "__qualname__", None) or repr(collate)
 
 
 def import_collate(name: str, path: Path | str | None = None) -> Any:

@@ -27,6 +27,7 @@ from workbench.core.safefiles import write_atomic
 
 __all__ = [
     "ConfigError",
+    "ConfigWarning",
     "Section",
     "check_keys",
     "dump",
@@ -44,6 +45,11 @@ class ConfigError(InputError):
         self.path, self.key, self.problem = path, key, problem
         where = ": ".join(str(p) for p in (path, key) if p is not None)
         super().__init__(f"{where}: {problem}" if where else problem)
+
+
+class ConfigWarning(UserWarning):
+    """Loading works, but something deserves a look (another GPU, an unknown variable, a knob
+    that cannot act on this machine)."""
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -37,6 +37,7 @@ def disabled_reasons(device_type: str) -> dict[str, str]:
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
         reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
         reasons["dali_hw_decoder_load"] = "the hardware JPEG decoder is on the GPU: needs CUDA"
+        reasons["decode"] = "decode=gpu decodes with nvJPEG on the GPU: needs CUDA"
     no_nodes = nodes_unavailable(device_type)
     if no_nodes:
         reasons["nodes"] = no_nodes
