@@ -95,9 +95,10 @@ def test_a_transform_the_device_cannot_mirror_keeps_predecoded_on_the_cpu(cnn, p
 
     def dataset():
         d = cnn.dataset()
-        d.transform = transforms.Compose([transforms.RandomResizedCrop(64),
-                                          transforms.ColorJitter(0.4), transforms.ToTensor()])
-        return d  # fmt: skip
+        d.transform = transforms.Compose(
+            [transforms.RandomResizedCrop(64), transforms.ColorJitter(0.4), transforms.ToTensor()]
+        )
+        return d
 
     jittered = replace(cnn, dataset=dataset)
     p = _by_name(available_paths(jittered, Knobs(), CUDA, cores=2))
