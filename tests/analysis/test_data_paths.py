@@ -78,6 +78,8 @@ def test_on_cuda_an_image_workload_can_decode_on_the_device(cnn, no_dali):
                                              "data_format": "files", "num_workers": 16}  # fmt: skip
     assert gpu.changed(Knobs(num_workers=4)) == {"decode": "gpu", "num_workers": 16}
     assert gpu.knobs(Knobs(num_workers=4, batch_size=7)).batch_size == 7  # the rest is kept
+    pre = p["predecoded"]  # not built: listed as what it would be here, with how to build it
+    assert not pre.available and pre.changes["decode"] == "gpu"
 
 
 def test_a_built_predecoded_copy_is_a_path_decoded_where_the_device_allows(cnn, predecoded):

@@ -192,7 +192,7 @@ def _predecoded(workload: Workload, knobs: Knobs, device: torch.device, cores: i
     changes = {"data_format": "predecoded", "decode": "gpu", "loader": "torch",
                "num_workers": cores}  # fmt: skip
     reason = _no_image_folder(workload) or _copy_missing(workload, "predecoded")
-    on_device = reason is None and _decode_refused(workload, knobs, device, changes) is None
+    on_device = _decode_refused(workload, knobs, device, changes) is None  # built or not
     if not on_device:
         changes["decode"] = "cpu"
     where = "the device" if on_device else "the workers, in float32"
