@@ -8,6 +8,8 @@ the logic is tested on a machine without a GPU. The last tests measure the CPU p
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from workloads_for_tests import sleepy_workload
@@ -140,7 +142,11 @@ def test_the_measured_path_replaces_the_rules_guess_in_the_advice(gpu_paths):
                      Suggestion("pin_memory", True, "rule")]  # fmt: skip
     take_paths(d, r)
     assert [(s.knob, s.value) for s in d.suggestions] == [("decode", "gpu"), ("pin_memory", True)]
-    assert d.to_dict()["paths"]["winner"] == "gpu-decode"
+    doc = json.loads(json.dumps(d.to_dict()))  # what `workbench diagnose --json` prints
+    assert doc["paths"]["winner"] == "gpu-decode" and doc["paths"]["reach_share"] == REACH_SHARE
+    assert doc["paths"]["paths"][0] == {**r.readings[0].path.to_dict(), "status": "ok",
+                                        "samples_per_s": 1300.0, "note": "", "workers": 16,
+                                        "per_worker": None, "reused": False}  # fmt: skip
     assert "Data paths" in d.summary() and "-> decode=gpu" in d.summary()
 
 
