@@ -35,15 +35,20 @@ def test_a_loader_that_sleeps_per_item_is_data_bound(store_path):
     stages: list[str] = []
     d = diagnose(sleepy_workload(delay_s=0.01), Knobs(batch_size=8), store=store_path,
                  progress=lambda stage, r: stages.append(stage), **FAST)  # fmt: skip
-    assert stages == ["full", "loader", "compute"]
+    # data-bound: the loader alone again on the one other path a tensor dataset has here
+    assert stages == ["full", "loader", "compute", "path cpu-all-cores"]
     assert d.verdict == "data-bound"
     assert d.loader_sps < d.compute_sps and d.full_sps > 0
     knobs = [s.knob for s in d.suggestions]
-    assert knobs[0] == "num_workers"
+    assert knobs[0] == "num_workers" and "measured: the loader alone" in d.suggestions[0].why
+    assert knobs.count("num_workers") == 1  # the measured path replaced the rule's guess
+    assert [r.path.name for r in d.paths.readings if r.measured] == ["cpu-all-cores", "cpu"]
+    assert d.to_dict()["paths"]["paths"][0]["name"] == "cpu-all-cores"
     assert "batch_size" not in knobs and "precision" not in knobs
     assert "pin_memory" not in knobs  # cannot act on a CPU: never suggested here
     text = d.summary()
     assert text.startswith("data-bound:") and "loader alone" in text
+    assert "Data paths" in text and "not available: workload" in text  # no JPEGs to decode
     assert "raise the batch" not in text.lower() and "batch_size=" not in text
     # the two training bursts are recorded (compute-only as loader=synthetic), the loader run not
     rows = open_store(store_path).records()

@@ -507,3 +507,89 @@ def test_a_steady_machine_reads_no_drift(fake):
     assert t.drift_sentence == "" and "  drift: the start held within 0.0% over the tune" in (
         t.summary().splitlines()
     )
+
+
+# -- the data path (decode, data_format, loader) ----------------------------------------------
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A CUDA device named, never touched: the host's facts, an sm_90 capability."""
+    real = hardware.device_info
+    monkeypatch.setattr(hardware, "device_info", lambda d=None: real(torch.device("cpu")))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    return torch.device("cuda")
+
+
+@pytest.fixture
+def cnn_predecoded(tiny_data, tmp_path, monkeypatch):
+    """The cnn workload with a predecoded copy built (where only this test looks), no other."""
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.workloads import resolve_workload
+
+    monkeypatch.setenv("WORKBENCH_FORMATS", str(tmp_path))
+    convert_dataset("predecoded", tiny_data / "images", tmp_path, workers=1)
+    return resolve_workload("cnn", tiny_data)
+
+
+@pytest.mark.parametrize("dali", [True, False])
+def test_the_default_space_on_cuda_holds_the_data_paths_built_and_installed(
+    fake_cuda, cnn_predecoded, monkeypatch, dali
+):
+    from workbench.analysis import data_paths
+
+    monkeypatch.setattr(data_paths, "dali_available", lambda: None if dali else "not installed")
+    space = default_space(fake_cuda, cnn_predecoded, Knobs())
+    assert space["decode"] == ["cpu", "gpu"]
+    assert space["data_format"] == ["files", "predecoded"]  # shards and lmdb: not built
+    assert space.get("loader") == (["torch", "dali"] if dali else None)
+    assert "decode" not in default_space(fake_cuda, tensor_workload(), Knobs())  # no JPEGs
+
+
+def test_the_default_space_on_a_cpu_has_no_data_path_even_for_images(cnn_predecoded, monkeypatch):
+    real = hardware.device_info
+    cores = lambda d=None: dataclasses.replace(real(d), cpu_count=2)  # noqa: E731
+    monkeypatch.setattr(hardware, "device_info", cores)
+    space = default_space(torch.device("cpu"), cnn_predecoded, Knobs(batch_size=32))
+    assert space == {"batch_size": [16, 32, 64, 128, 256], "num_workers": [0, 1, 2],
+                     "prefetch_factor": [2, 4]}  # fmt: skip
+
+
+def _path_bursts(speed: Callable[[Knobs], tuple[float, float]]) -> tuple[list[Knobs], Callable]:
+    """A scripted run for tune_on: ``speed(knobs)`` -> (samples/s, data wait %)."""
+    calls: list[Knobs] = []
+
+    def run(knobs: Knobs) -> BurstResult:
+        calls.append(knobs)
+        sps, wait = speed(knobs)
+        return BurstResult(knobs=knobs, samples_per_s=sps, data_wait_pct=wait,
+                           step_ms_p50=1000.0 / sps)  # fmt: skip
+
+    return calls, run
+
+
+def test_a_loop_still_waiting_after_the_workers_jump_tries_the_data_path_next():
+    from workbench.tuning.tuner import tune_on
+
+    def speed(k: Knobs) -> tuple[float, float]:
+        if k.decode == "gpu":  # decoded on the device: fed, at the model's speed
+            return 900.0 + k.batch_size, 1.0
+        return 100.0 * min(k.num_workers + 1, 3), 60.0  # CPU decode: starved however many
+
+    calls, run = _path_bursts(speed)
+    space = {"batch_size": [32, 64, 128], "num_workers": [0, 1, 2], "decode": ["cpu", "gpu"]}
+    t = tune_on(run, space, budget=12, base=Knobs(batch_size=32))
+    assert calls[:3] == [Knobs(batch_size=32), Knobs(batch_size=32, num_workers=2),
+                         Knobs(batch_size=32, num_workers=2, decode="gpu")]  # fmt: skip
+    assert t.best.decode == "gpu" and t.best.batch_size == 128  # then the batch, fed
+
+
+def test_a_fed_loop_meets_the_data_path_in_the_rounds_only():
+    from workbench.tuning.tuner import tune_on
+
+    calls, run = _path_bursts(lambda k: (100.0 + k.batch_size + (5 if k.decode == "gpu" else 0),
+                                         2.0))  # fmt: skip
+    space = {"batch_size": [32, 64, 128], "decode": ["cpu", "gpu"]}
+    tune_on(run, space, budget=12, base=Knobs(batch_size=32))
+    first_gpu = next(i for i, k in enumerate(calls) if k.decode == "gpu")
+    assert first_gpu > next(i for i, k in enumerate(calls) if k.batch_size != 32)

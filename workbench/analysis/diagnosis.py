@@ -21,7 +21,12 @@ a CPU, the two ceilings were measured apart but the full pipeline shares the cor
 model and the workers; with workers beside a GPU, batches arrive unevenly or the workers lack
 cores. The advice follows the same reading (workers first when loading runs between steps).
 
-What to try next follows the verdict and the device (workbench/analysis/advice.py).
+What to try next follows the verdict and the device (workbench/analysis/advice.py). A
+data-bound verdict is followed by a measurement of the ways out (``path_ranking``): the loader
+alone on each data path available here (the workers at the current and the maximal count, GPU
+decode, predecoded data if built, DALI if installed), against the compute-only ceiling; the
+advice then names the path that reaches the model, with its numbers, and rules that guessed at
+those knobs give way to it.
 
 A diagnosis checks itself as a burst does (``suspect``): the full pipeline does all the work of
 the compute-only burst and loads its data too, so a full pipeline faster than that ceiling,
@@ -39,6 +44,7 @@ import torch
 
 from workbench.analysis.advice import WAIT_EXPLAINED_PCT, Suggestion, advise, preprocessing
 from workbench.analysis.loader_ceiling import LoaderResult, run_loader_burst
+from workbench.analysis.path_ranking import PathRanking, measure_paths
 from workbench.analysis.storage_ceiling import (
     StorageCeiling,
     decode_advice,
@@ -87,6 +93,9 @@ class Diagnosis:
     suspect: list[str] = field(default_factory=list)
     """Self-checks the diagnosis failed, each a sentence (``ceiling_problems``): its numbers,
     and so its verdict, are not to be trusted. Empty when every check passed."""
+    paths: PathRanking | None = None
+    """Data-bound: each data path's loader alone against the compute-only ceiling
+    (``path_ranking``); None for another verdict, or when stopped before."""
 
     @property
     def full_sps(self) -> float | None:
@@ -117,6 +126,8 @@ class Diagnosis:
             fmt = self.storage.data_format
             rows.append(("storage", self.storage_sps, f"{fmt} read raw and cold, no decode"))
         lines += [f"  {name:<14} {_num(sps):>10} samples/s  ({note})" for name, sps, note in rows]
+        if self.paths is not None:
+            lines += self.paths.lines()
         if self.suggestions:
             lines.append("Next, most likely to help:")
             lines += [f"  - {s.text()}" for s in self.suggestions]
@@ -135,6 +146,7 @@ class Diagnosis:
             "compute_samples_per_s": self.compute_sps,
             "storage_samples_per_s": self.storage_sps,
             "storage": self.storage.to_dict() if self.storage else None,
+            "paths": self.paths.to_dict() if self.paths else None,
             "suggestions": [
                 {"knob": s.knob, "value": s.value, "why": s.why} for s in self.suggestions
             ],
@@ -155,11 +167,14 @@ def diagnose(
 ) -> Diagnosis:
     """Measure full, loader-only and compute-only with the same knobs; return the verdict.
 
+    Data-bound, the loader alone is then measured on each data path available here
+    (``path_ranking.measure_paths``: a few short runs, at most about a minute in all).
     ``progress(stage, result)`` is called as each measurement lands (stage: "full", "loader",
-    "compute"). The two training bursts go to the history store (the compute-only one with
-    ``loader="synthetic"``, so charts keep it apart); the loader-only run trains nothing and is
-    not recorded. Setting ``cancel`` stops at the next step boundary: the verdict is then
-    "unknown".
+    "compute", then "path NAME" for each data path run). The two training bursts go to the
+    history store (the compute-only one with ``loader="synthetic"``, so charts keep it apart);
+    the loader-only runs train nothing and are not recorded. Setting ``cancel`` stops at the
+    next step boundary: the verdict is then "unknown" (or data-bound, with the paths not yet
+    run listed as not measured).
     """
     setup = BurstSetup.of("diagnose", options)
     knobs = Knobs() if knobs is None else knobs
@@ -191,7 +206,13 @@ def diagnose(
         if not stop.is_set() and wl.image_dir is not None and not wl.tokens:
             # drops the page cache
             storage = storage_ceiling(wl, knobs, seconds=setup.window.seconds, stop=stop)
-    return judge(wl, knobs, dev, full, loader, compute, storage)
+        d = judge(wl, knobs, dev, full, loader, compute, storage)
+        if d.verdict == "data-bound" and d.compute_sps and not stop.is_set():
+            ranking = measure_paths(wl, knobs, dev, d.compute_sps, loader=loader,
+                                    window=setup.window, cancel=stop,
+                                    progress=progress)  # fmt: skip
+            take_paths(d, ranking)
+    return d
 
 
 def _tell(progress: Callable[..., None] | None, stage: str, result: object) -> None:
@@ -253,6 +274,17 @@ def judge(
     if storage is not None and storage.ok:
         _judge_storage(d, wl, knobs, loader_sps, compute_sps)
     return d
+
+
+def take_paths(d: Diagnosis, ranking: PathRanking) -> None:
+    """The measured data paths into the diagnosis: the winning (else the fastest) path comes
+    first among the suggestions, and rule-based ones on a knob a path run answered (workers,
+    decode, data_format, loader) give way: a measurement replaces the guess."""
+    d.paths = ranking
+    first = ranking.suggestion()
+    answered = ranking.measured_knobs() | ({first.knob} if first else set())
+    d.suggestions = [*([first] if first else []),
+                     *(s for s in d.suggestions if s.knob not in answered)]  # fmt: skip
 
 
 def ceiling_problems(full: BurstResult, compute: BurstResult | None) -> list[str]:
@@ -415,4 +447,5 @@ __all__ = [
     "diagnose",
     "judge",
     "noise_margin",
+    "take_paths",
 ]

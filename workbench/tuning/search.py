@@ -22,6 +22,12 @@ each config, the budget) and the moves. Why each move is what it is:
   simulated landscapes this, the batch walk below and the smoothed pick lifted the share of
   tunes within 5% of the true best from 60% to 91.5% at 12 bursts
   (benchmarks/tuner_landscapes.py, docs/figures.md).
+- **Then the data path, while the loop still waits.** Workers are one way out of a data
+  wait; the others change the path (``decode=gpu``, a converted ``data_format``,
+  ``loader=dali``: the knobs ``data_paths.path_space`` puts in a CUDA space). After the
+  workers' jump, a loop still waiting ``LOADER_WAIT_SHARE`` or more has each of them tried
+  (``feed_path``), before the batch walk: a batch sized for a starved loader is the wrong
+  size for a fed one. A loop that does not wait meets them in the rounds, as any choice.
 - **Batch size is OOM-safe and answers with a measured size.** It grows through the listed
   sizes until a burst runs out of memory, fails, peaks above the memory limit, or reads
   clearly slower twice in a row; throughput per sample rises with the batch to a plateau, so
@@ -84,6 +90,8 @@ window or more; below it more workers can only take cores from the training loop
 LOADER_HEADROOM = 1.3
 """Workers the loader jump asks for, over the bare ratio of model speed to one worker's: a
 loader that only just keeps up stalls on every slow batch."""
+PATH_KNOBS = ("decode", "data_format", "loader")
+"""The data path's knobs (``data_paths``), tried by ``feed_path`` while the loop waits."""
 DATA_FIRST_WAIT_PCT = 30.0
 """Data knobs go first when the loop waited for data this share of the window or more."""
 _GROUP_ORDER = {
@@ -489,15 +497,28 @@ def feed_loader(search: Search, current: Knobs) -> Knobs:
     return knobs
 
 
+def feed_path(search: Search, current: Knobs) -> Knobs:
+    """While ``current`` still waits for data (``loader_need``: ``LOADER_WAIT_SHARE`` of its
+    window or more), try each data-path knob of the space (``PATH_KNOBS``), one at a time
+    from the best so far; unchanged when the loop is fed or the space has none."""
+    for name in (n for n in PATH_KNOBS if n in search.space):
+        m = search.measured(current)
+        if search.halted or m is None or m.score is None or loader_need(m) is None:
+            break
+        current = tune_knob(search, current, name)
+    return current
+
+
 def guided(search: Search, start: Knobs) -> Knobs:
-    """The loader from the data wait, the compute choices (precision, layout: they move the
-    memory edge), the batch to its edge, then the loader again for the faster model, with one
-    more batch size if that changed it. ``coordinate`` rounds take over from here, without
-    batch size: walking it again after other knobs moved measured worse on the simulated
+    """The loader from the data wait (workers, then the data path while it still waits), the
+    compute choices (precision, layout: they move the memory edge), the batch to its edge,
+    then the loader again for the faster model, with one more batch size if that changed it.
+    ``coordinate`` rounds take over from here, without batch size: walking it again after
+    other knobs moved measured worse on the simulated
     landscapes (within 5% of the true best on 400 held-out landscapes, settled against walked
     again: 90.2% against 90.2% at 12 bursts, 88.5% against 86.8% at 16, 90.2% against 88.2% at
     24; on seeds 0-199: 91.5% against 90.0%, 90.0% against 86.5%, 91.5% against 89.0%)."""
-    current = feed_loader(search, start)
+    current = feed_path(search, feed_loader(search, start))
     for name in search.space:
         if search.halted:
             return current
@@ -602,6 +623,7 @@ __all__ = [
     "climb",
     "coordinate",
     "feed_loader",
+    "feed_path",
     "guided",
     "loader_need",
     "midpoint",

@@ -10,8 +10,9 @@ workbench/tune_noise.py):
    63% measured once (74% against 78% at 16, 79% against 80% at 24). Until a config has run
    twice the noise is ``tune_noise.PRIOR_NOISE``.
 2. **Guided moves** (``search.guided``): the loader workers the start's data wait asks for,
-   the compute choices (precision, layout), the batch walked to its memory edge and picked
-   off a curve fitted to the walk's runs, then the loader again for the faster model.
+   the data path (decode, format, loader) while the loop still waits, the compute choices
+   (precision, layout), the batch walked to its memory edge and picked off a curve fitted to
+   the walk's runs, then the loader again for the faster model.
 3. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
    left is more than the confirmation needs (``confirmation_reserve``, recomputed after every
    burst from the noise measured so far and the contenders close to the leader).
@@ -52,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from workbench.analysis.data_paths import path_space
 from workbench.analysis.drift import TUNE_WORDS, Drift, estimate_drift
 from workbench.analysis.sweeps import check_values
 from workbench.core import cost
@@ -304,8 +306,11 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
     """What is worth searching here: batch size around the start, workers up to the cores
     this process may run on (never more: an oversubscribed loader competes with the training
     loop), prefetch depth; on CUDA also pinned memory, precision and (image models)
-    channels_last. Precision starts from PyTorch's own math (``default``); ``fp32-strict``
-    is not searched: IEEE everywhere is a numerics choice, never faster than ``default``."""
+    channels_last and the data path (``data_paths.path_space``: ``decode`` where the device
+    can decode, ``data_format`` over the converted copies already built, ``loader=dali``
+    where installed; nothing is built or installed for it). Precision starts from PyTorch's
+    own math (``default``); ``fp32-strict`` is not searched: IEEE everywhere is a numerics
+    choice, never faster than ``default``."""
     b = base.batch_size
     sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
     cores = hardware.device_info(dev).cpu_count or 1
@@ -320,6 +325,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
         space |= {"pin_memory": [False, True], "precision": ["default", "tf32", *fast]}
         if wl.image_dir is not None:
             space["channels_last"] = [False, True]
+        space |= path_space(wl, base, dev)
     return space
 
 
