@@ -75,8 +75,8 @@ def test_on_cuda_an_image_workload_can_decode_on_the_device(cnn, no_dali):
     p = _by_name(available_paths(cnn, Knobs(num_workers=4), CUDA, cores=16))
     gpu = p["gpu-decode"]
     assert gpu.available and gpu.changes == {"decode": "gpu", "loader": "torch",
-                                             "data_format": "files", "num_workers": 16}  # fmt: skip
-    assert gpu.changed(Knobs(num_workers=4)) == {"decode": "gpu", "num_workers": 16}
+                                             "data_format": "files", "num_workers": 8}  # fmt: skip
+    assert gpu.changed(Knobs(num_workers=4)) == {"decode": "gpu", "num_workers": 8}
     assert gpu.knobs(Knobs(num_workers=4, batch_size=7)).batch_size == 7  # the rest is kept
     pre = p["predecoded"]  # not built: listed as what it would be here, with how to build it
     assert not pre.available and pre.changes["decode"] == "gpu"

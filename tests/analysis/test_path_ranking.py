@@ -75,12 +75,12 @@ def test_the_first_path_that_reaches_the_model_is_named_with_its_numbers(gpu_pat
     assert [x.path.name for x in r.readings] == ["dali", "gpu-decode", "cpu-all-cores", "cpu",
                                                  "predecoded"]  # fmt: skip
     assert "reaches the model's 1,000 samples/s: 960 from the loader alone (96%)" in r.headline()
-    assert "(set decode=gpu, num_workers=16)" in r.headline()
+    assert "(set decode=gpu, num_workers=8)" in r.headline()
     s = r.suggestion()
     assert (s.knob, s.value) == ("decode", "gpu")
-    assert "960 samples/s" in s.why and "1,000" in s.why and "num_workers=16" in s.why
+    assert "960 samples/s" in s.why and "1,000" in s.why and "num_workers=8" in s.why
     text = "\n".join(r.lines())
-    assert "* decode=gpu (files), 16 workers reading bytes" in text
+    assert "* decode=gpu (files), 8 workers reading bytes" in text
     assert "30 per worker" in text  # 480 from 16 CPU workers; none for the GPU paths
     assert "(the diagnosis's own run)" in text  # the current path: read, not re-measured
 
@@ -145,7 +145,7 @@ def test_the_measured_path_replaces_the_rules_guess_in_the_advice(gpu_paths):
     doc = json.loads(json.dumps(d.to_dict()))  # what `workbench diagnose --json` prints
     assert doc["paths"]["winner"] == "gpu-decode" and doc["paths"]["reach_share"] == REACH_SHARE
     assert doc["paths"]["paths"][0] == {**r.readings[0].path.to_dict(), "status": "ok",
-                                        "samples_per_s": 1300.0, "note": "", "workers": 16,
+                                        "samples_per_s": 1300.0, "note": "", "workers": 8,
                                         "per_worker": None, "reused": False}  # fmt: skip
     assert "Data paths" in d.summary() and "-> decode=gpu" in d.summary()
 

@@ -18,8 +18,11 @@ samples, each a few knobs (issue 29):
 - ``dali``: ``loader=dali`` (mixed decode on CUDA, its CPU threads elsewhere), only where DALI
   is installed (``dali_available``, which never imports it).
 
-The paths other than ``cpu`` run as many workers (DALI: threads) as there are usable cores:
-each is measured at its ceiling on this machine. The list is ordered from the least change to
+``cpu-all-cores`` runs one worker per usable core: CPU decode measured at its ceiling on this
+machine. The paths whose workers only read bytes (``gpu-decode``, ``predecoded`` on the device)
+and DALI's threads run ``min(cores, BYTE_READERS)``: reading a stored sample costs tens of
+microseconds, so a few workers keep even slow storage busy, and a box with 200 cores is not
+told to start 200 processes to read files. The list is ordered from the least change to
 the most (a knob, a knob and a converted copy, another loader); the ranking prefers the
 earliest path that reaches the model. ``available_paths`` gives every path with the reason it
 is or is not available, so that the diagnosis lists the unavailable ones instead of silently
@@ -48,6 +51,8 @@ from workbench.engine.loaders.stream import LoaderUnavailable
 from workbench.engine.workloads import Workload
 
 PATH_NAMES = ("cpu", "cpu-all-cores", "gpu-decode", "predecoded", "dali")
+BYTE_READERS = 8
+"""Workers (DALI: threads) of the paths that decode on the device, at most (see above)."""
 JPEG_FORMATS = ("files", "shards", "lmdb")
 """Formats that store JPEG bytes: decoded on the CPU or on the device alike."""
 
@@ -175,13 +180,14 @@ def _all_cores(workload: Workload, workers: int, cores: int, cpu: dict[str, Any]
 def _gpu_decode(
     workload: Workload, knobs: Knobs, device: torch.device, cores: int, fmt: str
 ) -> DataPath:
-    changes = {"decode": "gpu", "loader": "torch", "data_format": fmt, "num_workers": cores}
+    readers = min(cores, BYTE_READERS)
+    changes = {"decode": "gpu", "loader": "torch", "data_format": fmt, "num_workers": readers}
     reason = _no_image_folder(workload) or _decode_refused(workload, knobs, device, changes)
     does = ("the workers read JPEG bytes; the device decodes them (nvJPEG) and crops, flips "
             "and normalizes there")  # fmt: skip
     return DataPath(
         name="gpu-decode",
-        label=f"decode=gpu ({fmt}), {_count(cores, 'worker')} reading bytes",
+        label=f"decode=gpu ({fmt}), {_count(readers, 'worker')} reading bytes",
         changes=changes,
         available=reason is None,
         why=reason or does,
@@ -195,11 +201,16 @@ def _predecoded(workload: Workload, knobs: Knobs, device: torch.device, cores: i
     on_device = _decode_refused(workload, knobs, device, changes) is None  # built or not
     if not on_device:
         changes["decode"] = "cpu"
+    else:
+        changes["num_workers"] = min(cores, BYTE_READERS)
     where = "the device" if on_device else "the workers, in float32"
     does = f"uint8 pixels decoded once, ahead of time; cropped and normalized on {where}"
     return DataPath(
         name="predecoded",
-        label=f"data_format=predecoded, decode={changes['decode']}, {_count(cores, 'worker')}",
+        label=(
+            f"data_format=predecoded, decode={changes['decode']}, "
+            f"{_count(changes['num_workers'], 'worker')}"
+        ),
         changes=changes,
         available=reason is None,
         why=reason or does,
@@ -208,14 +219,15 @@ def _predecoded(workload: Workload, knobs: Knobs, device: torch.device, cores: i
 
 def _dali(workload: Workload, cores: int, fmt: str) -> DataPath:
     fmt = fmt if fmt in DALI_FORMATS else "files"
+    threads = min(cores, BYTE_READERS)
     changes = {"loader": "dali", "data_format": fmt, "dali_decode": "auto", "decode": "cpu",
-               "num_workers": cores}  # fmt: skip
+               "num_workers": threads}  # fmt: skip
     reason = _no_image_folder(workload) or dali_available() or _dali_refused(workload)
     does = ("DALI decodes (nvJPEG with mixed decode on CUDA, its C++ threads elsewhere) and "
             "crops only each JPEG's window")  # fmt: skip
     return DataPath(
         name="dali",
-        label=f"loader=dali ({fmt}), {_count(cores, 'thread')}",
+        label=f"loader=dali ({fmt}), {_count(threads, 'thread')}",
         changes=changes,
         available=reason is None,
         why=reason or does,
