@@ -286,6 +286,9 @@ def loader(log: StepLog, budget_s: float) -> None:
     _device_decode(log, big, "gpu-overlap", few, overlap=True)
     if many != few:
         _cpu_decode(log, big, "cpu-many", many)
+    else:
+        log.skip("cpu-many", f"this box lets the step use {cores} cores: {few} workers are "
+                 "already one a core")  # fmt: skip
     _device_decode(log, big, "gpu-inline", few, overlap=False)
     _dali(log, big, few)
     left = budget_s - (time.monotonic() - log.ctx.started) - CEILING_EST_S
@@ -500,7 +503,7 @@ def _tune(log: StepLog) -> None:
     # batch, whose bursts start in a second instead of five
     wl, start = log.ctx.reference() if log.ctx.dry else log.ctx.jpeg(num_workers=1)
     res = tune(wl, budget=8, base=start, seconds=log.ctx.seconds, record=False,
-               device=log.ctx.device, data_dir=log.ctx.workdir / "big",
+               device=log.ctx.device, data_dir=big_set(log),  # the loader step's, reused
                progress=lambda p: stages.append(p.stage))  # fmt: skip
     for i, (r, stage) in enumerate(zip(res.bursts, stages, strict=False)):
         log.add(f"tune {i + 1}: {stage}", r, must_pass=False)

@@ -181,7 +181,9 @@ def test_the_paths_step_runs_what_never_ran_on_a_gpu(dry_run):
     labels = [b["label"] for b in paths["bursts"]]
     assert labels[:5] == ["activation_checkpointing", "optimizer fused", "optimizer foreach",
                           "pinned dict batch", "memory_snapshot"]  # fmt: skip
-    assert sum(label.startswith("tune ") for label in labels) == 8
+    tune = [label for label in labels if label.startswith("tune ")]
+    assert 2 <= len(tune) <= 8  # its budget; a tune that converges stops sooner (seen: 7)
+    assert tune[0] == "tune 1: start"
     assert paths["facts"]["tune"]["start_runs_samples_per_s"]
 
 
