@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,10 @@ def device_name() -> str:
 # -- bursts and steps --------------------------------------------------------------------------
 
 
-def burst_record(label: str, result: Any) -> dict[str, Any]:
-    """One burst as the kept file holds it: the whole result, its label, and the mean step."""
-    rec = {"label": label, **result.to_dict()}
+def burst_record(label: str, result: Any, tags: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One burst as the kept file holds it: the whole result, its label, the mean step, and
+    ``tags`` (what the result cannot say itself, such as the data path it measured)."""
+    rec = {"label": label, **(tags or {}), **result.to_dict()}
     steps = rec.get("step_ms") or []
     if rec.get("step_ms_mean") is None and steps:
         rec["step_ms_mean"] = statistics.fmean(steps)
@@ -199,3 +201,110 @@ def find_burst(doc: Mapping[str, Any], step: str, label: str) -> dict[str, Any]:
         have = ", ".join(b["label"] for b in s.get("bursts", []))
         raise KeyError(f"step {step!r} has no burst {label!r}; it has: {have}")
     raise KeyError(f"no step {step!r}; steps: {', '.join(s['name'] for s in doc['steps'])}")
+
+
+# -- the data paths (the loader step) ----------------------------------------------------------
+
+GOAL_OF_CEILING = 0.90
+"""Issue 29's goal: resnet50 bf16 on JPEGs reaches 90% of its resident-batch ceiling through
+one of the data paths."""
+CEILING = "ceiling"
+"""The ``data_path`` tag of the resident-batch bursts (``loader=synthetic``) that bracket the
+paths: one before them, one after, so that the ratio to the ceiling allows for drift."""
+
+
+@dataclass(frozen=True)
+class DataPath:
+    """One way to feed the model, as the loader step tags its bursts (``data_path``)."""
+
+    key: str
+    text: str  # how a table names it; the record's worker count is added after it
+    per: str  # what its loader-alone figure is shared by: "worker" (CPU decode) or "GPU"
+    workers: str = "worker"  # what num_workers counts on this path
+
+
+DATA_PATHS: tuple[DataPath, ...] = (
+    DataPath("cpu-few", "decode=cpu (Pillow in the workers)", "worker"),
+    DataPath("cpu-many", "decode=cpu (Pillow in the workers)", "worker"),
+    DataPath("gpu-overlap", "decode=gpu (workers read bytes, the GPU decodes and augments), "
+             "overlap on (a side stream, one batch ahead)", "GPU"),
+    DataPath("gpu-inline", "decode=gpu, overlap off (in line on the training stream)", "GPU"),
+    DataPath("predecoded-gpu", "data_format=predecoded, decode=gpu (uint8 squares to the GPU, "
+             "cropped there)", "GPU"),
+    DataPath("dali", "loader=dali, mixed decode (nvJPEG)", "GPU", workers="CPU thread"),
+)  # fmt: skip
+NOT_MEASURED = "not measured: the step ended before it"
+
+
+def data_paths(step: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The loader step's answer, from its record (a pure function: the step writes it into
+    its facts, ``publish_gpu.py`` tables it, and both are tested on CPU records).
+
+    Per path: the loader alone (``facts["loader_alone"]``, images/s, and per worker or per
+    GPU), the training burst on JPEGs and its share of the resident-batch ceiling (the mean of
+    the bursts before and after the paths: a drift between them shows in
+    ``after_over_before``); a path that did not run keeps its reason (``not_run``). None when
+    the step holds no tagged burst (a run from before these rows)."""
+    bursts = [b for b in step.get("bursts", []) if b.get("data_path")]
+    if not bursts:
+        return None
+    ceiling = _ceiling([b for b in bursts if b["data_path"] == CEILING])
+    alone = {r["data_path"]: r for r in (step.get("facts") or {}).get("loader_alone") or []
+             if isinstance(r, Mapping) and r.get("data_path")}  # fmt: skip
+    trained = {b["data_path"]: b for b in bursts if b["data_path"] != CEILING}
+    skipped = {s["what"]: s["reason"] for s in step.get("skipped", [])}
+    rows = [_path_row(p, trained.get(p.key), alone.get(p.key), skipped.get(p.key), ceiling)
+            for p in DATA_PATHS]  # fmt: skip
+    measured = [r for r in rows if r["over_ceiling"] is not None]
+    out: dict[str, Any] = {"ceiling": ceiling, "rows": rows, "goal": GOAL_OF_CEILING,
+                           "best": None, "goal_met": None}  # fmt: skip
+    if measured:
+        best = max(measured, key=lambda r: r["over_ceiling"])
+        out["best"] = {"path": best["path"], "over_ceiling": best["over_ceiling"]}
+        out["goal_met"] = best["over_ceiling"] >= GOAL_OF_CEILING
+    return out
+
+
+def _ceiling(bursts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    speeds = [b.get("samples_per_s") for b in bursts if b.get("status") == "ok"]
+    speeds = [s for s in speeds if s]
+    if not speeds:
+        return None
+    out: dict[str, Any] = {"samples_per_s": statistics.fmean(speeds), "bursts": speeds}
+    if len(speeds) >= 2:
+        out["after_over_before"] = round(speeds[-1] / speeds[0], 4)
+    return out
+
+
+def _path_row(
+    path: DataPath,
+    burst: Mapping[str, Any] | None,
+    alone: Mapping[str, Any] | None,
+    skipped: str | None,
+    ceiling: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    workers = next((r["knobs"].get("num_workers") for r in (burst, alone)
+                    if r and r.get("knobs")), None)  # fmt: skip
+    alone_sps = alone.get("samples_per_s") if alone and alone.get("status") == "ok" else None
+    trained = burst.get("samples_per_s") if burst and burst.get("status") == "ok" else None
+    share = workers if path.per == "worker" else 1
+    text = path.text + ("" if workers is None else f", {_count(workers, path.workers)}")
+    row: dict[str, Any] = {
+        "path": path.key, "text": text, "per": path.per, "workers": workers,
+        "loader_alone": alone_sps,
+        "loader_per": alone_sps / share if alone_sps is not None and share else None,
+        "training": trained, "label": burst.get("label") if burst else None,
+        "decode": burst.get("decode") if burst else None,
+        "h2d_bytes_per_sample": burst.get("h2d_bytes_per_sample") if burst else None,
+        "over_ceiling": (trained / ceiling["samples_per_s"]
+                         if trained and ceiling else None),
+        "not_run": (skipped or NOT_MEASURED) if burst is None and alone is None else None,
+    }  # fmt: skip
+    failed = [r for r in (burst, alone) if r and r.get("status") != "ok"]
+    if failed:
+        row["failed"] = "; ".join(f"{r.get('status')}: {r.get('error')}" for r in failed)
+    return row
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"

@@ -57,10 +57,14 @@ PLAN: tuple[Step, ...] = (
     Step("environment", 8, 60, "nvidia-smi -q ~1 s; Python, torch, CUDA and NVML start ~6 s"),
     Step("drift", 110, 200, "14 resnet50 bursts on a resident batch at ~7 s (the first "
          "session's precision row: 4 in 28 s) and a fresh process ~12 s"),
-    Step("loader", 120, 240, "12,800 JPEGs drawn on the box (195 s of CPU measured on the "
-         "2-core test machine: ~15-25 s over 16 cores), the loader "
-         "alone ~8 s, 2 JPEG bursts ~10 s (the first session's real-data row: 5 s), 12,800 "
-         "images predecoded at 256 px ~30 s and a burst ~8 s"),
+    Step("loader", 120, 270, "start-up ~6 s; 12,800 JPEGs drawn on the box (195 s of CPU "
+         "measured on the 2-core test machine: ~15-25 s over 16 cores) ~20 s; the ceiling "
+         "before and after the paths, 2 resident-batch bursts at ~7 s; per path the loader "
+         "alone ~4 s and a JPEG burst ~5 s (the first session's real-data row: 5 s): CPU "
+         "decode at 8 and 16 workers, GPU decode with overlap on and off, ~36 s; the set "
+         "predecoded at 256 px ~30 s and its 2 rows ~9 s, built only when they fit the "
+         "step's budget: ~119 s; DALI's 2 rows add ~12 s where it is installed (not on the "
+         "lent box)"),
     Step("paths", 120, 240, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
          "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row), a tune of 8 "
          "bursts on JPEGs ~60 s"),

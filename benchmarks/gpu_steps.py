@@ -11,10 +11,14 @@ the session runs them (the open questions of the first GPU session, 2026-12-04):
   A-B-B-A twice (ABBA cancels a drift that is linear in time: the pair's on/off ratio is the
   sum of its on bursts over the sum of its off ones); the same config in a fresh process.
   The first session read 4,306 / 3,990 / 3,819 / 3,816 samples/s from four identical bursts.
-- ``loader``: the JPEG loader on a set big enough for batch 128 at 100 batches an epoch
-  (12,800 images, built on the box: it has no network), so the window does not measure epoch
-  restarts; the loader alone (no model), 8 and 16 workers, predecoded pixels, GPU decode and
-  DALI where they exist (else the step says why not).
+- ``loader``: the data paths (issue 29), on a set big enough for batch 128 at 100 batches an
+  epoch (12,800 images, built on the box: it has no network), so the window does not measure
+  epoch restarts. Per path the loader alone (no model: images/s, per worker or per GPU), then
+  resnet50 bf16 training through it: CPU decode at 8 and 16 workers, ``decode=gpu`` with the
+  device pipeline's overlap on and off, predecoded squares with ``decode=gpu`` (when the copy
+  fits the step's budget), DALI's mixed decode (else "not installed"), between two
+  resident-batch bursts (the ceiling, before and after). ``gpu_record.data_paths`` reads the
+  answer from the record: each path's share of the ceiling, and whether one reached 90%.
 - ``paths``: what never ran on a GPU: activation checkpointing, fused and foreach optimizers,
   a pinned dict batch, ``memory_snapshot``, ``alloc_conf`` (a fresh one-rank process), and a
   tune of 8 bursts whose start and "start again" show drift in place.
@@ -37,7 +41,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +71,7 @@ class Context:
     seconds: float
     out: Path  # the step's own JSON
     workdir: Path  # data sets built for the session
+    started: float = field(default_factory=time.monotonic)  # the step's budget counts from here
 
     @property
     def device(self) -> str:
@@ -103,19 +109,22 @@ class StepLog:
     skipped: list[dict[str, str]] = field(default_factory=list)
     reason: str | None = None  # why the whole step was skipped
 
-    def burst(self, label: str, workload: Any, knobs: Any, **kw: Any) -> Any:
+    def burst(self, label: str, workload: Any, knobs: Any, *,
+              tags: dict[str, Any] | None = None, **kw: Any) -> Any:  # fmt: skip
         from workbench import run_burst
 
         kw.setdefault("seconds", self.ctx.seconds)
         kw.setdefault("device", self.ctx.device)
         r = run_burst(workload, knobs, record=False, **kw)
-        self.add(label, r)
+        self.add(label, r, tags=tags)
         return r
 
-    def add(self, label: str, result: Any, *, must_pass: bool = True) -> None:
+    def add(self, label: str, result: Any, *, must_pass: bool = True,
+            tags: dict[str, Any] | None = None) -> None:  # fmt: skip
         """Keep a burst; ``must_pass``: a failed burst fails the step (a tune's OOM or a batch
-        bigger than the data set is a result the tune handles, not a failure)."""
-        self.bursts.append(gpu_record.burst_record(label, result))
+        bigger than the data set is a result the tune handles, not a failure); ``tags``: what
+        the result cannot say itself (the data path it measured)."""
+        self.bursts.append(gpu_record.burst_record(label, result, tags))
         if must_pass:
             self.expect(f"{label}: ok", result.ok, f"{result.status}: {result.error}")
         print(f"{self.name}: {label}: {result.summary().splitlines()[0]}", flush=True)
@@ -247,20 +256,51 @@ def _clock_row(b: dict[str, Any]) -> dict[str, Any]:
 
 # -- the data path -----------------------------------------------------------------------------
 
+PREDECODED_EST_S = 40.0
+"""The predecoded copy of the 12,800-image set at 256 px (~30 s over 16 cores: an estimate,
+no session has built it yet) and its two rows. Built only when this fits in what is left of
+the step's budget once the closing ceiling burst is set aside; the step says so otherwise."""
+CEILING_EST_S = 8.0
+"""The closing resident-batch burst: a resnet50 burst on a resident batch, ~7 s."""
+MIN_IMAGES = 4000
+"""Issue 29's figures need a set of 4,000+ JPEGs: the step's own is 12,800."""
 
-def loader(log: StepLog) -> None:
-    """The JPEG loader on a set with long epochs: alone, inside bursts, and its alternatives."""
+
+def loader(log: StepLog, budget_s: float) -> None:
+    """Every way to feed resnet50 bf16 on a set with long epochs: each path's loader alone
+    (no model: images/s, per worker or per GPU), then training through it, between two
+    resident-batch bursts (the ceiling, before and after: ``gpu_record.data_paths`` sets each
+    path beside their mean). The bursts of one path run back to back, the cheapest paths first,
+    so a step stopped by its timeout keeps the rows that matter most."""
+    from workbench.engine.device_images import jpeg_decoder
+
     big = big_set(log)
+    images = log.facts["big_set"]["images"]
+    log.expect(f"the set holds {MIN_IMAGES:,}+ images", log.ctx.dry or images >= MIN_IMAGES,
+               f"{images} images")  # fmt: skip
     cores = gpu_record.cores()["usable"] or 1
-    few, many = (1, 2) if log.ctx.dry else (8, min(16, cores))
-    log.facts["workers"] = [few, many]
-    _loader_alone(log, big, few)
-    for n in dict.fromkeys((few, many)):
-        wl, knobs = log.ctx.jpeg(num_workers=n, persistent_workers=True, pin_memory=not log.ctx.dry)
-        log.burst(f"jpeg, {n} workers", wl, knobs, data_dir=big)
-    _predecoded(log, big, few)
-    _gpu_decode(log, big, few)
-    _dali(log, big)
+    few, many = (1, 2) if log.ctx.dry else (min(8, cores), min(16, cores))
+    log.facts.update(workers=[few, many], jpeg_decoder=jpeg_decoder()[0], loader_alone=[])
+    _ceiling(log, big, "before")
+    _cpu_decode(log, big, "cpu-few", few)
+    _device_decode(log, big, "gpu-overlap", few, overlap=True)
+    if many != few:
+        _cpu_decode(log, big, "cpu-many", many)
+    else:
+        log.skip("cpu-many", f"this box lets the step use {cores} cores: {few} workers are "
+                 "already one a core")  # fmt: skip
+    _device_decode(log, big, "gpu-inline", few, overlap=False)
+    _dali(log, big, few)
+    left = budget_s - (time.monotonic() - log.ctx.started) - CEILING_EST_S
+    if log.ctx.dry or left >= PREDECODED_EST_S:
+        _predecoded(log, big, few)
+    else:
+        log.skip("predecoded-gpu", f"not built: the copy and its rows need ~"
+                 f"{PREDECODED_EST_S:.0f} s, {max(left, 0):.0f} s of the step's "
+                 f"{budget_s:.0f} s were left")  # fmt: skip
+    _ceiling(log, big, "after")
+    log.facts["data_paths"] = gpu_record.data_paths(log.doc())
+    log.write()
 
 
 def big_set(log: StepLog) -> Path:
@@ -282,44 +322,108 @@ def big_set(log: StepLog) -> Path:
     return paths.root
 
 
-def _loader_alone(log: StepLog, data: Path, workers: int) -> None:
+def _ceiling(log: StepLog, data: Path, when: str) -> None:
+    """The resident-batch ceiling (``loader=synthetic``: one batch of the same images, replayed)."""
+    wl, knobs = log.ctx.reference()
+    log.burst(f"ceiling: resident batch ({when})", wl, knobs, data_dir=data,
+              tags={"data_path": gpu_record.CEILING})  # fmt: skip
+
+
+def _cpu_decode(log: StepLog, data: Path, key: str, workers: int) -> None:
+    """The torch DataLoader as it is: workers decode with Pillow and augment on the CPU."""
+    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
+                             pin_memory=not log.ctx.dry)  # fmt: skip
+    _loader_alone(log, key, wl, knobs, data)
+    log.burst(f"jpeg, {workers} workers", wl, knobs, data_dir=data, tags={"data_path": key})
+
+
+def _device_decode(log: StepLog, data: Path, key: str, workers: int, *, overlap: bool,
+                   **change: Any) -> None:  # fmt: skip
+    """``decode=gpu``: the workers read stored bytes, the device decodes and augments them.
+    The loader alone runs the device pipeline on a rehearsal's CPU too (its CPU twin, where
+    ``DeviceImages`` works on CPU tensors); the training burst on a CPU is refused as a user's
+    would be, with the reason in ``no_effect``."""
+    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
+                             pin_memory=not log.ctx.dry, decode="gpu", **change)  # fmt: skip
+    tags = {"data_path": key, "overlap": overlap}
+    with device_decode(overlap=overlap, on_cpu=log.ctx.dry) as built:
+        _loader_alone(log, key, wl, knobs, data, tags={**tags, "device_pipeline": True})
+    log.expect(f"loader alone, {key}: the device pipeline ran", bool(built), "not built")
+    how = "predecoded, decode=gpu" if change.get("data_format") else "gpu decode"
+    label = f"{how}, overlap {'on' if overlap else 'off'}, {workers} workers"
+    with device_decode(overlap=overlap) as built:
+        r = log.burst(label, wl, knobs, data_dir=data, tags=tags)
+    seen = f"decode={r.decode}, no_effect={r.no_effect}"
+    if log.ctx.dry:
+        refused = "decode" in r.no_effect and r.decode == "cpu"
+        log.expect(f"{label}: refused on a CPU, with the reason", refused, seen)
+        return
+    acted = r.decode == "gpu" and "decode" not in r.no_effect and bool(built)
+    log.expect(f"{label}: decoded on the GPU", acted, seen)
+    log.expect(f"{label}: h2d_bytes_per_sample", r.h2d_bytes_per_sample is not None)
+
+
+@contextmanager
+def device_decode(*, overlap: bool = True, on_cpu: bool = False) -> Iterator[list[str]]:
+    """Inside the block, the loader ``decode=gpu`` builds overlaps as ``overlap`` says, and
+    ``on_cpu`` builds it on a CPU too; yields the devices of the streams built.
+
+    Why here: the knobs do not reach ``DeviceDecodeStream``'s ``overlap`` switch, which
+    ``build_loader`` leaves on; this session measures both sides of it. It wraps the loader
+    package's own ``build_device_stream`` (the one ``build_loader`` calls) and, with
+    ``on_cpu``, its ``decode_no_effect``: nothing else in the engine changes."""
+    import workbench.engine.loaders as loaders
+    from workbench.engine.loaders.device_batches import DeviceDecodeStream
+
+    build, no_effect = loaders.build_device_stream, loaders.decode_no_effect
+    built: list[str] = []
+
+    def build_as_asked(workload: Any, knobs: Any, device: Any, shard: Any) -> Any:
+        stream = build(workload, knobs, device, shard)
+        built.append(str(device))
+        return stream if overlap else DeviceDecodeStream(stream.inner, stream.images,
+                                                         overlap=False)  # fmt: skip
+
+    loaders.build_device_stream = build_as_asked
+    if on_cpu:
+        loaders.decode_no_effect = lambda *args, **kw: {}
+    try:
+        yield built
+    finally:
+        loaders.build_device_stream, loaders.decode_no_effect = build, no_effect
+
+
+def _loader_alone(log: StepLog, key: str, wl: str, knobs: Any, data: Path,
+                  tags: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """The loader alone (``run_loader_burst``: the diagnosis's ceiling, no model), kept whole
+    in ``facts["loader_alone"]`` with its data path."""
     from workbench.analysis.loader_ceiling import run_loader_burst
     from workbench.engine.window import BurstWindow
 
-    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
-                             pin_memory=not log.ctx.dry)  # fmt: skip
     r = run_loader_burst(wl, knobs, window=BurstWindow(seconds=log.ctx.seconds),
                          device=log.ctx.device, data_dir=data)  # fmt: skip
-    log.facts["loader_alone"] = r.to_dict()
-    log.expect(f"loader alone, {workers} workers: ok", r.ok, f"{r.status}: {r.error}")
-    print(f"{log.name}: loader alone, {workers} workers: {r.samples_per_s or 0:,.1f} samples/s",
-          flush=True)  # fmt: skip
+    rec = {"label": f"loader alone: {key}", "data_path": key, **(tags or {}), **r.to_dict()}
+    log.facts["loader_alone"].append(rec)
+    log.expect(f"loader alone, {key}: ok", r.ok, f"{r.status}: {r.error}")
+    print(f"{log.name}: loader alone, {key}, {knobs.num_workers} workers: "
+          f"{r.samples_per_s or 0:,.1f} samples/s", flush=True)  # fmt: skip
     log.write()
 
 
 def _predecoded(log: StepLog, data: Path, workers: int) -> None:
+    """The set converted to uint8 squares (256 px for resnet50's 224 px crops), sent to the
+    device as bytes and cropped there."""
     from workbench import convert_dataset
 
-    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
-                             pin_memory=not log.ctx.dry, data_format="predecoded")  # fmt: skip
     t0 = time.perf_counter()
-    res = 73 if log.ctx.dry else 256
-    convert_dataset("predecoded", data / "images", resolution=res)
+    convert_dataset("predecoded", data / "images", resolution=73 if log.ctx.dry else 256)
     log.facts["predecoded_convert_s"] = round(time.perf_counter() - t0, 1)
-    log.burst(f"predecoded, {workers} workers", wl, knobs, data_dir=data)
+    log.write()
+    _device_decode(log, data, "predecoded-gpu", workers, overlap=True, data_format="predecoded")
 
 
-def _gpu_decode(log: StepLog, data: Path, workers: int) -> None:
-    from workbench import Knobs
-
-    if "decode" not in {f.name for f in dataclasses.fields(Knobs)}:
-        log.skip("gpu decode", "the torch loader has no decode knob yet (the data-path issue)")
-        return
-    wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True, decode="gpu")
-    log.burst(f"gpu decode, {workers} workers", wl, knobs, data_dir=data)
-
-
-def _dali(log: StepLog, data: Path) -> None:
+def _dali(log: StepLog, data: Path, workers: int) -> None:
+    """DALI's mixed decode (nvJPEG), with ``workers`` CPU threads, where DALI is installed."""
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:
@@ -328,8 +432,9 @@ def _dali(log: StepLog, data: Path) -> None:
     if log.ctx.dry:
         log.skip("dali", "no CUDA: DALI's mixed decode needs a GPU")
         return
-    wl, knobs = log.ctx.jpeg(loader="dali")
-    log.burst("dali mixed decode", wl, knobs, data_dir=data)
+    wl, knobs = log.ctx.jpeg(loader="dali", dali_decode="mixed", num_workers=workers)
+    _loader_alone(log, "dali", wl, knobs, data)
+    log.burst("dali mixed decode", wl, knobs, data_dir=data, tags={"data_path": "dali"})
 
 
 # -- paths that never ran on a GPU -------------------------------------------------------------
@@ -398,7 +503,7 @@ def _tune(log: StepLog) -> None:
     # batch, whose bursts start in a second instead of five
     wl, start = log.ctx.reference() if log.ctx.dry else log.ctx.jpeg(num_workers=1)
     res = tune(wl, budget=8, base=start, seconds=log.ctx.seconds, record=False,
-               device=log.ctx.device, data_dir=log.ctx.workdir / "big",
+               device=log.ctx.device, data_dir=big_set(log),  # the loader step's, reused
                progress=lambda p: stages.append(p.stage))  # fmt: skip
     for i, (r, stage) in enumerate(zip(res.bursts, stages, strict=False)):
         log.add(f"tune {i + 1}: {stage}", r, must_pass=False)
@@ -535,6 +640,9 @@ STEPS: dict[str, Callable[..., None]] = {
 }  # fmt: skip
 TIMED = frozenset({"check", "pytest-gpu", "lessons"})
 """Steps that are given their time (the rest of the budget), not just a timeout."""
+BUDGETED = TIMED | {"loader"}
+"""Steps that read their budget (``--budget-s``): the loader builds its predecoded copy only
+when it fits."""
 
 
 def one_burst(args: argparse.Namespace) -> int:
@@ -570,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     log.write("running")
     try:
         step = STEPS[args.step]
-        step(log, args.budget_s) if args.step in TIMED else step(log)
+        step(log, args.budget_s) if args.step in BUDGETED else step(log)
     except StepSkipped as why:
         log.reason = str(why)
         log.write("skipped")

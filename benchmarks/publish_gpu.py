@@ -193,6 +193,96 @@ def runs_table(path: Path, run: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DATA_PATHS_WAITING = (
+    "Waiting for the first GPU session: no kept run has the data-path rows yet (the `loader` "
+    "step of `bash benchmarks/gpu_session.sh` measures them: each path's loader alone, then "
+    "resnet50 bf16 training through it beside the resident-batch ceiling)."
+)
+
+
+@dataclass(frozen=True)
+class PathRun:
+    """The newest kept run with the data-path rows: its file, the run, its loader step and
+    ``gpu_record.data_paths`` of that step."""
+
+    path: Path
+    run: dict[str, Any]
+    step: dict[str, Any]
+    paths: dict[str, Any]
+
+
+def data_path_run(runs: Sequence[tuple[Path, dict[str, Any]]]) -> PathRun | None:
+    """Every figure of the data-path table comes from one run: a path's share of the ceiling
+    is read against the ceiling measured beside it, never against another session's."""
+    for path, run in runs:
+        for step in run["steps"]:
+            paths = gpu_record.data_paths(step) if step["name"] == "loader" else None
+            if paths and paths["ceiling"]:
+                return PathRun(path, run, step, paths)
+    return None
+
+
+def render_data_paths(runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
+    """The data-path table (issue 29): per path the loader alone and training beside the
+    resident-batch ceiling, or the sentence that says it is still waiting."""
+    found = data_path_run(runs)
+    if found is None:
+        return DATA_PATHS_WAITING + "\n"
+    rows, ceiling = found.paths["rows"], found.paths["ceiling"]
+    lines = [f"| data path ({_setting(found.step)}) | loader alone images/s | per worker or GPU "
+             "| training images/s | of the ceiling | decoded on | H2D bytes/sample |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
+             f"| resident batch (loader=synthetic): the ceiling | - | - | "
+             f"{cell(ceiling['samples_per_s'], 'samples_per_s')} | - | - | - |"]  # fmt: skip
+    lines += [_path_line(r) for r in rows]
+    lines += ["", _ceiling_sentence(ceiling), _goal_sentence(found.paths), "",
+              f"[1] {provenance(found.path, found.run)}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _setting(step: dict[str, Any]) -> str:
+    """What every row shares, read from the ceiling burst and the set it read."""
+    b = next(b for b in step["bursts"] if b.get("data_path") == gpu_record.CEILING)
+    k = b.get("knobs") or {}
+    images = ((step.get("facts") or {}).get("big_set") or {}).get("images")
+    return (f"{b.get('workload')} {k.get('precision')}, batch {k.get('batch_size')}"
+            + (", channels_last" if k.get("channels_last") else "")
+            + (f", {images:,} JPEGs" if images else ""))  # fmt: skip
+
+
+def _path_line(r: dict[str, Any]) -> str:
+    text = r["text"]
+    if r.get("not_run"):
+        text += f" ({r['not_run']})"
+    elif r.get("failed"):
+        text += f" (failed: {r['failed'][:120]})"
+    per = "-" if r["loader_per"] is None else f"{r['loader_per']:,.0f} a {r['per']}"
+    share = "-" if r["over_ceiling"] is None else f"{r['over_ceiling']:.0%}"
+    h2d = "-" if r["h2d_bytes_per_sample"] is None else f"{r['h2d_bytes_per_sample']:,.0f}"
+    return (f"| {text} | {cell(r['loader_alone'], 'samples_per_s')} | {per} | "
+            f"{cell(r['training'], 'samples_per_s')} | {share} | {r['decode'] or '-'} | "
+            f"{h2d} |")  # fmt: skip
+
+
+def _ceiling_sentence(ceiling: dict[str, Any]) -> str:
+    said = " and ".join(cell(x, "samples_per_s") for x in ceiling["bursts"])
+    drift = ceiling.get("after_over_before")
+    said += f" images/s: after/before {drift}" if drift else " images/s"
+    return (
+        f"The ceiling is the mean of the resident-batch bursts before and after the paths ({said})."
+    )
+
+
+def _goal_sentence(paths: dict[str, Any]) -> str:
+    goal = f"one path at {paths['goal']:.0%} of the ceiling or more"
+    best = paths["best"]
+    if best is None:
+        return f"Goal ({goal}): no path trained."
+    text = next(r["text"] for r in paths["rows"] if r["path"] == best["path"])
+    verdict = "met by" if paths["goal_met"] else "not met: the best was"
+    return f"Goal ({goal}): {verdict} {text} ({best['over_ceiling']:.0%})."
+
+
 def blocks(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
     """Every generated block's body, by name: the figure tables, and the two plans (the
     session's steps, the check's rows), printed by the code that runs them."""
@@ -200,6 +290,7 @@ def blocks(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
     import gpu_session
 
     out = {t.name: render(t, runs) for t in TABLES}
+    out["data-paths"] = render_data_paths(runs)
     out["development-runs"] = "\n".join(runs_table(p, r) for p, r in runs)
     out["session-plan"] = gpu_session.plan_table() + "\n"
     out["check-plan"] = gpu_check.plan_table(gpu_check.plan()) + "\n"
@@ -285,6 +376,7 @@ def reference_doc(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]
         if found is None or found.burst.get("samples_per_s") is None:
             continue
         entries.append(_entry(e, found, lambda w, path=found.path: _same_run(runs, path, w)))
+    entries += path_entries(runs)
     return {"about": "This project's own GPU figures, generated by benchmarks/publish_gpu.py "
                      "from the kept runs under benchmarks/results/ (never typed): each entry "
                      "names its run file and the command that wrote it, or says it was not "
@@ -299,24 +391,65 @@ def _same_run(
 
 
 def _entry(e: Entry, found: Found, find_in: Callable[[Where], Found | None]) -> dict[str, Any]:
-    run, b = found.run, found.burst
+    b = found.burst
+    return {"id": e.id, "lessons": list(e.lessons), "workload": e.workload, "what": e.what,
+            "value": round(b["samples_per_s"]), "units": e.units, "precision": e.precision,
+            "batch_size": (b.get("knobs") or {}).get("batch_size"),
+            "notes": e.notes(b, find_in), **_measured_on(found.path, found.run)}  # fmt: skip
+
+
+def _measured_on(path: Path, run: dict[str, Any]) -> dict[str, Any]:
+    """An entry's provenance: the GPU, the kept run and the command that wrote it."""
     env = run.get("environment") or {}
     versions = env.get("versions") or {}
     mem = env.get("device_mem_mib")
     hardware = f"1x {run['device']}" + (f" ({mem:,} MiB)" if mem else "") + \
         f", torch {versions.get('torch')}, CUDA {versions.get('cuda')}"  # fmt: skip
-    rel = kept_name(found.path)
     recorded = bool(run.get("recorded"))
-    return {"id": e.id, "lessons": list(e.lessons), "workload": e.workload, "what": e.what,
-            "value": round(b["samples_per_s"]), "units": e.units, "precision": e.precision,
-            "batch_size": (b.get("knobs") or {}).get("batch_size"),
-            "notes": e.notes(b, find_in), "kind": "measured", "hardware": hardware, "gpus": 1,
-            "device_name": run["device"],
-            "source": f"workbench GPU run {found.path.name}" + ("" if recorded else
-                                                                " (unrecorded)"),
+    return {"kind": "measured", "hardware": hardware, "gpus": 1, "device_name": run["device"],
+            "source": f"workbench GPU run {path.name}" + ("" if recorded else " (unrecorded)"),
             "command": run["command"] if recorded else (run.get("command_note") or "unrecorded"),
-            "run": rel, "url": "docs/development.md#gpu-runs",
+            "run": kept_name(path), "url": "docs/development.md#gpu-runs",
             "read_on": run["started_at"][:10]}  # fmt: skip
+
+
+PATH_LESSONS = ("02", "05")
+PATH_TRAINING = "training throughput through one data path: "
+PATH_ALONE = "the loader alone (no model) on one data path: "
+"""The prefixes of the data-path entries' ``what``; ``workbench.notebook.reference.data_paths``
+reads the path after them."""
+
+
+def path_entries(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The data-path table as the lessons' entries (``wb-gpu-path-*``: training through a path
+    and the ceiling; ``wb-gpu-loader-*``: the loader alone), all from the run that tables them."""
+    found = data_path_run(runs)
+    if found is None:
+        return []
+    ceiling = found.paths["ceiling"]
+    b = next(b for b in found.step["bursts"] if b.get("data_path") == gpu_record.CEILING)
+    k = b.get("knobs") or {}
+    common = {"lessons": list(PATH_LESSONS), "workload": b.get("workload"), "units": "images/s",
+              "precision": k.get("precision"), "batch_size": k.get("batch_size"),
+              **_measured_on(found.path, found.run)}  # fmt: skip
+    drift = ceiling.get("after_over_before")
+    out = [{"id": "wb-gpu-path-ceiling", "what": PATH_TRAINING + "one resident batch "
+            "(loader=synthetic): the ceiling", "value": round(ceiling["samples_per_s"]),
+            "notes": "mean of the bursts before and after the paths"
+            + (f" (after/before {drift})" if drift else ""), **common}]  # fmt: skip
+    for r in found.paths["rows"]:
+        if r["training"] is not None:
+            share = f"{r['over_ceiling']:.0%} of the ceiling in the same run; " \
+                if r["over_ceiling"] is not None else ""  # fmt: skip
+            out.append({"id": f"wb-gpu-path-{r['path']}", "what": PATH_TRAINING + r["text"],
+                        "value": round(r["training"]),
+                        "notes": f"{share}decoded on the {r['decode']}", **common})  # fmt: skip
+        if r["loader_alone"] is not None:
+            out.append({"id": f"wb-gpu-loader-{r['path']}", "what": PATH_ALONE + r["text"],
+                        "value": round(r["loader_alone"]),
+                        "notes": f"{r['loader_per']:,.0f} images/s a {r['per']}",
+                        **common})  # fmt: skip
+    return out
 
 
 # -- the entry point ---------------------------------------------------------------------------

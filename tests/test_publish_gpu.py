@@ -160,3 +160,123 @@ def test_a_recorded_command_line_shows_no_store_password(publish, monkeypatch):
     assert record.command_line(argv).endswith("postgresql://ada:***@10.0.0.5/class")
     monkeypatch.setenv("WORKBENCH_COMMAND", "run --store=postgres://u:Pw-Env-4@h/db")
     assert record.command_line() == "run --store=postgres://u:***@h/db"
+
+
+# -- the data-path table (issue 29) ------------------------------------------------------------
+
+
+def test_the_data_path_table_waits_for_the_first_gpu_session(publish):
+    """No kept run has the rows yet: every place that shows the table says so, and the
+    lessons' reference file has no data-path entry."""
+    for name in ("README.md", "docs/development.md"):
+        text = (_ROOT / name).read_text()
+        block = text.split("<!-- gpu-table: data-paths -->\n", 1)[1].split("<!-- /gpu-table")[0]
+        assert block == publish.DATA_PATHS_WAITING + "\n", name
+    ids = [e["id"] for e in json.loads(publish.REFERENCE.read_text())["entries"]]
+    assert not [i for i in ids if i.startswith(("wb-gpu-path-", "wb-gpu-loader-"))]
+
+
+def _paths_run(results: Path, stamp: str = "20270103-1000", *, ceiling=(4300.0, 4100.0),
+               gpu=4050.0) -> Path:  # fmt: skip
+    """A kept run as the GPU session writes its loader step: tagged bursts, the loader alone
+    in the facts, DALI not installed, the predecoded copy not built."""
+    k = {"batch_size": 128, "channels_last": True, "precision": "bf16", "num_workers": 8}
+
+    def burst(label, path, sps, **kw):
+        return {"label": label, "data_path": path, "status": "ok", "workload": "resnet50",
+                "samples_per_s": sps, "knobs": {**k, **kw.pop("knobs", {})}, **kw}  # fmt: skip
+
+    bursts = [burst("ceiling: resident batch (before)", "ceiling", ceiling[0],
+                    knobs={"loader": "synthetic"}),
+              burst("jpeg, 8 workers", "cpu-few", 1700.0, decode="cpu"),
+              burst("gpu decode, overlap on, 8 workers", "gpu-overlap", gpu, decode="gpu",
+                    overlap=True, h2d_bytes_per_sample=112_345.0),
+              burst("jpeg, 16 workers", "cpu-many", 3100.0, decode="cpu",
+                    knobs={"num_workers": 16}),
+              burst("ceiling: resident batch (after)", "ceiling", ceiling[1],
+                    knobs={"loader": "synthetic"})]  # fmt: skip
+    alone = [
+        {"data_path": p, "status": "ok", "samples_per_s": sps, "knobs": {**k, "num_workers": n}}
+        for p, sps, n in (
+            ("cpu-few", 1800.0, 8),
+            ("gpu-overlap", 9600.0, 8),
+            ("cpu-many", 3300.0, 16),
+        )
+    ]
+    loader = {
+        "name": "loader",
+        "status": "passed",
+        "bursts": bursts,
+        "facts": {"big_set": {"images": 12800}, "loader_alone": alone},
+        "skipped": [
+            {"what": "dali", "reason": "not installed"},
+            {"what": "predecoded-gpu", "reason": "not built: 20 s left"},
+        ],
+    }
+    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
+           "command": "bash benchmarks/gpu_session.sh /tmp/out", "git_commit": "abcdef1234",
+           "git_dirty": False, "started_at": "2027-01-03T10:00:00+00:00",
+           "device": "NVIDIA H200",
+           "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
+           "steps": [loader]}  # fmt: skip
+    path = results / f"gpu-{stamp}-nvidia-h200.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_run_with_the_data_paths_tables_them_against_its_own_ceiling(publish, copy):
+    _paths_run(copy / "benchmarks/results")
+    runs = publish.load_runs(copy / "benchmarks/results")
+    lines = publish.render_data_paths(runs).splitlines()
+    assert lines[0] == ("| data path (resnet50 bf16, batch 128, channels_last, 12,800 JPEGs) | "
+                        "loader alone images/s | per worker or GPU | training images/s | "
+                        "of the ceiling | decoded on | H2D bytes/sample |")  # fmt: skip
+    assert (
+        lines[2] == "| resident batch (loader=synthetic): the ceiling | - | - | 4,200 | - | - | - |"
+    )
+    assert ("| decode=cpu (Pillow in the workers), 8 workers | 1,800 | 225 a worker | 1,700 | "
+            "40% | cpu | - |") in lines  # fmt: skip
+    gpu = next(line for line in lines if line.startswith("| decode=gpu (workers"))
+    assert gpu.endswith("| 9,600 | 9,600 a GPU | 4,050 | 96% | gpu | 112,345 |")
+    assert "| decode=cpu (Pillow in the workers), 16 workers | 3,300 | 206 a worker | 3,100 |" in (
+        "\n".join(lines))  # fmt: skip
+    assert ("| decode=gpu, overlap off (in line on the training stream) (not measured: the step "
+            "ended before it) | - | - | - | - | - | - |") in lines  # fmt: skip
+    assert "| loader=dali, mixed decode (nvJPEG) (not installed) | - |" in "\n".join(lines)
+    assert any("(not built: 20 s left)" in line for line in lines)
+    assert "(4,300 and 4,100 images/s: after/before 0.9535)" in lines[-4]
+    assert lines[-3].startswith("Goal (one path at 90% of the ceiling or more): met by decode=gpu")
+    assert lines[-1].startswith(
+        "[1] `benchmarks/results/gpu-20270103-1000-nvidia-h200.json`: "
+        "`bash benchmarks/gpu_session.sh /tmp/out`, commit abcdef1"
+    )
+    entries = {e["id"]: e for e in publish.reference_doc(runs)["entries"]}
+    assert entries["wb-gpu-path-ceiling"]["value"] == 4200
+    assert entries["wb-gpu-path-gpu-overlap"]["value"] == 4050
+    assert entries["wb-gpu-path-gpu-overlap"]["notes"].startswith("96% of the ceiling")
+    assert entries["wb-gpu-loader-cpu-few"]["notes"] == "225 images/s a worker"
+    assert entries["wb-gpu-path-gpu-overlap"]["lessons"] == ["02", "05"]
+    assert sorted(publish.stale(copy / "benchmarks/results", copy)) == [
+        "README.md", "docs/development.md", "notebooks/reference/gpu_runs.json"]  # fmt: skip
+    publish_all(publish, copy)
+    assert publish.problems(copy / "benchmarks/results", copy) == []
+
+
+def test_the_goal_missed_is_said_and_a_newer_run_without_the_rows_keeps_the_older_table(
+    publish, copy
+):  # fmt: skip
+    _paths_run(copy / "benchmarks/results", gpu=3000.0)
+    _recorded_run(copy / "benchmarks/results", "fp32-strict")  # 2027-01-02: older
+    later = copy / "benchmarks/results/gpu-20270104-1000-nvidia-h200.json"
+    doc = json.loads((copy / "benchmarks/results/gpu-20270102-1000-nvidia-h200.json").read_text())
+    later.write_text(json.dumps(dict(doc, started_at="2027-01-04T10:00:00+00:00")))
+    body = publish.render_data_paths(publish.load_runs(copy / "benchmarks/results"))
+    assert "gpu-20270103-1000-nvidia-h200.json" in body and "20270104" not in body
+    assert ("Goal (one path at 90% of the ceiling or more): not met: the best was decode=cpu "
+            "(Pillow in the workers), 16 workers (74%).") in body  # fmt: skip
+
+
+def publish_all(publish, root: Path) -> None:
+    """What ``python benchmarks/publish_gpu.py`` writes, into a copy."""
+    for path, text in publish.outputs(root / "benchmarks/results", root).items():
+        path.write_text(text)

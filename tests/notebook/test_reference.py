@@ -99,3 +99,46 @@ def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_
                                  reference.find("dle-a100-tf32-1gpu").value, decode)  # fmt: skip
     assert data[0] == "data-bound" and data[-1] == "compute-bound"
     assert workshop.lesson_plan("03", gpu=False).workload == "cnn"
+
+
+def _path_entry(ref_id: str, what: str, value: float, notes: str = "") -> dict:
+    """A data-path entry as benchmarks/publish_gpu.py generates it (figures made up here)."""
+    return {"id": ref_id, "lessons": ["02", "05"], "kind": "measured", "workload": "resnet50",
+            "what": what, "value": value, "units": "images/s", "hardware": "1x NVIDIA H200",
+            "precision": "bf16", "batch_size": 128, "source": "workbench GPU run gpu-x.json",
+            "command": "bash benchmarks/gpu_session.sh", "url": "docs/development.md#gpu-runs",
+            "run": "benchmarks/results/gpu-x.json", "notes": notes}  # fmt: skip
+
+
+def test_the_data_paths_wait_for_a_gpu_session_then_table_each_path_beside_the_ceiling(tmp_path):
+    waiting = reference.data_paths()  # the shipped files: no GPU session has measured them yet
+    assert waiting["path"].tolist() == [reference.DATA_PATHS_WAITING]
+    assert waiting.drop(columns="path").isna().all().all()
+    train = "training throughput through one data path: "
+    alone = "the loader alone (no model) on one data path: "
+    entries = [
+        _path_entry("wb-gpu-path-ceiling", train + "one resident batch (loader=synthetic): the "
+                    "ceiling", 4000.0),
+        _path_entry("wb-gpu-path-cpu-few", train + "decode=cpu, 8 workers", 1000.0),
+        _path_entry("wb-gpu-loader-cpu-few", alone + "decode=cpu, 8 workers", 1200.0,
+                    "150 images/s a worker"),
+        _path_entry("wb-gpu-loader-gpu-inline", alone + "decode=gpu, overlap off", 9000.0,
+                    "9,000 images/s a GPU"),
+    ]  # fmt: skip
+    (tmp_path / "gpu_runs.json").write_text(json.dumps({"entries": entries}))
+    refs = reference.load(tmp_path)
+    table = reference.data_paths(refs)
+    assert table["path"].tolist() == [
+        "one resident batch (loader=synthetic): the ceiling",
+        "decode=cpu, 8 workers",
+        "decode=gpu, overlap off",
+    ]
+    cpu = table.iloc[1]
+    assert (cpu["loader_alone_images_per_s"], cpu["training_images_per_s"]) == (1200.0, 1000.0)
+    assert cpu["of_ceiling_pct"] == 25.0 and cpu["loader_alone_per"] == "150 images/s a worker"
+    assert pd.isna(table.iloc[0]["of_ceiling_pct"])  # the ceiling is not a share of itself
+    inline = table.iloc[2]  # measured alone, no training burst: no share to give
+    assert inline["loader_alone_images_per_s"] == 9000.0 and pd.isna(inline["of_ceiling_pct"])
+    assert "gpu-x.json" in inline["source"]
+    assert reference.table("02", refs).empty  # tabled once, by data_paths
+    assert reference.beside(pd.DataFrame(), "num_workers", "05", refs=refs).empty
