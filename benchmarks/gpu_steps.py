@@ -344,14 +344,15 @@ def _device_decode(log: StepLog, data: Path, key: str, workers: int, *, overlap:
     ``DeviceImages`` works on CPU tensors); the training burst on a CPU is refused as a user's
     would be, with the reason in ``no_effect``."""
     wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
-                             pin_memory=not log.ctx.dry, decode="gpu", **change)  # fmt: skip
+                             pin_memory=not log.ctx.dry, decode="gpu",
+                             decode_overlap=overlap, **change)  # fmt: skip
     tags = {"data_path": key, "overlap": overlap}
-    with device_decode(overlap=overlap, on_cpu=log.ctx.dry) as built:
+    with device_decode(on_cpu=log.ctx.dry) as built:
         _loader_alone(log, key, wl, knobs, data, tags={**tags, "device_pipeline": True})
     log.expect(f"loader alone, {key}: the device pipeline ran", bool(built), "not built")
     how = "predecoded, decode=gpu" if change.get("data_format") else "gpu decode"
     label = f"{how}, overlap {'on' if overlap else 'off'}, {workers} workers"
-    with device_decode(overlap=overlap) as built:
+    with device_decode() as built:
         r = log.burst(label, wl, knobs, data_dir=data, tags=tags)
     seen = f"decode={r.decode}, no_effect={r.no_effect}"
     if log.ctx.dry:
@@ -364,27 +365,25 @@ def _device_decode(log: StepLog, data: Path, key: str, workers: int, *, overlap:
 
 
 @contextmanager
-def device_decode(*, overlap: bool = True, on_cpu: bool = False) -> Iterator[list[str]]:
-    """Inside the block, the loader ``decode=gpu`` builds overlaps as ``overlap`` says, and
-    ``on_cpu`` builds it on a CPU too; yields the devices of the streams built.
+def device_decode(*, on_cpu: bool = False) -> Iterator[list[str]]:
+    """Inside the block, record the devices of the ``decode=gpu`` streams the loader builds
+    (proof that the device pipeline ran) and, with ``on_cpu``, build them on a CPU too (the
+    rehearsal's CPU twin, where ``DeviceImages`` works on CPU tensors).
 
-    Why here: the knobs do not reach ``DeviceDecodeStream``'s ``overlap`` switch, which
-    ``build_loader`` leaves on; this session measures both sides of it. It wraps the loader
-    package's own ``build_device_stream`` (the one ``build_loader`` calls) and, with
-    ``on_cpu``, its ``decode_no_effect``: nothing else in the engine changes."""
+    Why here: a burst on a CPU refuses ``decode=gpu`` (``decode_no_effect``), as it must for a
+    user; the dry path lifts that refusal for its loader-alone rows only. It wraps the loader
+    package's own ``build_device_stream`` (the one ``build_loader`` calls): nothing else in the
+    engine changes."""
     import workbench.engine.loaders as loaders
-    from workbench.engine.loaders.device_batches import DeviceDecodeStream
 
     build, no_effect = loaders.build_device_stream, loaders.decode_no_effect
     built: list[str] = []
 
-    def build_as_asked(workload: Any, knobs: Any, device: Any, shard: Any) -> Any:
-        stream = build(workload, knobs, device, shard)
+    def build_and_note(workload: Any, knobs: Any, device: Any, shard: Any) -> Any:
         built.append(str(device))
-        return stream if overlap else DeviceDecodeStream(stream.inner, stream.images,
-                                                         overlap=False)  # fmt: skip
+        return build(workload, knobs, device, shard)
 
-    loaders.build_device_stream = build_as_asked
+    loaders.build_device_stream = build_and_note
     if on_cpu:
         loaders.decode_no_effect = lambda *args, **kw: {}
     try:

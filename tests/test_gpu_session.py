@@ -364,9 +364,10 @@ def test_a_run_from_before_the_data_path_rows_has_none(record):
     assert record.data_paths(old) is None
 
 
-def test_the_overlap_switch_builds_the_device_pipeline_and_puts_the_loader_back(steps, tiny_data):
+def test_the_rehearsal_builds_the_device_pipeline_and_puts_the_loader_back(steps, tiny_data):
     """The session's one reach past the knobs: inside the block ``build_loader`` builds the
-    decode=gpu stream as asked (here its CPU twin, overlap off); after it, a CPU refuses it."""
+    decode=gpu stream on a CPU (its CPU twin), with the overlap the knob asks; after it, a CPU
+    refuses it."""
     import torch
 
     import workbench.engine.loaders as loaders
@@ -375,11 +376,12 @@ def test_the_overlap_switch_builds_the_device_pipeline_and_puts_the_loader_back(
     from workbench.engine.workloads import resolve_target
 
     wl, dev = resolve_target("cnn", "cpu", tiny_data)
-    knobs = Knobs(batch_size=4, num_workers=0, decode="gpu")
-    with steps.device_decode(overlap=False, on_cpu=True) as built:
+    knobs = Knobs(batch_size=4, num_workers=0, decode="gpu", decode_overlap=False)
+    with steps.device_decode(on_cpu=True) as built:
         stream = loaders.build_loader(wl, knobs, dev)
     try:
         assert isinstance(stream, DeviceDecodeStream) and built == ["cpu"]
+        assert "in line" in stream.note
         images, labels = next(stream)
         assert images.shape == (4, 3, 64, 64) and images.dtype == torch.float32
         assert labels.shape == (4,) and stream.h2d_bytes_per_sample > 0

@@ -71,7 +71,7 @@ def test_device_batches_are_the_bursts_class_and_keep_each_label_with_its_image(
         assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
         distance = (x[:, None] - cpu[None]).abs().mean(dim=(2, 3, 4))  # batch x dataset
         best = distance.min(dim=1)
-        assert best.values.max() < 0.05  # the same image, decoded and resized by another path
+        assert best.values.max() < 0.15  # the same image, resized another way (another: >= 0.5)
         assert torch.equal(labels[best.indices], y)
         seen += len(y)
     assert seen == len(dataset)

@@ -17,7 +17,12 @@ from workbench.engine.convert import convert_dataset
 from workbench.engine.device_images import DeviceImages, ImageRecipe
 from workbench.engine.encoded import JPEG, PIXELS, EncodedFiles, collate_encoded, folder_samples
 from workbench.engine.formats import encoded_dataset_for
-from workbench.engine.loaders.device_batches import DeviceBatches, decode_no_effect, decode_ran
+from workbench.engine.loaders.device_batches import (
+    DeviceBatches,
+    build_device_stream,
+    decode_no_effect,
+    decode_ran,
+)
 from workbench.engine.workloads import Workload, resolve_workload
 
 CUDA = torch.device("cuda")  # only its type is read: nothing here touches a GPU
@@ -204,3 +209,17 @@ def test_on_cuda_the_next_batch_is_queued_on_a_side_stream_the_trainer_waits_for
     log.clear()
     list(DeviceBatches([0], Images(), overlap=False))
     assert log == ["prepare 0 on main"]  # in line: nothing to wait for
+
+
+def test_decode_overlap_reaches_the_stream_and_says_when_it_cannot_act(tiny_data):
+    images = resolve_workload("cnn", data_dir=tiny_data)
+    inline = Knobs(decode="gpu", decode_overlap=False, batch_size=4)
+    stream = build_device_stream(images, inline, torch.device("cpu"), None)
+    try:
+        assert "in line" in stream.note
+    finally:
+        stream.close()
+    cpu_decode = decode_no_effect(Knobs(decode_overlap=False), CUDA, images)
+    assert "only with decode=gpu" in cpu_decode["decode_overlap"]
+    on_cpu = decode_no_effect(inline, torch.device("cpu"), images)
+    assert set(on_cpu) == {"decode", "decode_overlap"}

@@ -209,7 +209,7 @@ class TunedConfig:
 
     def device_batches(
         self, loader: Iterable[Any], device: Any = None, *, seed: int | None = None,
-        overlap: bool = True,
+        overlap: bool | None = None,
     ) -> Iterable[Any]:  # fmt: skip
         """The training loop's batches on ``device``: ``for x, y in cfg.device_batches(loader,
         device)``, once per epoch, as the loader itself.
@@ -218,7 +218,8 @@ class TunedConfig:
         ``DeviceBatches``, the same class with the same overlap, so the loop gets what was
         measured: each batch decoded (nvJPEG) and cropped, flipped and normalised on the device
         by the dataset's transform, float32 NCHW (NHWC with ``channels_last``), outside any
-        autocast, one batch ahead on a side CUDA stream (``overlap``). The crops are drawn from
+        autocast, one batch ahead on a side CUDA stream (``overlap``; None: the config's
+        ``decode_overlap``, as the burst ran). The crops are drawn from
         ``seed``; by default from torch's generator and the rank (reproducible under
         ``torch.manual_seed``, different on each rank and on each call, so a call per epoch
         is as good as one). Over any other loader (``decode=cpu``, or
@@ -226,6 +227,7 @@ class TunedConfig:
         with ``channels_last``. ``device``: default CUDA's current device, else the CPU, where
         the same decode and augmentation run on CPU tensors.
         """
+        overlap = self.knobs.decode_overlap if overlap is None else overlap
         return device_decode.device_batches(loader, device, seed=seed, overlap=overlap,
                                             channels_last=self.knobs.channels_last)  # fmt: skip
 

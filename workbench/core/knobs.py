@@ -262,6 +262,13 @@ class Knobs:
         "choice",
         choices=DECODES,
     )
+    decode_overlap: bool = _knob(
+        True,
+        "decode=gpu: prepare the next batch (copy, decode, crop) on a side CUDA stream while the "
+        "model trains on this one (on), or in line on the training stream (off).",
+        "data",
+        "bool",
+    )
     data_format: str = _knob(
         "files",
         "How the images are stored: files (a JPEG folder, read at random), shards (WebDataset "

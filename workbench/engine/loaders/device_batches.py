@@ -9,7 +9,8 @@ stream before the current batch is handed over, so the device does them while th
 on the current one (the training stream waits for the side stream only at the hand-over, and
 each tensor is marked as used there, so the caching allocator does not reuse it early). The
 host still launches those kernels from the training thread: about 4 small kernels an image.
-``overlap=False`` runs them on the training stream, in line; the GPU session measures both.
+``overlap=False`` (the ``decode_overlap`` knob) runs them on the training stream, in line;
+the GPU session measures both.
 
 When the knob cannot act (:func:`decode_no_effect`), the burst runs the workers' CPU pipeline
 and says why in ``no_effect``.
@@ -143,9 +144,17 @@ class DeviceDecodeStream:
 def decode_no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
     """``{"decode": reason}`` when ``decode=gpu`` cannot act in this burst, else {}."""
     if knobs.decode != "gpu":
-        return {}
+        off = not knobs.decode_overlap
+        return (
+            {"decode_overlap": "acts only with decode=gpu (no side stream to run)"} if off else {}
+        )
     reason = _why_not(knobs, device, workload)
-    return {"decode": reason} if reason else {}
+    if reason is None:
+        return {}
+    refused = {"decode": reason}
+    if not knobs.decode_overlap:
+        refused["decode_overlap"] = "decode=gpu did not act here: nothing decoded on the device"
+    return refused
 
 
 def _why_not(knobs: Knobs, device: torch.device, workload: Workload) -> str | None:
@@ -189,7 +198,7 @@ def build_device_stream(
     )
     seed = shard[0] if shard else 0
     images = DeviceImages(recipe, device, seed=seed, channels_last=knobs.channels_last)
-    return DeviceDecodeStream(inner, images)
+    return DeviceDecodeStream(inner, images, overlap=knobs.decode_overlap)
 
 
 def decode_ran(stream: Any, workload: Workload) -> str | None:
