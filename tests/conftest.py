@@ -66,3 +66,18 @@ def tiny_data(tmp_path_factory) -> Path:
 @pytest.fixture
 def store_path(tmp_path) -> Path:
     return tmp_path / "history.sqlite"
+
+
+@pytest.fixture(scope="module")
+def converted_images(tmp_path_factory) -> Path:
+    """A small image folder of its own, with its shards, LMDB and predecoded (64 px crop)
+    copies beside it: the production side's tests read every format."""
+    from workbench.engine.convert import convert_dataset
+    from workbench.engine.datasets import build_datasets
+
+    root = tmp_path_factory.mktemp("prod") / "data"
+    build_datasets(root, images_per_class=4, classes=2, token_mb=0.01)
+    for fmt in ("shards", "lmdb", "predecoded"):
+        convert_dataset(fmt, root / "images", resolution=73 if fmt == "predecoded" else None,
+                        workers=1)  # fmt: skip
+    return root / "images"

@@ -43,8 +43,8 @@ def test_a_saved_config_with_decode_gpu_round_trips(tmp_path):
         assert load_config(path).knobs.decode == "gpu"
 
 
-def test_the_loader_yields_the_files_bytes_with_their_labels(images):
-    dataset = ImageFiles(images, train_transform(32))
+def test_the_loader_yields_the_files_bytes_with_their_labels(converted_images):
+    dataset = ImageFiles(converted_images, train_transform(32))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # decode=gpu acts: nothing to warn about
         loader = _cfg().dataloader(dataset, device="cuda")
@@ -56,10 +56,10 @@ def test_the_loader_yields_the_files_bytes_with_their_labels(images):
     assert all(torch.equal(j, file_bytes(p)) for j, (p, _) in zip(jpegs, firsts, strict=True))
 
 
-def test_device_batches_are_the_bursts_class_and_keep_each_label_with_its_image(images):
+def test_device_batches_are_the_bursts_class_and_keep_each_label_with_its_image(converted_images):
     """Shuffled: each device-decoded crop is nearest to the CPU path's decode of a file of its
     own label, so the labels travelled with their images."""
-    dataset = ImageFiles(images, _whole_image(32))
+    dataset = ImageFiles(converted_images, _whole_image(32))
     cfg = _cfg()
     loader = cfg.dataloader(dataset, device="cuda", shuffle=True)
     batches = cfg.device_batches(loader, "cpu")
@@ -77,9 +77,9 @@ def test_device_batches_are_the_bursts_class_and_keep_each_label_with_its_image(
     assert seen == len(dataset)
 
 
-def test_channels_last_and_the_rank_seed_reach_the_device_images(images):
+def test_channels_last_and_the_rank_seed_reach_the_device_images(converted_images):
     cfg = _cfg(channels_last=True)
-    loader = cfg.dataloader(ImageFiles(images, train_transform(32)), device="cuda")
+    loader = cfg.dataloader(ImageFiles(converted_images, train_transform(32)), device="cuda")
     x, _ = next(iter(cfg.device_batches(loader, "cpu")))
     assert x.is_contiguous(memory_format=torch.channels_last)
     one, other = (next(iter(cfg.device_batches(loader, "cpu", seed=s)))[0] for s in (1, 2))
@@ -89,9 +89,9 @@ def test_channels_last_and_the_rank_seed_reach_the_device_images(images):
 
 @pytest.mark.parametrize(("fmt", "kind"), [("shards", "jpeg"), ("lmdb", "jpeg"),
                                            ("predecoded", "pixels")])  # fmt: skip
-def test_a_converted_copy_is_read_as_stored(images, fmt, kind):
+def test_a_converted_copy_is_read_as_stored(converted_images, fmt, kind):
     cfg = _cfg(data_format=fmt)
-    dataset = cfg.dataset(images, train_transform(64), image_size=64)
+    dataset = cfg.dataset(converted_images, train_transform(64), image_size=64)
     loader = cfg.dataloader(dataset, device="cuda")
     assert loader.dataset is not dataset and loader.dataset.encoded
     batch = next(iter(loader))
@@ -100,18 +100,18 @@ def test_a_converted_copy_is_read_as_stored(images, fmt, kind):
     assert x.shape == (4, 3, 64, 64) and len(y) == 4
 
 
-def test_shards_keep_their_rank_share_when_read_as_bytes(images):
+def test_shards_keep_their_rank_share_when_read_as_bytes(converted_images):
     cfg = _cfg(data_format="shards")
-    dataset = cfg.dataset(images, train_transform(64), rank=1, world_size=2)
+    dataset = cfg.dataset(converted_images, train_transform(64), rank=1, world_size=2)
     stored = cfg.dataloader(dataset, device="cuda").dataset
     assert (stored.rank, stored.world_size, stored.seed) == (1, 2, dataset.seed)
 
 
-def test_without_cuda_the_workers_decode_and_a_warning_says_why(images):
+def test_without_cuda_the_workers_decode_and_a_warning_says_why(converted_images):
     cfg = _cfg()
     with pytest.warns(ConfigWarning, match=r"decode=gpu has no effect here: nvJPEG decodes on "
                       r"a CUDA device and this loader's device is cpu"):  # fmt: skip
-        loader = cfg.dataloader(ImageFiles(images, train_transform(32)), device="cpu")
+        loader = cfg.dataloader(ImageFiles(converted_images, train_transform(32)), device="cpu")
     x, y = next(iter(loader))
     assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 and len(y) == 4  # decoded
     batches = cfg.device_batches(loader, "cpu")
@@ -126,10 +126,12 @@ def test_without_cuda_the_workers_decode_and_a_warning_says_why(images):
      (train_transform(32), {"collate_fn": torch.utils.data.default_collate},
       r"its own collate_fn \(default_collate\)")],
 )  # fmt: skip
-def test_what_the_device_cannot_reproduce_falls_back_with_the_reason(images, transform,
+def test_what_the_device_cannot_reproduce_falls_back_with_the_reason(converted_images, transform,
                                                                      overrides, says):  # fmt: skip
     with pytest.warns(ConfigWarning, match=f"decode=gpu has no effect here: .*{says}"):
-        loader = _cfg().dataloader(ImageFiles(images, transform), device="cuda", **overrides)
+        loader = _cfg().dataloader(
+            ImageFiles(converted_images, transform), device="cuda", **overrides
+        )
     assert not isinstance(next(iter(loader)), EncodedBatch)
 
 
@@ -140,18 +142,18 @@ def test_a_dataset_with_no_files_to_read_is_refused_naming_decode():
         _cfg().dataloader(data, device="cuda")
 
 
-def test_decode_cpu_batches_go_to_the_device_as_tuned(images):
+def test_decode_cpu_batches_go_to_the_device_as_tuned(converted_images):
     cfg = TunedConfig(Knobs(batch_size=4, channels_last=True))
-    loader = cfg.dataloader(ImageFiles(images, train_transform(32)), device="cpu")
+    loader = cfg.dataloader(ImageFiles(converted_images, train_transform(32)), device="cpu")
     batches = cfg.device_batches(loader, "cpu")
     x, y = next(iter(batches))
     assert isinstance(batches, DecodedBatches) and len(batches) == len(loader)
     assert x.is_contiguous(memory_format=torch.channels_last) and y.dtype == torch.int64
 
 
-def test_an_autotuned_loader_reads_bytes_too(images):
+def test_an_autotuned_loader_reads_bytes_too(converted_images):
     cfg = _cfg()
-    loader = cfg.dataloader(ImageFiles(images, train_transform(32)), autotune=True,
+    loader = cfg.dataloader(ImageFiles(converted_images, train_transform(32)), autotune=True,
                             device="cuda")  # fmt: skip
     x, y = next(iter(cfg.device_batches(loader, "cpu")))
     assert isinstance(next(iter(loader.loader)), EncodedBatch)
@@ -165,9 +167,11 @@ def test_show_says_decode_gpu_has_no_effect_with_the_workloads_collate_fn():
     assert "collate_encoded" not in shown and "device_batches" not in shown
 
 
-def test_the_default_seed_follows_torch_and_differs_by_rank_and_by_call(images, monkeypatch):
+def test_the_default_seed_follows_torch_and_differs_by_rank_and_by_call(
+    converted_images, monkeypatch
+):
     cfg = _cfg()
-    loader = cfg.dataloader(ImageFiles(images, train_transform(32)), device="cuda")
+    loader = cfg.dataloader(ImageFiles(converted_images, train_transform(32)), device="cuda")
 
     def crops(seed_torch: int | None, rank: str) -> torch.Tensor:
         monkeypatch.setenv("RANK", rank)

@@ -21,35 +21,35 @@ def _labels(dataset) -> list[int]:
     return sorted(label for _, label in dataset)
 
 
-def test_files_are_the_folder_itself(images):
-    dataset = _cfg().dataset(images)
+def test_files_are_the_folder_itself(converted_images):
+    dataset = _cfg().dataset(converted_images)
     assert isinstance(dataset, ImageFiles) and len(dataset) == 8
-    assert dataset.classes == sorted(p.name for p in images.iterdir())
+    assert dataset.classes == sorted(p.name for p in converted_images.iterdir())
 
 
 @pytest.mark.parametrize("fmt", ["shards", "lmdb", "predecoded"])
-def test_a_converted_copy_holds_the_same_samples(images, fmt):
-    dataset = _cfg(data_format=fmt).dataset(images, image_size=64)
+def test_a_converted_copy_holds_the_same_samples(converted_images, fmt):
+    dataset = _cfg(data_format=fmt).dataset(converted_images, image_size=64)
     assert type(dataset).__name__ != "ImageFiles"
-    assert _labels(dataset) == _labels(ImageFiles(images))
+    assert _labels(dataset) == _labels(ImageFiles(converted_images))
     assert isinstance(dataset, IterableDataset) == (fmt == "shards")
 
 
-def test_a_copy_not_built_names_the_command_that_builds_it(images):
+def test_a_copy_not_built_names_the_command_that_builds_it(converted_images):
     with pytest.raises(KnobError, match=r"data_format.*workbench data --format predecoded "
                        r"--from .*images --resolution 256"):  # fmt: skip
-        _cfg(data_format="predecoded").dataset(images, image_size=224)
+        _cfg(data_format="predecoded").dataset(converted_images, image_size=224)
 
 
-def test_predecoded_needs_the_crop_size(images):
+def test_predecoded_needs_the_crop_size(converted_images):
     with pytest.raises(InputError, match="image_size"):
-        _cfg(data_format="predecoded").dataset(images)
+        _cfg(data_format="predecoded").dataset(converted_images)
 
 
-def test_a_stale_copy_is_an_error_not_old_data(images, tmp_path):
+def test_a_stale_copy_is_an_error_not_old_data(converted_images, tmp_path):
     source = tmp_path / "images"
-    shutil.copytree(images, source)
-    shutil.copytree(images.parent / "images.lmdb", tmp_path / "images.lmdb")
+    shutil.copytree(converted_images, source)
+    shutil.copytree(converted_images.parent / "images.lmdb", tmp_path / "images.lmdb")
     extra = next(p for p in (source / sorted(p.name for p in source.iterdir())[0]).iterdir())
     shutil.copy(extra, extra.with_name("added.jpg"))
     with pytest.raises(FormatError, match=r"holds 8 samples but .* has 9 now: convert again"):
