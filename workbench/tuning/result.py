@@ -10,6 +10,7 @@ from workbench.analysis.sweeps import bursts_frame
 from workbench.core.cost import saving_line
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
+from workbench.tuning.speedup import ADVICE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,8 +106,9 @@ class TuneResult:
     workload: str = ""
     device: str = ""
     speedup_low: float | None = None
-    """Low end of the speed-up's 95% interval (``tune_noise.ratio_interval``); None when
-    nothing ran twice, or the best is the start."""
+    """Low end of the speed-up's 95% interval: the noise's (``noise.ratio_interval``) widened
+    by the drift between the best's runs and the start's (``speedup.speedup_interval``); None
+    when nothing ran twice, or the best is the start."""
     speedup_high: float | None = None
     start_runs: int = 0
     """Finished runs of the start the speed-up divides by (2-3 whenever the budget allows)."""
@@ -119,10 +121,16 @@ class TuneResult:
     """How far the start's runs moved over the tune, in % of its first run (the spread of
     ``workbench.analysis.drift`` factors); None when the start ran fewer than twice."""
     drift_pct_per_burst: float | None = None
-    """The start's trend across the tune, in % per burst (negative: the machine slowed)."""
+    """The start's trend across the tune, in % per burst (negative: the machine slowed); None
+    when it could not be estimated (the start finished fewer than two runs), never 0 for
+    unknown."""
     speedup_uncertain: bool | None = None
-    """True when the drift is larger than the speed-up's effect (``|speedup - 1|``): the runs
-    cannot tell the one from the other. None when either is unknown."""
+    """True when the runs cannot tell the speed-up (``speedup_doubt`` says why): no interval,
+    an interval that holds 1 or spans more than ``speedup.WIDE_FACTOR``, or a drift larger
+    than the speed-up. The summary then gives words, not the figures; the JSON keeps them.
+    None when there is no speed-up to judge (the start did not run, or the best is the start)."""
+    speedup_doubt: str = ""
+    """Why the runs cannot tell the speed-up, in words (``speedup.doubt``); empty when they can."""
     drift_sentence: str = ""
     """The drift in words (``Drift.sentence``); empty when the start held."""
 
@@ -173,27 +181,36 @@ class TuneResult:
 
     def _speedup_line(self, best: Candidate) -> str:
         """The speed-up over the start (known: ``summary`` checks) with its 95% interval and
-        the runs it rests on, e.g. "1.31x (1.18-1.45, 95%) the start, 3 and 3 runs"; or,
-        when the interval holds 1, that the runs cannot separate the two."""
+        the runs it rests on, e.g. "1.31x (1.18-1.45, 95%) the start, 3 and 3 runs"; or, when
+        the runs cannot tell (``speedup_uncertain``), why, what was measured and what to do,
+        without the figures: a range of 0.02-80.67 read as a finding is worse than none."""
         start = next((c for c in self.candidates if c.knobs == self.start), None)
         start_sps = start.samples_per_s if start else None
+        runs = f"({changed(self.start)}: "
+        runs += f"{start_sps:,.1f} samples/s)" if start_sps else "n/a)"
+        noise = f"; noise {self.noise_pct:.1f}% per burst" if self.noise_pct is not None else ""
+        if self.speedup_uncertain:
+            why = self.speedup_doubt or "the runs cannot tell the speed-up"
+            return (f"  speed-up over the start: {why}. Measured: {_runs(best.ok_runs)} of the "
+                    f"best, {_runs(self.start_runs)} of the start {runs}{noise}. To tell: "
+                    f"{ADVICE}")  # fmt: skip
         if self.speedup_low is not None and self.speedup_high is not None:
             interval = f" ({self.speedup_low:.2f}-{self.speedup_high:.2f}, 95%)"
         else:
             interval = " (no interval: nothing ran twice)"
         text = f"  {self.speedup:.2f}x{interval} the start, {best.ok_runs} and "
-        text += f"{self.start_runs} runs ({changed(self.start)}: "
-        text += f"{start_sps:,.1f} samples/s)" if start_sps else "n/a)"
+        text += f"{self.start_runs} runs {runs}"
         if self.separated is False:
             text += ": the runs cannot separate the best from the start"
-        if self.noise_pct is not None:
-            text += f"; noise {self.noise_pct:.1f}% per burst"
-        return text
+        return text + noise
 
     def _drift_line(self) -> str:
-        """The drift across the tune, or that the start held; empty when it ran once."""
+        """The drift across the tune, or that the start held; when the start finished once,
+        that the speed-up's interval has no drift in it (none when no speed-up is claimed)."""
         if self.drift_pct is None:
-            return ""
+            if self.speedup_uncertain is None or self.start_runs != 1:
+                return ""
+            return "  drift: not measured (the start finished one run); the interval is noise alone"
         if self.drift_sentence:
             return f"  drift: {self.drift_sentence}"
         return f"  drift: the start held within {self.drift_pct:.1f}% over the tune"
@@ -225,6 +242,7 @@ class TuneResult:
             "drift_pct": self.drift_pct,
             "drift_pct_per_burst": self.drift_pct_per_burst,
             "speedup_uncertain": self.speedup_uncertain,
+            "speedup_doubt": self.speedup_doubt,
             "drift_sentence": self.drift_sentence,
         }
 
@@ -266,6 +284,10 @@ def _candidate(search: Search, knobs: Knobs) -> Candidate:
 def changed(knobs: Knobs) -> str:
     """The knobs that differ from the defaults, as ``a=1, b=2`` (``defaults`` if none)."""
     return ", ".join(f"{k}={v}" for k, v in knobs.changes().items()) or "defaults"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def _line(c: Candidate) -> str:

@@ -70,6 +70,7 @@ from workbench.history.store import Store, StoreWarning, keep_pending
 from workbench.tuning import noise as tune_noise
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
+from workbench.tuning.speedup import judge
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11; hints only
@@ -433,14 +434,16 @@ def _result(
     found = candidates(search)
     best = next((c for c in found if c.fits), None)
     begin = next((c for c in found if c.knobs == start), None)
-    noise, df = search.noise()
-    speedup = low = high = None
+    noise, _ = search.noise()
+    speedup = None
     if best and begin and best.samples_per_s and begin.samples_per_s:
         speedup = best.samples_per_s / begin.samples_per_s
-        if best.knobs != start:
-            low, high = tune_noise.ratio_interval(speedup, best.ok_runs, begin.ok_runs, noise, df)
+    pick = best.knobs if best and speedup and best.knobs != start else None  # not the start
     stopped = search.stopped or ("budget" if len(search.bursts) >= search.budget else "converged")
-    drift = tune_drift(search, start, speedup if best and best.knobs != start else None)
+    drift = tune_drift(search, start, speedup if pick is not None else None)
+    low, high, doubt = None, None, ""
+    if pick is not None and speedup:
+        low, high, doubt = judge(search, pick, start, speedup, drift)
     return TuneResult(
         best=best.knobs if best else None,
         best_result=best.representative if best else None,
@@ -464,7 +467,8 @@ def _result(
         device=str(dev),
         drift_pct=drift.drift_pct,
         drift_pct_per_burst=drift.pct_per_burst,
-        speedup_uncertain=drift.exceeds,
+        speedup_uncertain=bool(doubt) if pick is not None else None,
+        speedup_doubt=doubt,
         drift_sentence=drift.sentence,
     )
 
