@@ -313,6 +313,18 @@ def _add_diagnose(p: argparse.ArgumentParser) -> None:
 
 
 def _add_tune(p: argparse.ArgumentParser) -> None:
+    from workbench.tuning.speedup import WIDE_FACTOR  # light: no torch
+
+    p.description = "Search knobs for the highest measured throughput under a memory margin."
+    p.epilog = (
+        "--json: the best config, every candidate and burst, and the speed-up over the start: "
+        "speedup, speedup_low and speedup_high (its 95% interval, widened by the start's "
+        "drift), start_runs, drift_pct_per_burst (the start's trend; null when it finished "
+        "fewer than two runs) and speedup_uncertain (true when the runs cannot tell the "
+        "speed-up: no interval, one that holds 1 or spans more than "
+        f"{WIDE_FACTOR:g}x, or drift larger than the speed-up; speedup_doubt says why, and "
+        "the text summary then gives those words instead of the figures)"
+    )
     p.add_argument(
         "--space",
         action="append",
