@@ -258,6 +258,45 @@ def test_autotune_moves_the_best_config_into_the_controls(store_path):
     assert not bench._runner.busy  # moving the controls did not start a burst
 
 
+@pytest.mark.parametrize(
+    ("readings", "shown"),
+    [
+        # a loaded machine: the pick reads 1.25x the start, each run anywhere in 0.4-2.5x
+        ({4: [100.0, 40.0, 250.0], 8: [125.0, 50.0, 300.0]}, "words"),
+        ({4: [50.0, 51.0, 49.0], 8: [100.0, 98.0, 102.0]}, "figures"),
+    ],
+)
+def test_autotune_shows_words_not_figures_when_the_runs_cannot_tell(
+    store_path, monkeypatch, readings, shown
+):
+    from workbench.core.results import BurstResult
+
+    calls: list[Knobs] = []
+
+    def bursts(workload, knobs, **kwargs):  # scripted per batch size, by how often it ran
+        seq = readings[knobs.batch_size]
+        calls.append(knobs)
+        return BurstResult(workload="tiny", device="cpu", knobs=knobs, peak_mem_mib=100.0,
+                           samples_per_s=seq[(calls.count(knobs) - 1) % len(seq)],
+                           data_wait_pct=5.0, step_ms_p50=10.0)  # fmt: skip
+
+    monkeypatch.setattr("workbench.tuning.tuner.run_burst", bursts)
+    bench = _bench(store_path)
+    bench.knobs = Knobs(batch_size=4)  # the start
+    bench.panel(autorun=False)
+    bench.autotune(space={"batch_size": [4, 8]}, budget=6)
+    _settle(bench)
+    t, text = bench.last_tune, bench._ui.message.value
+    assert t is not None and t.best == Knobs(batch_size=8)
+    if shown == "words":
+        assert t.speedup_uncertain is True and t.start_runs == 3
+        assert "the runs cannot separate the best from the start" in text
+        assert "more bursts" in text and f"{t.speedup:.2f}x" not in text and "95%" not in text
+    else:
+        assert t.speedup_uncertain is False
+        assert f"{t.speedup:.2f}x ({t.speedup_low:.2f}-{t.speedup_high:.2f}, 95%)" in text
+
+
 def test_comm_button_draws_busbw_for_the_panels_world_size(store_path):
     bench = _bench(store_path)
     bench.panel(autorun=False)
