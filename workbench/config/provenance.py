@@ -39,9 +39,10 @@ MEASURED_KEYS = (
 )
 _NUMBERS = set(MEASURED_KEYS) - {"status", "noisy"}
 TUNE_KEYS = ("runs", "samples_per_s_runs", "speedup", "speedup_low", "speedup_high",
-             "start_runs", "noise_pct", "bursts")  # fmt: skip
+             "speedup_uncertain", "start_runs", "noise_pct", "bursts")  # fmt: skip
 """A tuned config's claim: the median of ``runs`` (each listed), the speed-up over the start
-with its interval and the start's runs, the noise measured and the bursts the tune ran."""
+with its interval and the start's runs (``speedup_uncertain``: the runs could not tell it, as
+the tune said), the noise measured and the bursts the tune ran."""
 _TUNE_COUNTS = ("runs", "start_runs", "bursts")
 
 
@@ -117,6 +118,7 @@ def from_tune(tuned: Any) -> dict[str, Any]:
         "speedup": _round(tuned.speedup),
         "speedup_low": _round(tuned.speedup_low),
         "speedup_high": _round(tuned.speedup_high),
+        "speedup_uncertain": getattr(tuned, "speedup_uncertain", None),
         "start_runs": tuned.start_runs,
         "noise_pct": _round(tuned.noise_pct),
         "bursts": len(tuned.bursts),
@@ -218,6 +220,10 @@ def _tune(data: Any, path: str | Path | None) -> dict[str, Any] | None:
             if not isinstance(value, list):
                 raise ConfigError(path, where, f"expected a list of numbers, got {value!r}")
             out[key] = [_number(v, where, path) for v in value]
+        elif key == "speedup_uncertain":  # absent from configs saved before it existed
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(path, where, f"expected true, false or null, got {value!r}")
+            out[key] = value
         else:
             out[key] = _number(value, where, path)
     return out
@@ -295,7 +301,10 @@ def summary(prov: Mapping[str, Any]) -> str:
     tune = prov.get("tune") or {}
     of_runs = f" (median of {tune['runs']} runs)" if tune.get("runs") else ""
     parts.append(f"{_fmt(m.get('samples_per_s'))} samples/s{of_runs}")
-    if tune.get("speedup") is not None:
+    if tune.get("speedup_uncertain"):  # the tune's words, not a figure the runs cannot back
+        parts.append(f"a speed-up over the start the runs could not tell "
+                     f"({tune.get('start_runs')} start runs)")  # fmt: skip
+    elif tune.get("speedup") is not None:
         low, high = tune.get("speedup_low"), tune.get("speedup_high")
         interval = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
         parts.append(f"{tune['speedup']:.2f}x{interval} the start ({tune.get('start_runs')} runs)")
