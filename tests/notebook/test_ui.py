@@ -464,8 +464,9 @@ def test_save_after_an_autotune_writes_the_tuned_knobs(store_path, tmp_path):
     bench.panel(autorun=False)
     bench.autotune(space={"batch_size": [4, 64]}, budget=5)
     _settle(bench, timeout=180)
-    best = bench.knobs  # the tuner moved its best into the controls
-    assert best.batch_size == 64  # per-step overhead dominates: the bigger batch wins
+    best = bench.knobs
+    assert best == bench.last_tune.best  # the tuner moved its best into the controls
+    # (which batch wins is the tuner's call under this machine's noise, not this test's)
     # the tuner's last burst may be a re-measure of the start: Save must not take that one
     bench._ui._save(bench, str(tmp_path / "t.yaml"))
     assert load_knobs(tmp_path / "t.yaml") == best
