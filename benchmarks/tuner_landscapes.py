@@ -66,9 +66,10 @@ import torch
 
 from workbench.core.knobs import KnobError, Knobs
 from workbench.tuning import tuner
+from workbench.tuning.bottleneck import guided
 from workbench.tuning.gpu_landscapes import DEV_SEEDS, GPU_KINDS, HELD_OUT_SEEDS, draw_gpu
 from workbench.tuning.landscapes import KINDS, Bursts, Proving, draw
-from workbench.tuning.search import Search, coordinate, guided
+from workbench.tuning.search import Search, coordinate
 from workbench.tuning.tuner import tune_on
 
 METHODS = ("workbench", "optuna_tpe", "optuna_gp", "random")
