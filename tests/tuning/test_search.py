@@ -611,3 +611,14 @@ def test_a_close_call_is_measured_side_by_side_not_against_an_old_reading():
         search.measure(current.replace(batch_size=size, num_workers=4), "elsewhere")
     before = len(search.bursts)
     assert search.prefer(current, far) == current and len(search.bursts) == before
+
+
+def test_the_bisection_goes_straight_to_the_edge_the_walks_peaks_point_at(fake):
+    """Peaks of 100 + 4 MiB a sample put the 900 MiB limit at batch 200: the first size the
+    bisection measures is 200 (a multiple of 8 at the edge), and no size above it runs."""
+    f = fake(lambda k, n: float(k.batch_size), mem=lambda k: 100.0 + 4 * k.batch_size)
+    t = _tune({"batch_size": [32, 64, 128, 256]}, budget=12, base=Knobs(batch_size=32))
+    sizes = [k.batch_size for k in f.calls]
+    assert sizes[:4] == [32, 64, 128, 256]  # 256 peaks at 1124 MiB: over the limit
+    assert sizes[4] == 200 and max(s for s in sizes if s != 256) == 200
+    assert t.best.batch_size == 200

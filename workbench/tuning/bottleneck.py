@@ -50,6 +50,7 @@ from workbench.core.results import BurstResult
 from workbench.tuning.search import (
     DATA_FIRST_WAIT_PCT,
     LOADER_WAIT_SHARE,
+    PATH_KNOBS,
     Measured,
     Search,
     batch_search,
@@ -71,8 +72,6 @@ MAX_FEEDS = 3
 """Times a batch walk stops for the loader, has it fed, and goes on."""
 RECHECK_GROWTH = 2
 """The compute choices are measured again when the batch walk grew the batch this much."""
-PATH_KNOBS = ("decode", "data_format", "loader")
-"""The data path's knobs (``analysis.data_paths.path_space`` puts them in a CUDA space)."""
 PATH_FIRST = (("data_format", "predecoded"), ("decode", "gpu"), ("loader", "dali"))
 """The data-path changes tried first: no decoding at all, then decoding on the device."""
 EXPECTED_FASTEST: dict[str, tuple[Any, ...]] = {

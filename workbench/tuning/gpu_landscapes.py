@@ -45,11 +45,12 @@ that settles from 1 towards ``exp(-drift_amp)`` (up to 12% down, or a little up)
 how many times that config ran, which burst of the tune it is): every method that runs the
 same config at the same point sees the same reading.
 
-**Seed protocol.** ``DEV_SEEDS`` (0-199) are the seeds the tuner was developed on: every
-constant of the search was tried there. ``HELD_OUT_SEEDS`` (10,000-10,399) were never run
-while developing; the goals are judged on them (``benchmarks/tuner_landscapes.py
---held-out``). A landscape's stream is ``random.Random("gpu|<seed>")``, apart from the
-CPU families' ``random.Random(seed)``, so GPU seed 5 and CPU seed 5 share nothing.
+**Seed protocol.** ``DEV_SEEDS`` (0-399) are the seeds the tuner was developed on: every
+change to the search was tried on 0-199 and checked on 200-399. ``HELD_OUT_SEEDS``
+(10,000-10,399) were never run while developing; the goals are judged on them
+(``benchmarks/tuner_landscapes.py --held-out``), once the search was fixed. A landscape's
+stream is ``random.Random("gpu|<seed>")``, apart from the CPU families' ``random.Random
+(seed)``, so GPU seed 5 and CPU seed 5 share nothing.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 
 GPU_KINDS = ("gpu-loader-capped", "gpu-data-path", "gpu-compute-bound", "gpu-memory-edge")
-DEV_SEEDS = range(0, 200)
-"""The seeds the tuner's search was developed and tuned on."""
+DEV_SEEDS = range(0, 400)
+"""The seeds the tuner's search was developed on (tuned on 0-199, checked on 200-399)."""
 HELD_OUT_SEEDS = range(10_000, 10_400)
 """The judging seeds: never run while the search was developed."""
 DEVICES_GIB = (16, 24, 40, 48, 80, 94, 141)

@@ -35,9 +35,11 @@ each config, the budget) and the moves. Why each move is what it is:
   ``log2(batch)`` fitted to every run of the walk (a line where the runs bend the wrong way),
   whose highest point among the measured sizes is the pick (``smoothed_batch``): five bursts
   of 10-20% noise each pin the curve better than any one of them. If the pick is the largest
-  size that fit (throughput still rising at the edge), it bisects
-  between that size and the first failure. A starting size that does not fit shrinks instead:
-  down through the smaller sizes until one fits, then the same bisection. Every size it can
+  size that fit (throughput still rising at the edge), it bisects between that size and the
+  first failure, starting at the size where a line through the walk's peaks meets the
+  memory limit (``memory_edge``): an OOM past it costs a burst. A starting size that does
+  not fit shrinks instead: down through the smaller sizes until one fits, then the same
+  bisection. Every size it can
   return was measured, unlike a size extrapolated from a doubling search (Lightning #18426),
   and the limit is the tuner's margin below the device, not the device itself, so training
   does not OOM right after tuning (Lightning #8028).
@@ -97,6 +99,9 @@ DRIFT_PER_BURST = 0.03
 bursts later (4,306 -> 3,816 images/s)."""
 MAX_DRIFT = 0.12
 """Drift between two readings, at most (``Search.prefer``)."""
+PATH_KNOBS = ("decode", "data_format", "loader")
+"""The data path's knobs (``analysis.data_paths.path_space`` puts them in a CUDA space):
+first of the data group in the rounds, a bigger lever than a worker more or less."""
 FEEDING: dict[str, Any] = {"num_workers": +1, "prefetch_factor": +1, "pin_memory": True}
 """The loader's own knobs and the way each feeds a starved loop: more workers, a deeper
 queue, pinned memory. While the loop waits ``DATA_FIRST_WAIT_PCT`` the rounds move them only
@@ -357,7 +362,7 @@ def knob_order(search: Search, current: Knobs) -> list[str]:
     waits for data)."""
     groups = _GROUP_ORDER[wait_pct(search.measured(current)) >= DATA_FIRST_WAIT_PCT]
     names = [n for n in search.space if n not in search.settled]
-    return sorted(names, key=lambda n: groups.index(_group(n)))
+    return sorted(names, key=lambda n: (groups.index(_group(n)), n not in PATH_KNOBS))
 
 
 def tune_knob(search: Search, current: Knobs, name: str) -> Knobs:
@@ -572,12 +577,21 @@ def shrink(search: Search, current: Knobs, smaller: Sequence[int]) -> Knobs:
 
 def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
     """Between the fastest size that fit and the first failure above it, halve the gap while
-    the size that fits keeps being the fastest; stop at a gap of 1/8 of the size."""
+    the size that fits keeps being the fastest; stop at a gap of 1/8 of the size. Where the
+    walk's peaks say where the memory limit falls (``memory_edge``), the first size tried
+    is the edge itself (on a multiple of 8) and nothing above it is: an OOM costs a burst."""
     good, bad = best.batch_size, failed
     if bad <= good or _measured_between(search, best, good, bad):
         return best  # something fitting above ``good`` was slower: not rising at the edge
-    while bad - good > max(1, good // 8):
-        mid = midpoint(good, bad)
+    edge = memory_edge(search, best)
+    target = None
+    if edge is not None:
+        size = math.floor(edge + 1e-6)  # a fit's rounding must not cost a size
+        bad = max(good + 1, min(bad, size + 1))  # above it: over the limit
+        target = size // 8 * 8 if size >= 16 else size
+    while bad - good > max(1, good // 8) or (target is not None and good < target < bad):
+        mid = target if target is not None and good < target < bad else midpoint(good, bad)
+        target = None
         knobs = best.replace(batch_size=mid)
         m = search.measure(knobs, f"batch_size={mid} (bisect)")
         if m is None:
@@ -590,6 +604,22 @@ def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
         else:
             break  # fits but slower: the edge region is not where the speed is
     return best
+
+
+def memory_edge(search: Search, best: Knobs) -> float | None:
+    """The largest batch size whose peak stays under the memory limit, read off the peaks
+    measured at ``best``'s other knobs (a line through peak against batch: activations grow
+    with the batch); None with fewer than two sizes measured or no limit."""
+    if search.limit_mib is None:
+        return None
+    points = [(float(k.batch_size), max(p for p in (r.peak_mem_mib, r.peak_reserved_mib) if p))
+              for k in search.runs if k.replace(batch_size=best.batch_size) == best
+              for r in search.runs[k]
+              if r.ok and (r.peak_mem_mib or r.peak_reserved_mib)]  # fmt: skip
+    if len({x for x, _ in points}) < 2:
+        return None
+    slope, intercept = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
+    return (search.limit_mib - intercept) / slope if slope > 0 else None
 
 
 def _measured_between(search: Search, best: Knobs, good: int, bad: int) -> bool:
