@@ -59,9 +59,10 @@ from workbench.tuning.search import (
 )
 
 JUMP_WAIT_SHARE = 0.05
-"""The loader jump applies from this data wait on (``feed_loader``). On the GPU landscapes
-(seeds 0-199) 10% left the token models' 0-worker loop, waiting 5-9%, where it started:
-within 5% of the best on 82.5% against 90.7% at 12 bursts; the CPU landscapes did not move."""
+"""The loader jump applies from this data wait on (``feed_loader``). From 10% instead, the
+token models' 0-worker loops (waiting 5-9%) stayed where they started: within 5% of the best
+on 88.5% of the GPU landscapes (seeds 0-399) at 12 bursts against 92.7%, CPU seeds 0-599
+91.0% against 91.8% (benchmarks/tuner_landscapes.py)."""
 LOADER_HEADROOM = 1.3
 """Workers the loader jump asks for, over the bare ratio of model speed to one worker's: a
 loader that only just keeps up stalls on every slow batch."""

@@ -49,8 +49,8 @@ same config at the same point sees the same reading.
 change to the search was tried on 0-199 and checked on 200-399. ``HELD_OUT_SEEDS``
 (10,000-10,399) were never run while developing; the goals are judged on them
 (``benchmarks/tuner_landscapes.py --held-out``), once the search was fixed. A landscape's
-stream is ``random.Random("gpu|<seed>")``, apart from the CPU families' ``random.Random
-(seed)``, so GPU seed 5 and CPU seed 5 share nothing.
+stream is ``random.Random("gpu|<seed>")``, apart from the CPU families'
+``random.Random(seed)``, so GPU seed 5 and CPU seed 5 share nothing.
 """
 
 from __future__ import annotations
