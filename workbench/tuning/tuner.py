@@ -193,7 +193,8 @@ def tune_on(
 ) -> TuneResult:
     """The same search and confirmation as ``tune``, with ``run`` where a burst would run.
 
-    ``run(knobs)`` returns a BurstResult (a simulated landscape's, ``workbench.landscapes``);
+    ``run(knobs)`` returns a BurstResult (a simulated landscape's: ``tuning.landscapes``,
+    ``tuning.gpu_landscapes``);
     nothing is stored, no device is touched and no knob is checked for effect on this
     machine. This is how the proving ground runs the tuner on hundreds of landscapes.
     """
