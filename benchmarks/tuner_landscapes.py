@@ -79,6 +79,14 @@ FIRST_SEED = {"development": {"cpu": 0, "gpu": DEV_SEEDS.start},
               "held-out": {"cpu": 200, "gpu": HELD_OUT_SEEDS.start}}  # fmt: skip
 """CPU: seeds 0-199 are those the tuner's constants were tried on, 200-599 the earlier
 sessions' held-out check; GPU: gpu_landscapes.DEV_SEEDS and HELD_OUT_SEEDS."""
+SEED_PROTOCOL = {
+    "development": {"cpu": "0-199 (tuned on)", "gpu": f"{DEV_SEEDS.start}-{DEV_SEEDS.stop - 1} "
+                    "(tuned on 0-199, checked on 200-399)"},
+    "held-out": {"cpu": "200-599 (earlier sessions' check)",
+                 "gpu": f"{HELD_OUT_SEEDS.start}-{HELD_OUT_SEEDS.stop - 1} (never run while "
+                 "the search was developed)"},
+}  # fmt: skip
+"""Which seeds are which, written into every JSON document."""
 Pick = tuple[Knobs | None, int, list[Knobs]]  # the pick, bursts used, configs measured
 
 
@@ -261,6 +269,7 @@ def evaluate(
     doc["seed_set"] = ("chosen" if first_seed is not None
                        else "held-out" if held_out else "development")  # fmt: skip
     doc["seeds"] = {f: [r.start, r.stop - 1] for f, r in used.items()}
+    doc["seed_protocol"] = SEED_PROTOCOL
     return doc
 
 

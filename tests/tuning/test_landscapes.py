@@ -120,6 +120,7 @@ def test_the_families_and_seed_sets_are_chosen_on_the_command_line():
             "--methods", "workbench,random", "--family", "gpu", "--held-out"]  # fmt: skip
     doc = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     assert doc["seed_set"] == "held-out" and doc["seeds"] == {"gpu": [10000, 10001]}
+    assert "never run" in doc["seed_protocol"]["held-out"]["gpu"]
     assert set(doc["workbench"]["by_family"]) == {"gpu"}
     assert set(doc["workbench"]["within_5pct_by_kind"]) <= set(GPU_KINDS)
     bad = subprocess.run([*argv[:-3], "--family", "tpu"], capture_output=True, text=True)
