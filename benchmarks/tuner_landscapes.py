@@ -92,7 +92,8 @@ Pick = tuple[Knobs | None, int, list[Knobs]]  # the pick, bursts used, configs m
 
 def run_workbench(ls: Proving, budget: int) -> Pick:
     bursts = Bursts(ls)
-    t = tune_on(bursts, ls.space(), budget=budget, base=ls.start, limit_mib=ls.limit_mib)
+    t = tune_on(bursts, ls.space(), budget=budget, base=ls.start, limit_mib=ls.limit_mib,
+                device=ls.device)  # fmt: skip
     return t.best, len(t.bursts), bursts.calls
 
 
@@ -137,7 +138,7 @@ def run_short_screen(ls: Proving, budget: int) -> Pick:
     """The tuner's moves on half-length bursts, its start and confirmation on full ones."""
     bursts, start = _ShortBursts(ls), ls.start
     search = _CostSearch(bursts, space=ls.space(), budget=budget, limit_mib=ls.limit_mib,
-                         device=torch.device("cpu"), workload=None,
+                         device=torch.device(ls.device), workload=None,
                          cancel=threading.Event())  # fmt: skip
     search.reserve = lambda: tuner.confirmation_reserve(search, start)
     search.measure(start, "start")

@@ -55,6 +55,7 @@ from workbench.tuning.search import (
     Search,
     batch_search,
     compute_choices,
+    try_each,
     wait_pct,
 )
 
@@ -200,10 +201,11 @@ def compute_moves(search: Search, current: Knobs, recheck: bool = False) -> Knob
     """The compute choices at their usually fastest values together in one burst; if that
     does not gain, each alone (``compute_move``). The loader is fed after a change kept.
     With ``recheck`` only values expected faster than the current ones are measured."""
-    names = [n for n in compute_choices(search) if n in EXPECTED_FASTEST]
+    expected = EXPECTED_FASTEST if search.device.type == "cuda" else {}
+    names = [n for n in compute_choices(search) if n in expected]
     joint = current
     for name in names:
-        fastest = min(search.space[name], key=lambda v: _rank(name, v))
+        fastest = min(search.space[name], key=lambda v: _rank(search, name, v))
         joint = search.compose(joint, name, fastest) or joint
     changed = [n for n in names if getattr(joint, n) != getattr(current, n)]
     if len(changed) > 1 and not search.halted:
@@ -218,14 +220,19 @@ def compute_moves(search: Search, current: Knobs, recheck: bool = False) -> Knob
 
 
 def compute_move(search: Search, current: Knobs, name: str, recheck: bool = False) -> Knobs:
-    """One compute choice: its values in ``EXPECTED_FASTEST`` order until one is not clearly
-    slower than ``current``; the one that gains most over it (``_gain``) is kept and the
-    loader fed for it. With ``recheck`` only values ranked above the current one."""
+    """One compute choice: on CUDA its values in ``EXPECTED_FASTEST`` order until one is not
+    clearly slower than ``current``; the one that gains most over it (``_gain``) is kept and
+    the loader fed for it. With ``recheck`` only values ranked above the current one.
+    Elsewhere (or a choice with no expected order) each value is measured, the fastest
+    kept (``search.try_each``)."""
     search.knob = name
-    here = _rank(name, getattr(current, name))
-    values = sorted(search.space[name], key=lambda v: _rank(name, v))
+    if search.device.type != "cuda" or name not in EXPECTED_FASTEST:  # no order expected
+        best = current if recheck else try_each(search, current, name, search.space[name])
+        return fed(search, best) if best != current else current
+    here = _rank(search, name, getattr(current, name))
+    values = sorted(search.space[name], key=lambda v: _rank(search, name, v))
     if recheck:
-        values = [v for v in values if _rank(name, v) < here]
+        values = [v for v in values if _rank(search, name, v) < here]
     ref = search.measured(current)
     if ref is None or ref.score is None:
         return current
@@ -234,8 +241,8 @@ def compute_move(search: Search, current: Knobs, name: str, recheck: bool = Fals
         knobs = search.compose(current, name, value)
         if knobs is None or knobs == current:
             continue
-        m = _measured_twice_if_slower(search, knobs, ref, f"{name}={value}",
-                                      expected_faster=_rank(name, value) < here)  # fmt: skip
+        faster = _rank(search, name, value) < here
+        m = _measured_twice_if_slower(search, knobs, ref, f"{name}={value}", expected_faster=faster)
         if m is None:
             break
         if m.score is None:
@@ -290,8 +297,10 @@ def _model(r: BurstResult) -> float:
     return _sps(r) / max(0.01, 1.0 - (r.data_wait_pct or 0.0) / 100.0)
 
 
-def _rank(name: str, value: Any) -> int:
-    order = EXPECTED_FASTEST.get(name, ())
+def _rank(search: Search, name: str, value: Any) -> int:
+    """Where ``value`` stands in ``EXPECTED_FASTEST`` on a CUDA device; 0 for every value
+    elsewhere (on a CPU bf16 can run 20x slower: nothing is expected there)."""
+    order = EXPECTED_FASTEST.get(name, ()) if search.device.type == "cuda" else ()
     return order.index(value) if value in order else len(order)
 
 

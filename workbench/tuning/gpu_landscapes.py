@@ -217,6 +217,11 @@ class GpuLandscape:
     def limit_mib(self) -> float:
         return self.device_mem_mib * LIMIT_SHARE
 
+    @property
+    def device(self) -> str:
+        """The kind of device the bursts stand for (``tuner.tune_on``'s ``device``)."""
+        return "cuda"
+
     # -- the truth ------------------------------------------------------------------------
     def peak_mem_mib(self, k: Any) -> float:
         """Peak allocated: weights and optimizer, activations, the device path's buffers."""

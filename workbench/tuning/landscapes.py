@@ -137,6 +137,11 @@ class Landscape:
         """Where every method starts: the default knobs."""
         return Knobs()
 
+    @property
+    def device(self) -> str:
+        """The kind of device the bursts stand for (``tuner.tune_on``'s ``device``)."""
+        return "cpu"
+
     def configs(self) -> list[Knobs]:
         return grid(self.space())
 
@@ -173,6 +178,8 @@ class Proving(Protocol):
     def start(self) -> Knobs: ...
     @property
     def limit_mib(self) -> float: ...
+    @property
+    def device(self) -> str: ...
     def space(self) -> dict[str, list[Any]]: ...
     def configs(self) -> Sequence[Any]: ...
     def true_sps(self, k: Any) -> float | None: ...

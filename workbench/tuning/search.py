@@ -652,6 +652,7 @@ __all__ = [
     "midpoint",
     "shrink",
     "smoothed_batch",
+    "try_each",
     "tune_knob",
     "wait_pct",
 ]
