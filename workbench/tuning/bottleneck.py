@@ -20,15 +20,16 @@ written out in ``tuner.py``'s module docstring; the why of each step is here.
   and the loop still waiting, each other data path the space offers is measured (a converted
   copy first: no decoding at all; then decoding on the device; then DALI), until one feeds
   the loop and is the fastest so far.
-- **The compute choices together, then alone** (``compute_moves``). bf16 with channels_last
-  in one burst (the layout pays under autocast: NCHW bf16 pays transposes); if that does not
-  gain, each choice in the order it usually runs fastest (``EXPECTED_FASTEST``), stopping at
-  the first value not clearly slower than the current one (the values after it are expected
-  slower still). A compute move is judged by the model's own speed where the loader hides it
-  (``_gain``): a loop that waits for data reads the same throughput at any model speed. A
-  value expected to be faster that reads clearly slower gets a second run before it is turned
-  down: on a GPU one burst in thirty stalls (another process, the allocator), and a stall only
-  slows.
+- **The compute choices together, then alone** (``compute_moves``). On CUDA, bf16 with
+  channels_last in one burst (the layout pays under autocast: NCHW bf16 pays transposes); if
+  that does not gain, each choice in the order it usually runs fastest (``EXPECTED_FASTEST``),
+  stopping at the first value not clearly slower than the current one (the values after it
+  are expected slower still). Elsewhere nothing is expected (bf16 ran 23x slower on this
+  project's CPU): each value is measured. A compute move is judged by the model's own
+  speed where the loader hides it (``_gain``): a loop that waits for data reads the same
+  throughput at any model speed. A value expected to be faster that reads clearly slower
+  gets a second run before it is turned down: a stalled burst (another process, the
+  allocator) only slows, and one reading is all a move gets otherwise.
 - **The batch walk, unless the loader caps it** (``walk_batch``). A loop that waits for data
   half its window (``LOADER_CAPS_PCT``) with the most workers listed is skipped: a larger
   batch speeds up a model the loader already outruns. A walk stops at the first size where

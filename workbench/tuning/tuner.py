@@ -19,12 +19,12 @@ rules in ``noise.py``):
       still waiting ``search.LOADER_WAIT_SHARE`` (10%), each other data path of the space
       (predecoded copy, ``decode=gpu``, DALI, ...) is measured until one feeds the loop and is
       the fastest so far. Together: *the loader fed* (``bottleneck.fed``).
-   b. *The compute choices* (precision, layout, compile, cudnn_benchmark): their usually
-      fastest values together in one burst (bf16 + channels_last); if that does not gain,
-      each choice alone, in the order its values usually run fastest, stopping at the first
-      value not clearly slower. Judged by the model's own speed where the loader hides it. A
-      change kept is followed at once by *the loader fed* again, sized from the new wait,
-      before anything else.
+   b. *The compute choices* (precision, layout, compile, cudnn_benchmark): on CUDA their
+      usually fastest values together in one burst (bf16 + channels_last); if that does not
+      gain, each choice alone, in the order its values usually run fastest, stopping at the
+      first value not clearly slower (elsewhere each value is measured). Judged by the
+      model's own speed where the loader hides it. A change kept is followed at once by
+      *the loader fed* again, sized from the new wait, before anything else.
    c. *The batch walk*, skipped when the loop waits ``bottleneck.LOADER_CAPS_PCT`` (50%) of
       its window with the most workers listed (the loader caps the curve). A walk stops at
       the first size where the loop starts to wait that much with workers left; the loader is
