@@ -451,20 +451,6 @@ def test_a_starved_loop_jumps_to_the_workers_its_data_wait_asks_for(fake, monkey
     assert t.best.num_workers >= 4 and t.best_result.samples_per_s == 400.0
 
 
-@pytest.mark.parametrize(
-    ("workers", "sps", "wait", "need"),
-    [(0, 80.0, 80.0, 1.3 * 400 / 100), (2, 200.0, 50.0, 1.3 * 400 / 100), (4, 400.0, 5.0, None)],
-)
-def test_loader_need_reads_the_model_speed_and_one_workers_rate_off_the_wait(
-    workers, sps, wait, need
-):
-    from workbench.tuning.search import Measured, loader_need
-
-    r = BurstResult(knobs=Knobs(num_workers=workers), samples_per_s=sps, data_wait_pct=wait)
-    m = Measured(r.knobs, (r,), sps, True)
-    assert loader_need(m) == (pytest.approx(need) if need else None)
-
-
 def test_the_batch_walk_picks_off_its_curve_not_its_luckiest_burst(fake):
     # The true curve rises to a plateau; 64 read 25% high once (luck). The raw maximum would
     # be 64; the parabola through all five sizes puts the top at the large sizes.
@@ -593,3 +579,46 @@ def test_a_fed_loop_meets_the_data_path_in_the_rounds_only():
     tune_on(run, space, budget=12, base=Knobs(batch_size=32))
     first_gpu = next(i for i, k in enumerate(calls) if k.decode == "gpu")
     assert first_gpu > next(i for i, k in enumerate(calls) if k.batch_size != 32)
+
+
+def test_a_close_call_is_measured_side_by_side_not_against_an_old_reading():
+    """The machine drifts 3% a burst. The rival (prefetch 4) is truly 2% faster than the
+    current config, whose only run is from four bursts before: against that old reading it
+    would lose. The current config runs again beside the rival, and the rival wins."""
+    from workbench.tuning.search import Search
+
+    def run(k: Knobs) -> BurstResult:
+        true = 1020.0 if k.prefetch_factor == 4 else 1000.0
+        sps = true * 0.97 ** len(search.bursts)
+        return BurstResult(knobs=k, samples_per_s=sps, peak_mem_mib=1.0, data_wait_pct=0.0)
+
+    search = Search(run, space={}, budget=20, limit_mib=None, device=torch.device("cpu"),
+                    workload=None, cancel=threading.Event())  # fmt: skip
+    current = Knobs(num_workers=8, prefetch_factor=2)
+    rival = current.replace(prefetch_factor=4)
+    search.measure(current, "start")
+    for size in (8, 16, 24):  # other moves in between
+        search.measure(current.replace(batch_size=size), "elsewhere")
+    search.measure(rival, "rival")
+    assert search.score(rival) < search.score(current)  # the old reading would win
+    assert search.prefer(current, rival) == rival
+    assert [r.knobs for r in search.bursts[-2:]] == [rival, current]  # run beside it
+    # a rival far behind (more than drift could explain) costs no burst
+    far = Knobs(num_workers=8, prefetch_factor=8)
+    search.measure(far, "far")
+    search.runs[far][-1].samples_per_s = 500.0
+    for size in (8, 16, 24, 40):
+        search.measure(current.replace(batch_size=size, num_workers=4), "elsewhere")
+    before = len(search.bursts)
+    assert search.prefer(current, far) == current and len(search.bursts) == before
+
+
+def test_the_bisection_goes_straight_to_the_edge_the_walks_peaks_point_at(fake):
+    """Peaks of 100 + 4 MiB a sample put the 900 MiB limit at batch 200: the first size the
+    bisection measures is 200 (a multiple of 8 at the edge), and no size above it runs."""
+    f = fake(lambda k, n: float(k.batch_size), mem=lambda k: 100.0 + 4 * k.batch_size)
+    t = _tune({"batch_size": [32, 64, 128, 256]}, budget=12, base=Knobs(batch_size=32))
+    sizes = [k.batch_size for k in f.calls]
+    assert sizes[:4] == [32, 64, 128, 256]  # 256 peaks at 1124 MiB: over the limit
+    assert sizes[4] == 200 and max(s for s in sizes if s != 256) == 200
+    assert t.best.batch_size == 200

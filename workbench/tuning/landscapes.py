@@ -38,7 +38,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
@@ -132,6 +132,19 @@ class Landscape:
         values = [self.true_sps(k) for k in [*grid(self.space()), *also] if self.fits(k)]
         return max(v for v in values if v is not None)
 
+    @property
+    def start(self) -> Knobs:
+        """Where every method starts: the default knobs."""
+        return Knobs()
+
+    @property
+    def device(self) -> str:
+        """The kind of device the bursts stand for (``tuner.tune_on``'s ``device``)."""
+        return "cpu"
+
+    def configs(self) -> list[Knobs]:
+        return grid(self.space())
+
     # -- a burst ----------------------------------------------------------------------------
     def reading(self, k: Knobs, nth: int) -> float | None:
         """The ``nth`` (0-based) noisy reading of ``k``: the same for every method."""
@@ -142,26 +155,52 @@ class Landscape:
         rng = random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
         return true * math.exp(rng.gauss(0.0, self.noise))
 
+    def burst(self, k: Knobs, nth: int, t: int) -> BurstResult:
+        """The ``nth`` run of ``k`` (burst ``t`` of a tune: these landscapes do not drift)."""
+        sps = self.reading(k, nth)
+        if sps is None:
+            return BurstResult(status="oom", error="simulated OOM", workload="simulated",
+                               device="sim", knobs=k)  # fmt: skip
+        wait = max(0.0, 1 - (self.true_sps(k) or 0) / self.compute_sps(k)) * 100
+        return BurstResult(workload="simulated", device="sim", knobs=k, samples_per_s=sps,
+                           peak_mem_mib=self.peak_mem_mib(k), data_wait_pct=wait,
+                           step_ms_p50=1000.0 * k.batch_size / sps)  # fmt: skip
+
+
+class Proving(Protocol):
+    """What the proving ground needs of a landscape, CPU- or GPU-shaped
+    (``gpu_landscapes.GpuLandscape``)."""
+
+    kind: str
+    seed: int
+
+    @property
+    def start(self) -> Knobs: ...
+    @property
+    def limit_mib(self) -> float: ...
+    @property
+    def device(self) -> str: ...
+    def space(self) -> dict[str, list[Any]]: ...
+    def configs(self) -> Sequence[Any]: ...
+    def true_sps(self, k: Any) -> float | None: ...
+    def fits(self, k: Any) -> bool: ...
+    def best_sps(self, also: Sequence[Knobs] = ()) -> float: ...
+    def burst(self, k: Knobs, nth: int, t: int) -> BurstResult: ...
+
 
 class Bursts:
     """A landscape as a burst runner: ``bursts(knobs)`` returns a BurstResult as run_burst
-    would (status ``oom`` past the device's memory), counting each config's runs."""
+    would (status ``oom`` past the device's memory), counting each config's runs and the
+    bursts run (a drifting landscape reads burst ``t`` at its level then)."""
 
-    def __init__(self, landscape: Landscape) -> None:
+    def __init__(self, landscape: Proving) -> None:
         self.landscape = landscape
         self.calls: list[Knobs] = []
 
     def __call__(self, knobs: Knobs) -> BurstResult:
-        ls = self.landscape
-        sps = ls.reading(knobs, self.calls.count(knobs))
+        r = self.landscape.burst(knobs, self.calls.count(knobs), len(self.calls))
         self.calls.append(knobs)
-        if sps is None:
-            return BurstResult(status="oom", error="simulated OOM", workload="simulated",
-                               device="sim", knobs=knobs)  # fmt: skip
-        wait = max(0.0, 1 - (ls.true_sps(knobs) or 0) / ls.compute_sps(knobs)) * 100
-        return BurstResult(workload="simulated", device="sim", knobs=knobs, samples_per_s=sps,
-                           peak_mem_mib=ls.peak_mem_mib(knobs), data_wait_pct=wait,
-                           step_ms_p50=1000.0 * knobs.batch_size / sps)  # fmt: skip
+        return r
 
 
 def grid(space: dict[str, list[Any]]) -> list[Knobs]:
@@ -208,4 +247,4 @@ def draw(seed: int, kind: str | None = None) -> Landscape:
     return Landscape(**p)
 
 
-__all__ = ["BATCH_SIZES", "KINDS", "Bursts", "Landscape", "draw", "grid"]
+__all__ = ["BATCH_SIZES", "KINDS", "Bursts", "Landscape", "Proving", "draw", "grid"]

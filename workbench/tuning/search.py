@@ -13,32 +13,33 @@ each config, the budget) and the moves. Why each move is what it is:
   clearly worse (``tune_noise.clearly_slower``: by more than the noise measured so far); it
   turns back only if going up found nothing. Choices
   (precision, compile, booleans) are few: each is measured.
-- **The loader first, from the data wait.** A burst that waited for data a good share of its
-  window (``LOADER_WAIT_SHARE``) says how many loader workers the loop needs: the model alone
-  runs at ``sps / (1 - wait)``; one worker decodes ``sps / workers`` (with none, the loop
-  loads at ``sps / wait``), so the need is their ratio times ``LOADER_HEADROOM``. The search
-  jumps there (with the space's deepest prefetch queue) instead of walking one worker at a
-  time, and asks again after the batch grew (a faster model needs more data). On 400
-  simulated landscapes this, the batch walk below and the smoothed pick lifted the share of
-  tunes within 5% of the true best from 60% to 91.5% at 12 bursts
-  (benchmarks/tuner_landscapes.py, docs/figures.md).
-- **Then the data path, while the loop still waits.** Workers are one way out of a data
-  wait; the others change the path (``decode=gpu``, a converted ``data_format``,
-  ``loader=dali``: the knobs ``data_paths.path_space`` puts in a CUDA space). After the
-  workers' jump, a loop still waiting ``LOADER_WAIT_SHARE`` or more has each of them tried
-  (``feed_path``), before the batch walk: a batch sized for a starved loader is the wrong
-  size for a fed one. A loop that does not wait meets them in the rounds, as any choice.
+- **The guided moves are in ``bottleneck.py``**: the loader from the data wait, the data
+  path, the compute choices and the batch walk in the order the bottleneck asks for, before
+  the rounds. This module holds what they and the rounds share.
+- **A starved loop moves the loader only the way that feeds it.** While the loop waits for
+  data ``DATA_FIRST_WAIT_PCT`` of its window, the rounds try more workers, a deeper queue and
+  pinned memory (``FEEDING``), not fewer or shallower: those cannot feed a loop that waits.
+- **Close calls are compared side by side** (``Search.prefer``). A reading drifts with the
+  machine (an H200 read one config 11% lower four bursts later), so a knob's best value and
+  the config it would replace are compared near in time: where the current config last ran
+  more than ``NEAR_BURSTS`` bursts before its rival and the two read closer than that gap's
+  drift could make them, the current config runs again beside the rival, and the rival is
+  judged against the runs near it.
 - **Batch size is OOM-safe and answers with a measured size.** It grows through the listed
-  sizes until a burst runs out of memory, fails, peaks above the memory limit, or reads
-  clearly slower twice in a row; throughput per sample rises with the batch to a plateau, so
-  a larger size that is not clearly slower is where the walk goes on from. Which walked size
+  sizes until a burst runs out of memory, fails, peaks above the memory limit, reads
+  clearly slower twice in a row, or the caller's ``stop`` says the loader now caps the
+  curve (the guided walk then feeds the loader and walks on); throughput per sample rises
+  with the batch to a plateau, so a larger size that is not clearly slower is where the walk
+  goes on from. Which walked size
   it answers is read off a curve, not off the single luckiest burst: a parabola in
   ``log2(batch)`` fitted to every run of the walk (a line where the runs bend the wrong way),
   whose highest point among the measured sizes is the pick (``smoothed_batch``): five bursts
   of 10-20% noise each pin the curve better than any one of them. If the pick is the largest
-  size that fit (throughput still rising at the edge), it bisects
-  between that size and the first failure. A starting size that does not fit shrinks instead:
-  down through the smaller sizes until one fits, then the same bisection. Every size it can
+  size that fit (throughput still rising at the edge), it bisects between that size and the
+  first failure, starting at the size where a line through the walk's peaks meets the
+  memory limit (``memory_edge``): an OOM past it costs a burst. A starting size that does
+  not fit shrinks instead: down through the smaller sizes until one fits, then the same
+  bisection. Every size it can
   return was measured, unlike a size extrapolated from a doubling search (Lightning #18426),
   and the limit is the tuner's margin below the device, not the device itself, so training
   does not OOM right after tuning (Lightning #8028).
@@ -85,15 +86,26 @@ stopping short costs the user the plateau). On the simulated landscapes (seeds 0
 bursts, ``tune_noise.Z_STEP`` 1.5): 81.0% within 5% of the true best with 0, 89.5% with 1,
 90.0% with 2."""
 LOADER_WAIT_SHARE = 0.10
-"""The loop is starved (the loader jump applies) when it waited for data this share of the
-window or more; below it more workers can only take cores from the training loop."""
-LOADER_HEADROOM = 1.3
-"""Workers the loader jump asks for, over the bare ratio of model speed to one worker's: a
-loader that only just keeps up stalls on every slow batch."""
-PATH_KNOBS = ("decode", "data_format", "loader")
-"""The data path's knobs (``data_paths``), tried by ``feed_path`` while the loop waits."""
+"""The loop is starved when it waited for data this share of the window or more: a batch
+walk then fits the model's own speed (``smoothed_batch``), and the data path is tried
+(``bottleneck.feed_path``)."""
 DATA_FIRST_WAIT_PCT = 30.0
-"""Data knobs go first when the loop waited for data this share of the window or more."""
+"""Data knobs go first when the loop waited for data this share of the window or more, and
+only the way that feeds it (``FEEDING``)."""
+NEAR_BURSTS = 3
+"""Bursts apart that still count as measured side by side (``Search.prefer``)."""
+DRIFT_PER_BURST = 0.03
+"""Drift one burst may add between two readings: an H200 read one config 11% lower four
+bursts later (4,306 -> 3,816 images/s)."""
+MAX_DRIFT = 0.12
+"""Drift between two readings, at most (``Search.prefer``)."""
+PATH_KNOBS = ("decode", "data_format", "loader")
+"""The data path's knobs (``analysis.data_paths.path_space`` puts them in a CUDA space):
+first of the data group in the rounds, a bigger lever than a worker more or less."""
+FEEDING: dict[str, Any] = {"num_workers": +1, "prefetch_factor": +1, "pin_memory": True}
+"""The loader's own knobs and the way each feeds a starved loop: more workers, a deeper
+queue, pinned memory. While the loop waits ``DATA_FIRST_WAIT_PCT`` the rounds move them only
+that way (fewer workers cannot feed a loop that waits for them)."""
 _GROUP_ORDER = {
     True: ("data", "compute", "memory", "dist"),
     False: ("compute", "data", "memory", "dist"),
@@ -224,6 +236,42 @@ class Search:
         found = [m for k in self.runs if (m := self.measured(k)) and m.score is not None]
         return sorted(found, key=lambda m: -(m.score or 0.0))
 
+    def position(self, knobs: Knobs) -> int:
+        """Where the latest run of ``knobs`` sits among the tune's bursts (-1: never ran)."""
+        runs = self.runs.get(knobs, [])
+        return max((i for i, r in enumerate(self.bursts) if any(r is x for x in runs)), default=-1)
+
+    def near_score(self, knobs: Knobs, around: int) -> float | None:
+        """The median of ``knobs``' fitting runs within ``NEAR_BURSTS`` of burst ``around``
+        (all of its runs where none is that near)."""
+        m = self.measured(knobs)
+        if m is None or m.score is None:
+            return None
+        near = [r.samples_per_s or 0.0 for i, r in enumerate(self.bursts)
+                if abs(i - around) <= NEAR_BURSTS and r.ok and r.samples_per_s
+                and any(r is x for x in m.runs)]  # fmt: skip
+        return statistics.median(near) if near else m.score
+
+    def prefer(self, current: Knobs, rival: Knobs) -> Knobs:
+        """``rival`` or ``current``, compared near in time: where ``current`` last ran more
+        than ``NEAR_BURSTS`` bursts before ``rival`` and the two read closer than drift over
+        that gap could make them (``DRIFT_PER_BURST``, at most ``MAX_DRIFT``), ``current`` is
+        measured again beside ``rival`` first, and ``rival`` is judged against those runs."""
+        if rival == current:
+            return current
+        r, c = self.measured(rival), self.measured(current)
+        if r is None or r.score is None:
+            return current
+        if c is None or c.score is None:
+            return rival
+        at = self.position(rival)
+        gap = at - self.position(current)
+        allowance = min(MAX_DRIFT, DRIFT_PER_BURST * gap)
+        if gap > NEAR_BURSTS and abs(math.log(r.score / c.score)) <= allowance:
+            self.measure(current, "again: beside its rival (drift)", again=True)
+        near = self.near_score(current, at + 1) or c.score
+        return rival if r.score > near else current
+
     def best(self, *candidates: Knobs) -> Knobs:
         """The fastest fitting config among ``candidates`` (the first one if none fits)."""
         scored = [(self.score(k), i, k) for i, k in enumerate(candidates)]
@@ -268,13 +316,17 @@ def joint_steps(search: Search, current: Knobs) -> Knobs:
     """Measure the diagonal neighbours of ``current``: every pair of ordered knobs of the
     same group (workers x prefetch depth, ...), each moved one step up or down its values.
     Returns the best of them if it beats ``current`` by more than the noise
-    (``Search.clearly_faster``), else ``current``. Stops when the budget does."""
+    (``Search.clearly_faster``), else ``current``. A loop that waits for data moves the
+    loader's knobs only the way that feeds it (``FEEDING``). Stops when the budget does."""
     ordered = [n for n in search.space if n != "batch_size" and _is_ordered(n)]
     best, top = current, search.measured(current)
+    starved = wait_pct(top) >= DATA_FIRST_WAIT_PCT
     for a, b in itertools.combinations(ordered, 2):
         if SPECS[a].group != SPECS[b].group:
             continue
         for step_a, step_b in itertools.product((+1, -1), repeat=2):
+            if starved and any(FEEDING.get(n, s) != s for n, s in ((a, step_a), (b, step_b))):
+                continue
             knobs = _step(search, current, a, step_a)
             knobs = _step(search, knobs, b, step_b) if knobs is not None else None
             if knobs is None or knobs in search.runs:
@@ -308,20 +360,20 @@ def _step(search: Search, base: Knobs, name: str, step: int) -> Knobs | None:
 def knob_order(search: Search, current: Knobs) -> list[str]:
     """The space's knobs not yet settled, the bottleneck's group first (data when the loop
     waits for data)."""
-    m = search.measured(current)
-    waits = [r.data_wait_pct for r in m.runs if r.ok and r.data_wait_pct is not None] if m else []
-    data_first = bool(waits) and statistics.median(waits) >= DATA_FIRST_WAIT_PCT
-    groups = _GROUP_ORDER[data_first]
+    groups = _GROUP_ORDER[wait_pct(search.measured(current)) >= DATA_FIRST_WAIT_PCT]
     names = [n for n in search.space if n not in search.settled]
-    return sorted(names, key=lambda n: groups.index(_group(n)))
+    return sorted(names, key=lambda n: (groups.index(_group(n)), n not in PATH_KNOBS))
 
 
 def tune_knob(search: Search, current: Knobs, name: str) -> Knobs:
     search.knob, values = name, search.space[name]
     if name == "batch_size":
         return batch_search(search, current, values)
+    feeding = name in FEEDING and wait_pct(search.measured(current)) >= DATA_FIRST_WAIT_PCT
     if _is_ordered(name):
-        return climb(search, current, name, values)
+        return climb(search, current, name, values, up_only=feeding)
+    if feeding:
+        values = [v for v in values if v == FEEDING[name]]
     return try_each(search, current, name, values)
 
 
@@ -334,18 +386,25 @@ def try_each(search: Search, current: Knobs, name: str, values: Sequence[Any]) -
         if search.measure(knobs, f"{name}={value}") is None:
             break
         candidates.append(knobs)
-    return search.best(*candidates)
+    others = candidates[1:]
+    return search.prefer(current, search.best(*others)) if others else current
 
 
-def climb(search: Search, current: Knobs, name: str, values: Sequence[Any]) -> Knobs:
-    """Walk up from the current value while not clearly worse; if that found nothing, down."""
+def climb(
+    search: Search, current: Knobs, name: str, values: Sequence[Any], up_only: bool = False
+) -> Knobs:
+    """Walk up from the current value while not clearly worse; if that found nothing, down
+    (unless ``up_only``)."""
     line, at = _line(values, getattr(current, name), name)
-    best = current
-    for step in (+1, -1):
+    best, before = current, set(search.runs)
+    for step in (+1,) if up_only else (+1, -1):
         start = at + step if line[at][1] else (at if step > 0 else at - 1)
         best, _ = _walk(search, best, name, line, start, step, patience=CLIMB_PATIENCE)
         if best != current or search.halted:
             break
+    if best == current:  # the closest of the values tried, against current measured beside it
+        tried = [k for k in search.runs if k not in before and search.score(k) is not None]
+        best = search.prefer(current, search.best(*tried)) if tried else current
     return best
 
 
@@ -375,12 +434,14 @@ def _walk(
     step: int,
     patience: int = 0,
     onward: bool = False,
+    stop: Callable[[Measured], bool] | None = None,
 ) -> tuple[Knobs, Any]:
-    """Measure ``line[i], line[i + step], ...`` from ``best``; stop at a failure or after
-    ``patience + 1`` clearly slower values in a row. The best is the fastest reading, or with
+    """Measure ``line[i], line[i + step], ...`` from ``best``; stop at a failure, after
+    ``patience + 1`` clearly slower values in a row, or at a value ``stop`` says to stop at
+    (which then is the best). The best is the fastest reading, or with
     ``onward`` the furthest value not clearly slower than it (a curve known to rise: a
     tie goes the way it rises). Returns the best config and the first value that failed
-    (or None)."""
+    (None when none did; ``STOPPED`` when ``stop`` said so)."""
     base, top = best, search.measured(best)
     slower_in_a_row = 0
     while 0 <= i < len(line):
@@ -402,18 +463,36 @@ def _walk(
         slower_in_a_row = 0
         if top is None or top.score is None or onward or m.score > top.score:
             best, top = knobs, m
+        if stop is not None and stop(m):
+            return knobs, STOPPED
     return best, None
 
 
-def batch_search(search: Search, current: Knobs, values: Sequence[Any]) -> Knobs:
+STOPPED = object()
+"""What ``_walk`` returns as its failed value when its ``stop`` ended it."""
+
+
+def batch_search(
+    search: Search,
+    current: Knobs,
+    values: Sequence[Any],
+    stop: Callable[[Measured], bool] | None = None,
+    onward_only: bool = False,
+) -> Knobs:
     """Walk up the sizes while not clearly slower (``BATCH_PATIENCE``), to the memory edge;
-    down if going up found nothing; pick off the smoothed curve; bisect if still rising at
-    the edge."""
+    down if going up found nothing (unless ``onward_only``: a walk resumed after the loader
+    was fed, from a size already chosen); pick off the smoothed curve; bisect if still rising
+    at the edge. A size ``stop`` stops at (the loader caps the curve there) is the answer."""
     line, at = _line(values, current.batch_size, "batch_size")
     if search.measured(current) and search.score(current) is None:
         return shrink(search, current, [v for v, _ in line[:at]])
     up = at + 1 if line[at][1] else at
-    best, failed = _walk(search, current, "batch_size", line, up, +1, BATCH_PATIENCE, True)
+    best, failed = _walk(search, current, "batch_size", line, up, +1, BATCH_PATIENCE, True,
+                         stop)  # fmt: skip
+    if failed is STOPPED:
+        return best
+    if best == current and onward_only:
+        return current
     if best == current and not search.halted:
         best, _ = _walk(search, current, "batch_size", line, at - 1, -1)
     walked = [k for k in search.runs if k.replace(batch_size=current.batch_size) == current]
@@ -457,96 +536,18 @@ def _model_sps(r: BurstResult) -> float:
     return sps / max(1.0 - wait, 0.01) if wait >= LOADER_WAIT_SHARE else sps
 
 
-def loader_need(m: Measured) -> float | None:
-    """Loader workers the loop needs, from a measured config's data wait (None when it
-    waited less than ``LOADER_WAIT_SHARE``: it is not starved).
-
-    While the loop waits ``wait`` of the time, the model alone would run at
-    ``sps / (1 - wait)``; the loader delivers ``sps``, so one worker decodes ``sps /
-    workers`` (with no workers the loop itself loads, at ``sps / wait``). The need is the
-    ratio of the two, with ``LOADER_HEADROOM``.
-    """
-    waits = [r.data_wait_pct for r in m.runs if r.ok and r.data_wait_pct is not None]
-    wait = statistics.median(waits) / 100.0 if waits else 0.0
-    if wait < LOADER_WAIT_SHARE or not m.samples_per_s:
-        return None
-    model_sps = m.samples_per_s / max(1.0 - wait, 0.01)  # as _model_sps, on the median
-    workers = m.knobs.num_workers
-    per_worker = m.samples_per_s / workers if workers else m.samples_per_s / wait
-    return LOADER_HEADROOM * model_sps / per_worker
+def wait_pct(m: Measured | None) -> float:
+    """The median data wait (in %) of a measured config's runs (0 when unknown)."""
+    waits = [r.data_wait_pct for r in m.runs if r.ok and r.data_wait_pct is not None] if m else []
+    return statistics.median(waits) if waits else 0.0
 
 
-def feed_loader(search: Search, current: Knobs) -> Knobs:
-    """Jump to the workers ``loader_need`` asks for (the smallest listed count that covers
-    it, else the most), with the deepest listed prefetch queue; kept unless clearly slower."""
-    m, workers = search.measured(current), sorted(search.space.get("num_workers", []))
-    need = loader_need(m) if m is not None and m.score is not None else None
-    if need is None or not workers:
-        return current
-    count = next((w for w in workers if w >= need), workers[-1])
-    depths = [p for p in search.space.get("prefetch_factor", []) if p is not None]
-    knobs = search.compose(current, "num_workers", count)
-    if knobs is not None and count and depths:
-        knobs = search.compose(knobs, "prefetch_factor", max(depths)) or knobs
-    if knobs is None or knobs == current:
-        return current
-    search.knob = "num_workers"
-    jumped = search.measure(knobs, f"num_workers={count} (data wait)")
-    if jumped is None or jumped.score is None or search.clearly_slower(jumped, m):
-        return current
-    return knobs
-
-
-def feed_path(search: Search, current: Knobs) -> Knobs:
-    """While ``current`` still waits for data (``loader_need``: ``LOADER_WAIT_SHARE`` of its
-    window or more), try each data-path knob of the space (``PATH_KNOBS``), one at a time
-    from the best so far; unchanged when the loop is fed or the space has none."""
-    for name in (n for n in PATH_KNOBS if n in search.space):
-        m = search.measured(current)
-        if search.halted or m is None or m.score is None or loader_need(m) is None:
-            break
-        current = tune_knob(search, current, name)
-    return current
-
-
-def guided(search: Search, start: Knobs) -> Knobs:
-    """The loader from the data wait (workers, then the data path while it still waits), the
-    compute choices (precision, layout: they move the memory edge), the batch to its edge,
-    then the loader again for the faster model, with one more batch size if that changed it.
-    ``coordinate`` rounds take over from here, without batch size: walking it again after
-    other knobs moved measured worse on the simulated
-    landscapes (within 5% of the true best on 400 held-out landscapes, settled against walked
-    again: 90.2% against 90.2% at 12 bursts, 88.5% against 86.8% at 16, 90.2% against 88.2% at
-    24; on seeds 0-199: 91.5% against 90.0%, 90.0% against 86.5%, 91.5% against 89.0%)."""
-    current = feed_path(search, feed_loader(search, start))
-    for name in search.space:
-        if search.halted:
-            return current
-        if name != "batch_size" and not _is_ordered(name) and _group(name) == "compute":
-            current = tune_knob(search, current, name)
-    if "batch_size" in search.space and not search.halted:
-        current = tune_knob(search, current, "batch_size")
-        search.settled.add("batch_size")
-    for _ in range(2):
-        fed = current if search.halted else feed_loader(search, current)
-        if fed == current:
-            break
-        current = _one_size_up(search, fed)
-    return current
-
-
-def _one_size_up(search: Search, current: Knobs) -> Knobs:
-    """The next listed batch size, kept unless clearly slower or failed."""
-    if "batch_size" not in search.space or search.halted:
-        return current
-    knobs = _step(search, current, "batch_size", +1)
-    if knobs is None or knobs in search.runs:
-        return current
-    search.knob = "batch_size"
-    m, top = search.measure(knobs, f"batch_size={knobs.batch_size}"), search.measured(current)
-    if m is None or m.score is None or top is None or search.clearly_slower(m, top):
-        return current
-    return knobs
+def compute_choices(search: Search) -> list[str]:
+    """The space's compute knobs that are choices (precision, layout, compile), precision
+    first; batch size and other numbers are walked, not chosen."""
+    names = [n for n in search.space if n != "batch_size" and not _is_ordered(n)
+             and _group(n) == "compute"]  # fmt: skip
+    return sorted(names, key=lambda n: n != "precision")
 
 
 def _group(name: str) -> str:
@@ -576,12 +577,21 @@ def shrink(search: Search, current: Knobs, smaller: Sequence[int]) -> Knobs:
 
 def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
     """Between the fastest size that fit and the first failure above it, halve the gap while
-    the size that fits keeps being the fastest; stop at a gap of 1/8 of the size."""
+    the size that fits keeps being the fastest; stop at a gap of 1/8 of the size. Where the
+    walk's peaks say where the memory limit falls (``memory_edge``), the first size tried
+    is the edge itself (on a multiple of 8) and nothing above it is: an OOM costs a burst."""
     good, bad = best.batch_size, failed
     if bad <= good or _measured_between(search, best, good, bad):
         return best  # something fitting above ``good`` was slower: not rising at the edge
-    while bad - good > max(1, good // 8):
-        mid = midpoint(good, bad)
+    edge = memory_edge(search, best)
+    target = None
+    if edge is not None:
+        size = math.floor(edge + 1e-6)  # a fit's rounding must not cost a size
+        bad = max(good + 1, min(bad, size + 1))  # above it: over the limit
+        target = size // 8 * 8 if size >= 16 else size
+    while bad - good > max(1, good // 8) or (target is not None and good < target < bad):
+        mid = target if target is not None and good < target < bad else midpoint(good, bad)
+        target = None
         knobs = best.replace(batch_size=mid)
         m = search.measure(knobs, f"batch_size={mid} (bisect)")
         if m is None:
@@ -594,6 +604,22 @@ def bisect(search: Search, best: Knobs, failed: int) -> Knobs:
         else:
             break  # fits but slower: the edge region is not where the speed is
     return best
+
+
+def memory_edge(search: Search, best: Knobs) -> float | None:
+    """The largest batch size whose peak stays under the memory limit, read off the peaks
+    measured at ``best``'s other knobs (a line through peak against batch: activations grow
+    with the batch); None with fewer than two sizes measured or no limit."""
+    if search.limit_mib is None:
+        return None
+    points = [(float(k.batch_size), max(p for p in (r.peak_mem_mib, r.peak_reserved_mib) if p))
+              for k in search.runs if k.replace(batch_size=best.batch_size) == best
+              for r in search.runs[k]
+              if r.ok and (r.peak_mem_mib or r.peak_reserved_mib)]  # fmt: skip
+    if len({x for x, _ in points}) < 2:
+        return None
+    slope, intercept = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
+    return (search.limit_mib - intercept) / slope if slope > 0 else None
 
 
 def _measured_between(search: Search, best: Knobs, good: int, bad: int) -> bool:
@@ -621,12 +647,12 @@ __all__ = [
     "batch_search",
     "bisect",
     "climb",
+    "compute_choices",
     "coordinate",
-    "feed_loader",
-    "feed_path",
-    "guided",
-    "loader_need",
     "midpoint",
     "shrink",
     "smoothed_batch",
+    "try_each",
+    "tune_knob",
+    "wait_pct",
 ]

@@ -1,21 +1,50 @@
 """``tune``: the highest *measured* throughput whose peak memory stays under a margin.
 
-The strategy (the moves themselves are in workbench/search.py, the noise rules in
-workbench/tune_noise.py):
+The strategy (the moves themselves are in ``search.py`` and ``bottleneck.py``, the noise
+rules in ``noise.py``):
 
-1. **Start.** Measured once: the reference of the speed-up, re-measured in step 3. Running
-   it twice first would give a noise reading at once and halve the weight of one lucky first
-   burst, but on the simulated landscapes (benchmarks/tuner_landscapes.py, 150 of them) it
-   cost more than it saved: within 5% of the true best on 45% of them at 12 bursts against
-   63% measured once (74% against 78% at 16, 79% against 80% at 24). Until a config has run
-   twice the noise is ``tune_noise.PRIOR_NOISE``.
-2. **Guided moves** (``search.guided``): the loader workers the start's data wait asks for,
-   the data path (decode, format, loader) while the loop still waits, the compute choices
-   (precision, layout), the batch walked to its memory edge and picked off a curve fitted to
-   the walk's runs, then the loader again for the faster model.
-3. **Coordinate rounds**, bottleneck first, batch size searched OOM-safely, while the budget
-   left is more than the confirmation needs (``confirmation_reserve``, recomputed after every
-   burst from the noise measured so far and the contenders close to the leader).
+1. **Start: what the user runs today.** ``base`` (default: ``Knobs()``, PyTorch's own
+   defaults: ``precision="default"``, no loader workers), measured once: the reference of the
+   speed-up, re-measured in step 4. Running it twice first would give a noise reading at once
+   and halve the weight of one lucky first burst, but on the simulated landscapes
+   (benchmarks/tuner_landscapes.py, 150 of them) it cost more than it saved: within 5% of the
+   true best on 45% of them at 12 bursts against 63% measured once (74% against 78% at 16,
+   79% against 80% at 24). Until a config has run twice the noise is
+   ``tune_noise.PRIOR_NOISE``.
+2. **Guided moves, the bottleneck re-read after each** (``bottleneck.guided``), in this order:
+
+   a. *The loader.* A start that waited for data ``bottleneck.JUMP_WAIT_SHARE`` (5%) of its
+      window or more jumps to the workers its wait asks for (deepest prefetch, pinned memory
+      where listed); kept unless clearly slower. With the most workers listed and the loop
+      still waiting ``search.LOADER_WAIT_SHARE`` (10%), each other data path of the space
+      (predecoded copy, ``decode=gpu``, DALI, ...) is measured until one feeds the loop and is
+      the fastest so far. Together: *the loader fed* (``bottleneck.fed``).
+   b. *The compute choices* (precision, layout, compile, cudnn_benchmark): on CUDA their
+      usually fastest values together in one burst (bf16 + channels_last); if that does not
+      gain, each choice alone, in the order its values usually run fastest, stopping at the
+      first value not clearly slower (elsewhere each value is measured). Judged by the
+      model's own speed where the loader hides it. A change kept is followed at once by
+      *the loader fed* again, sized from the new wait, before anything else.
+   c. *The batch walk*, skipped when the loop waits ``bottleneck.LOADER_CAPS_PCT`` (50%) of
+      its window with the most workers listed (the loader caps the curve). A walk stops at
+      the first size where the loop starts to wait that much with workers left; the loader is
+      fed there and the walk goes on up from the fed config, three times at most. It also
+      stops at an OOM or the memory limit, or after ``search.BATCH_PATIENCE`` clearly slower
+      sizes in a row. Batch size is then settled.
+   d. *The compute choices again* when the walk at least doubled the batch (a small batch is
+      launch-bound and hides what bf16 gains): values ranked above the current ones only; a
+      change kept is followed by the loader fed and, where it freed memory below a size that
+      failed, the batch walked on.
+
+3. **Coordinate rounds**, one knob at a time, the bottleneck's group first (the data knobs
+   while the loop waits ``search.DATA_FIRST_WAIT_PCT``, and then only the way that feeds it:
+   more workers, deeper prefetch, pinned memory); a close call between a knob's best value
+   and the current config is decided side by side (``Search.prefer``: the current config
+   runs again beside its rival when it last ran more than ``search.NEAR_BURSTS`` bursts
+   before and drift could explain the difference). Rounds repeat until one changes nothing,
+   then pairs of knobs (``joint_steps``), while the budget left is more than the
+   confirmation needs (``confirmation_reserve``, recomputed after every burst from the noise
+   measured so far and the contenders close to the leader).
 4. **Confirmation, interleaved.** A single short burst on a shared machine can be 2-30% off,
    and the maximum of many noisy bursts is biased upwards: the config that won its one burst
    by luck would otherwise be the answer. In passes, interleaved so drift hits them alike,
@@ -30,9 +59,10 @@ workbench/tune_noise.py):
 6. **Drift.** The start's runs (its first burst and its re-measurements in the confirmation)
    are readings of one config across the tune: ``workbench.analysis.drift`` turns them into
    the drift over the tune and per burst, and the result says when that drift is larger
-   than the speed-up (``speedup_uncertain``). It does not steer the search: a re-measure of
-   the start midway would cost a burst of every budget, and the confirmation already
-   interleaves the start with the contenders, so drift after the search hits both alike.
+   than the speed-up (``speedup_uncertain``). This estimate does not steer the search (a
+   re-measure of the start midway would cost a burst of every budget); the search's own
+   close calls are compared side by side instead (step 3), and the confirmation interleaves
+   the start with the contenders, so drift after the search hits both alike.
 
 Budget = bursts run (each ``run_burst`` call, failed or not). Every burst goes to the history
 store. A burst that fails (OOM, a crashing worker, a bad value for this workload) is a
@@ -68,8 +98,9 @@ from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 from workbench.history.store import Store, StoreWarning, keep_pending
 from workbench.tuning import noise as tune_noise
+from workbench.tuning.bottleneck import guided
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
-from workbench.tuning.search import Measured, Search, coordinate, guided, joint_steps
+from workbench.tuning.search import Measured, Search, coordinate, joint_steps
 from workbench.tuning.speedup import judge
 
 if TYPE_CHECKING:
@@ -110,8 +141,10 @@ def tune(
     loader workers, so pages the workers share with it count once: ``peak_mem_kind``).
     With ``price_per_hour`` (or ``$WORKBENCH_PRICE_PER_HOUR``) every burst has a ``cost`` and
     the result a ``saving`` against the start (``workbench.core.cost``; ``epoch_samples`` and
-    ``hours_per_month`` size it). ``budget`` caps the bursts. Sizes between the listed batch
-    sizes may be measured when the memory edge falls between them.
+    ``hours_per_month`` size it). ``budget`` caps the bursts (default 16: on simulated GPU
+    landscapes the search was never tuned on, 96% of tunes end within 5% of the best at 16,
+    92% at 12; docs/figures.md). Sizes between the listed batch sizes may be measured when
+    the memory edge falls between them.
     ``options``: the window, device and history of every burst (``BurstOptions``: seconds,
     min_steps, warmup_steps, device, data_dir, record, store, cancel).
     Warm-up is long enough to consume what loader workers prefetch (``BurstWindow.settled``):
@@ -158,16 +191,19 @@ def tune_on(
     base: Knobs | None = None,
     limit_mib: float | None = None,
     name: str = "simulated",
+    device: str = "cpu",
 ) -> TuneResult:
     """The same search and confirmation as ``tune``, with ``run`` where a burst would run.
 
-    ``run(knobs)`` returns a BurstResult (a simulated landscape's, ``workbench.landscapes``);
-    nothing is stored, no device is touched and no knob is checked for effect on this
+    ``run(knobs)`` returns a BurstResult (a simulated landscape's: ``tuning.landscapes``,
+    ``tuning.gpu_landscapes``); ``device`` is the kind of device the bursts stand for (on
+    ``cuda`` the search expects bf16 and channels_last to run faster: ``bottleneck``).
+    Nothing is stored, no device is touched and no knob is checked for effect on this
     machine. This is how the proving ground runs the tuner on hundreds of landscapes.
     """
     check_budget(budget)
     start, began = Knobs() if base is None else base, time.perf_counter()
-    dev = torch.device("cpu")
+    dev = torch.device(device)
     search = Search(run, space=check_space(space), budget=budget, limit_mib=limit_mib,
                     device=dev, workload=None, cancel=threading.Event())  # fmt: skip
     _drive(search, start)
