@@ -58,8 +58,10 @@ rules in ``noise.py``):
    summary says the runs cannot separate them.
 6. **Drift.** The start's runs (its first burst and its re-measurements in the confirmation)
    are readings of one config across the tune: ``workbench.analysis.drift`` turns them into
-   the drift over the tune and per burst, and the result says when that drift is larger
-   than the speed-up (``speedup_uncertain``). This estimate does not steer the search (a
+   the drift over the tune and per burst, which widens the speed-up's interval
+   (``workbench.tuning.speedup``); ``speedup_uncertain`` says when the runs cannot tell the
+   speed-up: no interval, one that holds 1 or spans more than ``WIDE_FACTOR``, or drift
+   larger than the speed-up. This estimate does not steer the search (a
    re-measure of the start midway would cost a burst of every budget); the search's own
    close calls are compared side by side instead (step 3), and the confirmation interleaves
    the start with the contenders, so drift after the search hits both alike.
