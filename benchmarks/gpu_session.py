@@ -65,11 +65,14 @@ PLAN: tuple[Step, ...] = (
          "predecoded at 256 px ~30 s and its 2 rows ~9 s, built only when they fit the "
          "step's budget: ~119 s; DALI's 2 rows add ~12 s where it is installed (not on the "
          "lent box)"),
-    Step("paths", 120, 240, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
-         "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row), a tune of 8 "
-         "bursts on JPEGs ~60 s"),
+    Step("paths", 60, 180, "3 resnet50 bursts ~7 s, a dict burst ~5 s, a snapshot burst "
+         "~10 s, a one-rank torchrun ~21 s (the first session's torchrun row)"),
     Step("check", 120, 300, "gpu_check.py's rows in the time left: 151 s for every row but "
          "max-autotune (its --plan), which is skipped unless time is left", timed=True),
+    Step("tune", 170, 300, "a tune at the default budget (16 bursts) from PyTorch's defaults "
+         "on JPEGs ~7 s each ~112 s, then its pick against a hand grid of 5: 7 bursts ~50 s; "
+         "in the time left, else in a second call (--steps tune,pytest-gpu,lessons)",
+         timed=True),
     Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
     Step("lessons", 120, 300, "the core lessons on the GPU, when time allows", timed=True),
 )  # fmt: skip

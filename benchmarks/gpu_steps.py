@@ -451,7 +451,6 @@ def paths(log: StepLog) -> None:
     _dict_batch(log)
     _snapshot(log, wl, knobs)
     _alloc_conf(log, wl, knobs)
-    _tune(log)
 
 
 def _dict_batch(log: StepLog) -> None:
@@ -492,22 +491,27 @@ def _alloc_conf(log: StepLog, wl: str, knobs: Any) -> None:
     log.expect("alloc_conf acted", "alloc_conf" not in r.no_effect, why)
 
 
-def _tune(log: StepLog) -> None:
-    """A tune of 8 bursts: its start is measured first and again in the confirmation, so the
-    two readings of one config, minutes apart, show drift inside a real tune."""
-    from workbench import tune
+def tune(log: StepLog) -> None:
+    """The tuner on the GPU, judged: a tune at its default budget from PyTorch's defaults on
+    the JPEG set (what a user runs today), then its pick against the best of a small grid of
+    hand-made configs a GPU engineer would try first, measured interleaved (each once, then
+    the pick and the grid's best again side by side), so drift hits both alike. Its start is
+    measured first and again in the confirmation: two readings of one config, minutes apart,
+    show drift inside a real tune."""
+    from workbench import tune as run_tune
 
     stages: list[str] = []
-    # on a GPU the JPEG set with one worker (a loader to grow); a rehearsal tunes the resident
-    # batch, whose bursts start in a second instead of five
-    wl, start = log.ctx.reference() if log.ctx.dry else log.ctx.jpeg(num_workers=1)
-    res = tune(wl, budget=8, base=start, seconds=log.ctx.seconds, record=False,
-               device=log.ctx.device, data_dir=big_set(log),  # the loader step's, reused
-               progress=lambda p: stages.append(p.stage))  # fmt: skip
+    # a rehearsal tunes cnn on the CPU, whose bursts start in a second instead of five
+    wl, start = log.ctx.jpeg(batch_size=16) if log.ctx.dry else _defaults_on_jpegs()
+    budget = 8 if log.ctx.dry else None  # None: tune's default, what a user gets
+    res = run_tune(wl, budget=budget, base=start, seconds=log.ctx.seconds, record=False,
+                   device=log.ctx.device, data_dir=big_set(log),  # the loader step's, reused
+                   progress=lambda p: stages.append(p.stage))  # fmt: skip
     for i, (r, stage) in enumerate(zip(res.bursts, stages, strict=False)):
         log.add(f"tune {i + 1}: {stage}", r, must_pass=False)
     starts = [r.samples_per_s for r in res.bursts if r.knobs == start and r.ok]
     log.facts["tune"] = {"speedup": res.speedup, "best": res.best.changes() if res.best else None,
+                         "bursts": len(res.bursts),
                          "start_runs_samples_per_s": starts, "noise_pct": res.noise_pct,
                          "drift_pct": res.drift_pct, "drift_pct_per_burst": res.drift_pct_per_burst,
                          "speedup_uncertain": res.speedup_uncertain,
@@ -515,6 +519,64 @@ def _tune(log: StepLog) -> None:
                          "summary": res.summary()}  # fmt: skip
     if len(starts) >= 2 and starts[0]:
         log.facts["tune"]["start_again_over_first"] = round(starts[-1] / starts[0], 4)
+    log.write()
+    if res.best is not None:
+        _against_grid(log, wl, res.best, _hand_grid(log, start))
+
+
+def _defaults_on_jpegs() -> tuple[str, Any]:
+    """resnet50 on the JPEG set at PyTorch's defaults (batch 128): the tune's start."""
+    from workbench import Knobs
+
+    return "resnet50", Knobs(batch_size=128)
+
+
+def _hand_grid(log: StepLog, start: Any) -> dict[str, Any]:
+    """The configs a GPU engineer tries first by hand, beside the start."""
+    if log.ctx.dry:
+        return {"start": start, "1 worker": start.replace(num_workers=1),
+                "batch 32": start.replace(batch_size=32),
+                "1 worker, batch 32": start.replace(num_workers=1, batch_size=32)}  # fmt: skip
+    fast = {"precision": "bf16", "channels_last": True, "pin_memory": True}
+    return {
+        "start": start,
+        "bf16, 8 workers": start.replace(num_workers=8, **fast),
+        "bf16, 16 workers": start.replace(num_workers=16, **fast),
+        "bf16, decode=gpu, 8 workers": start.replace(num_workers=8, decode="gpu", **fast),
+        "tf32, 16 workers": start.replace(num_workers=16, precision="tf32",
+                                          channels_last=True, pin_memory=True),
+    }  # fmt: skip
+
+
+def _against_grid(log: StepLog, wl: str, pick: Any, grid: dict[str, Any]) -> None:
+    """The tune's pick against the grid's best: every config once, in one round, then the
+    pick and the grid's best again (B A): each judged by the median of its readings."""
+    import statistics
+
+    readings: dict[str, list[float]] = {name: [] for name in [*grid, "tune pick"]}
+    configs = {**grid, "tune pick": pick}
+    for name, knobs in configs.items():
+        r = log.burst(f"grid: {name}", wl, knobs, tags={"grid": name})
+        if r.ok and r.samples_per_s:
+            readings[name].append(r.samples_per_s)
+    measured = {n: v for n, v in readings.items() if v and n != "tune pick"}
+    if not measured or not readings["tune pick"]:
+        log.expect("tune pick against the grid: measured", False, "a config failed")
+        return
+    best = max(measured, key=lambda n: statistics.median(measured[n]))
+    for name in ("tune pick", best):  # the second reading, in the other order
+        r = log.burst(f"grid again: {name}", wl, configs[name], tags={"grid": name})
+        if r.ok and r.samples_per_s:
+            readings[name].append(r.samples_per_s)
+    pick_sps = statistics.median(readings["tune pick"])
+    best_sps = statistics.median(readings[best])
+    log.facts["tune_vs_grid"] = {
+        "grid_best": best, "grid_best_samples_per_s": round(best_sps, 1),
+        "pick_samples_per_s": round(pick_sps, 1),
+        "pick_over_grid_best": round(pick_sps / best_sps, 4),
+        "readings": {n: [round(v, 1) for v in vs] for n, vs in readings.items()},
+        "grid": {n: k.changes() for n, k in grid.items()},
+    }  # fmt: skip
     log.write()
 
 
@@ -634,7 +696,7 @@ def lessons(log: StepLog, budget_s: float) -> None:
 # -- the entry point ---------------------------------------------------------------------------
 
 STEPS: dict[str, Callable[..., None]] = {
-    "environment": environment, "drift": drift, "loader": loader, "paths": paths,
+    "environment": environment, "drift": drift, "loader": loader, "paths": paths, "tune": tune,
     "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons,
 }  # fmt: skip
 TIMED = frozenset({"check", "pytest-gpu", "lessons"})

@@ -181,10 +181,24 @@ def test_the_paths_step_runs_what_never_ran_on_a_gpu(dry_run):
     labels = [b["label"] for b in paths["bursts"]]
     assert labels[:5] == ["activation_checkpointing", "optimizer fused", "optimizer foreach",
                           "pinned dict batch", "memory_snapshot"]  # fmt: skip
+
+
+def test_the_tune_step_judges_its_pick_against_a_hand_grid(dry_run):
+    doc = json.loads(dry_run[2][0].read_text())
+    step = next(s for s in doc["steps"] if s["name"] == "tune")
+    labels = [b["label"] for b in step["bursts"]]
     tune = [label for label in labels if label.startswith("tune ")]
     assert 2 <= len(tune) <= 8  # its budget; a tune that converges stops sooner (seen: 7)
     assert tune[0] == "tune 1: start"
-    assert paths["facts"]["tune"]["start_runs_samples_per_s"]
+    assert step["facts"]["tune"]["start_runs_samples_per_s"]
+    grid = step["facts"]["tune_vs_grid"]
+    assert [label for label in labels if label.startswith("grid: ")] == [
+        "grid: start", "grid: 1 worker", "grid: batch 32", "grid: 1 worker, batch 32",
+        "grid: tune pick"]  # fmt: skip
+    assert labels[-2:] == ["grid again: tune pick", f"grid again: {grid['grid_best']}"]
+    assert len(grid["readings"]["tune pick"]) == 2
+    ratio = grid["pick_samples_per_s"] / grid["grid_best_samples_per_s"]
+    assert grid["pick_over_grid_best"] == pytest.approx(ratio, abs=1e-3)
 
 
 # -- the step loop -----------------------------------------------------------------------------
