@@ -379,9 +379,9 @@ def device_decode(*, on_cpu: bool = False) -> Iterator[list[str]]:
     build, no_effect = loaders.build_device_stream, loaders.decode_no_effect
     built: list[str] = []
 
-    def build_and_note(workload: Any, knobs: Any, device: Any, shard: Any) -> Any:
+    def build_and_note(workload: Any, knobs: Any, device: Any, *rest: Any) -> Any:
         built.append(str(device))
-        return build(workload, knobs, device, shard)
+        return build(workload, knobs, device, *rest)
 
     loaders.build_device_stream = build_and_note
     if on_cpu:

@@ -112,9 +112,10 @@ def checked_copy(
     return folder, manifest
 
 
-def dataset_for(wl: Workload, knobs: Knobs) -> Dataset:
-    """The workload's dataset in ``knobs.data_format``, with the workload's own transform."""
-    dataset = wl.dataset()
+def dataset_for(wl: Workload, knobs: Knobs, dataset: Any = None) -> Dataset:
+    """The workload's dataset in ``knobs.data_format``, with the workload's own transform
+    (``dataset``: ``wl.dataset()`` when the caller already built it)."""
+    dataset = wl.dataset() if dataset is None else dataset
     if knobs.data_format == "files":
         return dataset
     folder, _ = located(wl, knobs, dataset)

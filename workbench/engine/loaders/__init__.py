@@ -62,10 +62,11 @@ def _build(
         if shard is None:
             return build_dali_stream(workload, knobs, device)
         return build_dali_stream(workload, knobs, device, shard=shard)
-    if knobs.decode == "gpu" and not decode_no_effect(knobs, device, workload):
-        return build_device_stream(workload, knobs, device, shard)
+    dataset = workload.dataset()  # once: decode=gpu's check, its stream and the loader read it
+    if knobs.decode == "gpu" and not decode_no_effect(knobs, device, workload, dataset):
+        return build_device_stream(workload, knobs, device, shard, dataset)
     return TorchStream(
-        dataset_for(workload, knobs),
+        dataset_for(workload, knobs, dataset),
         knobs,
         device,
         shard=shard,

@@ -141,14 +141,17 @@ class DeviceDecodeStream:
         self.inner.close()
 
 
-def decode_no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
-    """``{"decode": reason}`` when ``decode=gpu`` cannot act in this burst, else {}."""
+def decode_no_effect(
+    knobs: Knobs, device: torch.device, workload: Workload, dataset: Any = None
+) -> dict[str, str]:
+    """``{"decode": reason}`` when ``decode=gpu`` cannot act in this burst, else {}
+    (``dataset``: the workload's, when the caller already built it)."""
     if knobs.decode != "gpu":
         off = not knobs.decode_overlap
         return (
             {"decode_overlap": "acts only with decode=gpu (no side stream to run)"} if off else {}
         )
-    reason = _why_not(knobs, device, workload)
+    reason = _why_not(knobs, device, workload, dataset)
     if reason is None:
         return {}
     refused = {"decode": reason}
@@ -157,7 +160,7 @@ def decode_no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> 
     return refused
 
 
-def _why_not(knobs: Knobs, device: torch.device, workload: Workload) -> str | None:
+def _why_not(knobs: Knobs, device: torch.device, workload: Workload, dataset: Any) -> str | None:
     if device.type != "cuda":
         return ("nvJPEG decodes on a CUDA device; this burst ran on the CPU, where the "
                 "workers decoded and augmented (decode=cpu)")  # fmt: skip
@@ -174,18 +177,23 @@ def _why_not(knobs: Knobs, device: torch.device, workload: Workload) -> str | No
         return ("a Lightning Trainer iterates its own DataLoader; call DeviceBatches in the "
                 "module's step instead (docs/production.md)")  # fmt: skip
     try:
-        recipe_of(getattr(workload.dataset(), "transform", None))
+        dataset = workload.dataset() if dataset is None else dataset
+        recipe_of(getattr(dataset, "transform", None))
     except UnsupportedTransform as exc:
         return f"workload {workload.name}: {exc}; its workers decode (decode=cpu)"
     return None
 
 
 def build_device_stream(
-    workload: Workload, knobs: Knobs, device: torch.device, shard: tuple[int, int] | None
+    workload: Workload,
+    knobs: Knobs,
+    device: torch.device,
+    shard: tuple[int, int] | None,
+    dataset: Any = None,
 ) -> DeviceDecodeStream:
     """The encoded dataset in ``knobs.data_format``, its loader, and the device pipeline with
     the workload's own augmentation; each rank draws its crops from its own seed."""
-    dataset = workload.dataset()
+    dataset = workload.dataset() if dataset is None else dataset
     recipe = recipe_of(getattr(dataset, "transform", None))
     encoded = encoded_dataset_for(workload, knobs, dataset)
     inner = TorchStream(
