@@ -129,9 +129,7 @@ def stored_dataset(dataset: Any) -> Any:
         # the engine (torch) only when a loader is built: load_config stays light
         from workbench.engine.encoded import EncodedFiles
 
-        stored = EncodedFiles(dataset.samples)
-        stored.transform = transform  # kept for device_batches, never applied by a worker
-        return stored
+        return EncodedFiles(dataset.samples, transform)  # kept for device_batches
     # the format readers only when a loader is built: load_config stays light
     from workbench.engine.formats import open_format
 

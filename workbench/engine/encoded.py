@@ -85,11 +85,13 @@ def check_jpegs(samples: Sequence[tuple[str, int]]) -> None:
 
 class EncodedFiles(Dataset):
     """An image folder's samples (``[(path, label)]``, as ImageFolder lists them) as
-    ``(JPEG bytes, label)``: the same order and labels as the decoding dataset."""
+    ``(JPEG bytes, label)``: the same order and labels as the decoding dataset. ``transform``
+    is kept, never applied: the device runs it (as the format datasets keep theirs)."""
 
-    def __init__(self, samples: Sequence[tuple[str, int]]):
+    def __init__(self, samples: Sequence[tuple[str, int]], transform: Any = None):
         check_jpegs(samples)
         self.samples = [(str(path), int(label)) for path, label in samples]
+        self.transform = transform
 
     def __len__(self) -> int:
         return len(self.samples)
