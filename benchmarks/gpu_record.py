@@ -190,6 +190,11 @@ def kept_runs(results_dir: Path = RESULTS) -> list[Path]:
     return sorted(p for p in results_dir.glob("gpu-*.json") if not p.stem.endswith("-dry"))
 
 
+def load_kept(results_dir: Path = RESULTS) -> list[tuple[Path, dict[str, Any]]]:
+    """Every kept run, loaded, newest first: where a figure is looked up, the newest wins."""
+    return [(p, load(p)) for p in reversed(kept_runs(results_dir))]
+
+
 def find_burst(doc: Mapping[str, Any], step: str, label: str) -> dict[str, Any]:
     """The burst ``label`` of step ``step``; KeyError naming what the file holds."""
     for s in doc["steps"]:
@@ -308,3 +313,41 @@ def _path_row(
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+# -- the lessons (the lessons steps) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LessonRun:
+    """A lesson's newest record (``run_lessons.LessonRecord`` as a dict), with the kept run
+    (file and document) that holds it."""
+
+    path: Path
+    run: Mapping[str, Any]
+    record: Mapping[str, Any]
+
+
+def lesson_key(name: str) -> str:
+    """A lesson's number, the key that joins sessions: "03_precision" -> "03"."""
+    return Path(name).stem[:2]
+
+
+def lesson_runs(runs: Sequence[tuple[Path, Mapping[str, Any]]]) -> dict[str, LessonRun]:
+    """Per lesson (``lesson_key``), the record of the newest kept run that ran it (a pure
+    function: ``runs`` newest first, as ``load_kept`` gives them).
+
+    A session has 15 minutes of device time and a call 10, less than the lessons take in all,
+    so they run over several sessions: a lesson skipped for time in a newer run keeps the
+    older run's record, and a lesson run twice in one session (a rerun after a fix, in a later
+    step) is read from the later step. Records sit in a step's ``facts["lessons"]["lessons"]``
+    (``run_lessons.py``'s document)."""
+    found: dict[str, LessonRun] = {}
+    for path, run in runs:
+        for step in reversed(run.get("steps") or []):
+            doc = (step.get("facts") or {}).get("lessons") or {}
+            for rec in doc.get("lessons") or []:
+                key = lesson_key(rec["lesson"])
+                if key not in found and not str(rec.get("outcome", "")).startswith("skipped"):
+                    found[key] = LessonRun(path, run, rec)
+    return found
