@@ -24,7 +24,10 @@ the session runs them (the open questions of the first GPU session, 2026-12-04):
   tune of 8 bursts whose start and "start again" show drift in place.
 - ``check``: ``gpu_check.py``'s rows within the time the session gives it.
 - ``pytest-gpu``: the tests marked ``gpu`` (DALI's listed as not run where DALI is absent).
-- ``lessons``: the core lessons executed on the GPU (``run_lessons.py``), when time allows.
+- ``lessons`` and ``lessons-optional``: the half day's lessons, then the optional ones and the
+  instructor's board, executed on the GPU (``run_lessons.py``), each with its time, outcome
+  and per-cell times; each a call of its own (``--steps lessons --budget-s 570``), what does
+  not fit left for a later session (``--lessons unmeasured``).
 
 ``--dry`` (a CPU without CUDA): the same steps with the cnn workload and short windows, so the
 layout and the logic are exercised everywhere; the GPU-only steps say "skipped: no CUDA".
@@ -664,13 +667,29 @@ def gpu_test_files(root: Path = HERE.parent) -> tuple[list[str], list[str]]:
     return [f for f in files if f not in dali], [f"{i}: not run: DALI not installed" for i in ids]
 
 
-def lessons(log: StepLog, budget_s: float) -> None:
-    """The core lessons on the GPU: the wheelhouse (``make wheelhouse``, carried along) is
-    installed offline into a folder of its own, then ``run_lessons.py`` executes them with the
-    box's python as the kernel, each under its own timeout, within what is left."""
+WHEELHOUSE = HERE.parent / ".wheelhouse"
+ROOM_IMAGES_PER_CLASS = 300
+"""The sample data a GPU room builds before the workshop (notebooks/README.md, "Before the
+workshop": 3,000 JPEGs, so that lesson 4 reaches the OOM edge): the lessons run on it here."""
+LESSON_GROUPS = {"lessons": "core", "lessons-optional": "optional"}
+"""Each lessons step's lessons (``run_lessons.select``), unless ``--lessons`` names others."""
+LESSONS_MARGIN_S = 10.0
+"""Kept from the step's budget for writing the record after the last lesson."""
+
+
+def lessons(log: StepLog, budget_s: float, spec: str | None = None, *,
+            wheelhouse: Path = WHEELHOUSE, notebooks: Path | None = None,
+            images_per_class: int | None = ROOM_IMAGES_PER_CLASS) -> None:  # fmt: skip
+    """Lessons on the GPU: the wheelhouse (``make wheelhouse``, carried along) installed
+    offline into a folder of its own, the room's sample data built, then ``run_lessons``
+    in this process, the box's python as the kernel. Each lesson's record (outcome, time, the
+    error's last line, per-cell times) goes into this step's facts as it ends, so a step
+    stopped by its timeout keeps the lessons that ended; a failed or timed-out lesson fails
+    the step, one skipped for time does not (a later session runs it: ``--lessons
+    unmeasured``)."""
     if log.ctx.dry:
         raise StepSkipped("no CUDA device: the lessons run on a CPU in the test suite")
-    wheels = sorted((HERE.parent / ".wheelhouse").glob("*.whl"))
+    wheels = sorted(wheelhouse.glob("*.whl"))
     if not wheels:
         raise StepSkipped("no wheelhouse here: run `make wheelhouse`, and carry .wheelhouse")
     site = log.ctx.workdir / "site"
@@ -681,25 +700,46 @@ def lessons(log: StepLog, budget_s: float) -> None:
     log.facts["install_s"] = round(time.monotonic() - t0, 1)
     if not log.expect("wheelhouse installed offline", p.returncode == 0, p.stderr[-1500:]):
         return
-    out = log.ctx.out.with_suffix(".lessons.json")
-    left = int(budget_s - (time.monotonic() - t0) - 10)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(HERE.parent)])}
-    argv = [sys.executable, str(HERE / "run_lessons.py"), "--budget-s", str(left),
-            "--json", str(out)]  # fmt: skip
-    p = subprocess.run(argv, env=env, timeout=left + 30)
-    doc = json.loads(out.read_text()) if out.exists() else {}
-    log.facts["lessons"] = doc
-    log.expect("every lesson that ran passed", p.returncode == 0, f"exit {p.returncode}")
-    log.write()
+    runner = _lesson_runner(site)
+    kept = gpu_record.lesson_runs(gpu_record.load_kept())
+    names = runner.select([spec or LESSON_GROUPS[log.name]], kept)
+    log.facts["selected"] = names
+    paths = runner.find_lessons(notebooks or runner.NOTEBOOKS, names)
+    left = budget_s - (time.monotonic() - log.ctx.started) - LESSONS_MARGIN_S
+    command = gpu_record.command_line()
+
+    def keep(doc: dict[str, Any]) -> None:
+        log.facts["lessons"] = doc
+        log.write()
+
+    records = runner.run_lessons(paths, runner.Limits(budget_s=left), command=command,
+                                 started=time.monotonic(), kept=kept,
+                                 images_per_class=images_per_class, on_update=keep)  # fmt: skip
+    for r in records:
+        log.expect(f"lesson {r.lesson}: {r.outcome}", r.outcome in ("passed", runner.SKIPPED),
+                   r.error or r.outcome)  # fmt: skip
+
+
+def _lesson_runner(site: Path) -> Any:
+    """``run_lessons``, imported with the wheelhouse's folder on this process's path and on the
+    kernels' ``PYTHONPATH`` (the kernels import ipykernel from it, and the workbench from the
+    checkout)."""
+    sys.path.insert(0, str(site))
+    paths = [str(site), str(HERE.parent), *filter(None, os.environ.get("PYTHONPATH", "")
+                                                   .split(os.pathsep))]  # fmt: skip
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    import run_lessons
+
+    return run_lessons
 
 
 # -- the entry point ---------------------------------------------------------------------------
 
 STEPS: dict[str, Callable[..., None]] = {
     "environment": environment, "drift": drift, "loader": loader, "paths": paths, "tune": tune,
-    "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons,
+    "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons, "lessons-optional": lessons,
 }  # fmt: skip
-TIMED = frozenset({"check", "pytest-gpu", "lessons"})
+TIMED = frozenset({"check", "pytest-gpu", *LESSON_GROUPS})
 """Steps that are given their time (the rest of the budget), not just a timeout."""
 BUDGETED = TIMED | {"loader"}
 """Steps that read their budget (``--budget-s``): the loader builds its predecoded copy only
@@ -724,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="a CPU rehearsal: cnn, short windows")
     ap.add_argument("--seconds", type=float, default=None, help="each burst's window")
     ap.add_argument("--budget-s", type=float, default=120.0, help="for check/pytest/lessons")
+    ap.add_argument("--lessons", default=None, help="the lessons steps' lessons "
+                    "(run_lessons.select: numbers, core, optional, all, unmeasured)")  # fmt: skip
     ap.add_argument("--workdir", default=os.environ.get("WORKBENCH_SESSION_DIR", "/tmp/wb-gpu"))
     ap.add_argument("--workload", help=argparse.SUPPRESS)  # one-burst
     ap.add_argument("--knobs", help=argparse.SUPPRESS)  # one-burst
@@ -739,7 +781,12 @@ def main(argv: list[str] | None = None) -> int:
     log.write("running")
     try:
         step = STEPS[args.step]
-        step(log, args.budget_s) if args.step in BUDGETED else step(log)
+        if args.step in LESSON_GROUPS:
+            step(log, args.budget_s, args.lessons)
+        elif args.step in BUDGETED:
+            step(log, args.budget_s)
+        else:
+            step(log)
     except StepSkipped as why:
         log.reason = str(why)
         log.write("skipped")

@@ -78,7 +78,7 @@ def test_the_dry_path_passes_and_writes_one_run_file(dry_run):
     assert len(kept) == 1 and kept[0].name.startswith("gpu-") and "-cpu-dry" in kept[0].name
     assert set((_BENCH / "results").iterdir()) == before  # a rehearsal is never kept
     summary = (out / "summary.txt").read_text()
-    assert "0 failed, 0 timed out, 3 skipped" in summary
+    assert "0 failed, 0 timed out, 4 skipped" in summary
 
 
 def test_the_run_file_has_the_layout_a_kept_run_needs(dry_run, session):
@@ -96,7 +96,7 @@ def test_the_run_file_has_the_layout_a_kept_run_needs(dry_run, session):
         assert step["status"] in ("passed", "skipped"), step
         assert step["wall_s"] is not None and "log_tail" in step
     skipped = {s["name"]: s["reason"] for s in doc["steps"] if s["status"] == "skipped"}
-    assert set(skipped) == {"check", "pytest-gpu", "lessons"}
+    assert set(skipped) == {"check", "pytest-gpu", "lessons", "lessons-optional"}
     assert all(r.startswith("no CUDA device") for r in skipped.values())
 
 
@@ -214,12 +214,29 @@ def test_a_step_that_does_not_fit_is_skipped_and_a_timed_one_gets_what_is_left(s
     assert session.time_for(check, 100, dry=True) == (check.timeout_s, None)
 
 
+def test_a_lessons_step_starts_when_its_first_lesson_fits_and_is_a_call_of_its_own(session):
+    """The lessons take longer than a call to the box: a lessons step gets what is left when
+    its set-up and first lesson fit, and skips by lesson what does not."""
+    core = next(s for s in session.PLAN if s.name == "lessons")
+    runner = sys.modules["run_lessons"]
+    assert core.est_s == session.LESSONS_SETUP_S + sum(runner.GPU_EST_S[n] for n in runner.CORE)
+    assert core.min_s == session.LESSONS_SETUP_S + runner.GPU_EST_S[runner.CORE[0]]
+    assert session.time_for(core, 300, dry=False) == (300, None)
+    assert session.time_for(core, 50, dry=False) == (
+        None, f"would not fit (its first part ~{core.min_s:.0f} s, 50 s left)")  # fmt: skip
+    assert session.time_for(core, 2000, dry=False) == (core.timeout_s, None)
+    assert core.timeout_s == session.LESSONS_CALL_S <= 600 - 30  # a call, and start-up
+    optional = next(s for s in session.PLAN if s.name == "lessons-optional")
+    assert "(06, 09, 00)" in optional.why and optional.min_s < optional.est_s
+
+
 def test_the_steps_that_answer_the_questions_fit_in_8_minutes(session):
     answers = [s for s in session.PLAN if not s.timed or s.name == "check"]
     assert sum(s.est_s for s in answers) <= session.DEFAULT_BUDGET_S == 480
     assert [s.name for s in session.PLAN][:5] == ["environment", "drift", "loader", "paths",
                                                   "check"]  # fmt: skip
-    assert all(s.est_s > 0 and s.why and s.timeout_s >= s.est_s for s in session.PLAN)
+    assert all(s.est_s > 0 and s.why and s.timeout_s >= (s.min_s or s.est_s)
+               for s in session.PLAN)  # fmt: skip
 
 
 def test_a_step_stopped_by_its_timeout_keeps_what_it_wrote(session, tmp_path):
@@ -406,3 +423,84 @@ def test_the_rehearsal_builds_the_device_pipeline_and_puts_the_loader_back(steps
         assert not isinstance(again, DeviceDecodeStream)
     finally:
         again.close()
+
+
+# -- the lessons steps -------------------------------------------------------------------------
+
+
+def _fake_wheel(folder: Path) -> Path:
+    """A wheel as the wheelhouse holds them: the kernel must find what it installs."""
+    import zipfile
+
+    folder.mkdir()
+    path = folder / "roomcheck-1.0-py3-none-any.whl"
+    info = "roomcheck-1.0.dist-info"
+    files = {"roomcheck.py": "INSTALLED = True\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: roomcheck\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}  # fmt: skip
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+@pytest.mark.concurrent  # pip and two kernels
+def test_the_lessons_step_installs_offline_and_keeps_each_lesson_as_it_ends(
+    steps, tmp_path, monkeypatch
+):  # fmt: skip
+    """The step's whole path on a CPU: the wheelhouse installed with no index into a folder the
+    kernels see, the room's data built where the lessons read it, every lesson's record (with
+    its cells' times) in the step's facts, and a failed lesson failing the step by name."""
+    import nbformat
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("WORKBENCH_DATA", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # the step extends it
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    wheels = _fake_wheel(tmp_path / "wheels").parent
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    cells = {"01_room": ["import roomcheck\nfrom workbench.engine.datasets import data_root",
+                         "assert roomcheck.INSTALLED\n"
+                         "assert len(list((data_root() / 'images').rglob('*.jpg'))) == 20"],
+             "02_broken": ["raise RuntimeError('CUDA error: out of memory')"],
+             "03_never": ["1"]}  # fmt: skip
+    for name, sources in cells.items():
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in sources])
+        nbformat.write(nb, notebooks / f"{name}.ipynb")
+    out = tmp_path / "step-lessons.json"
+    ctx = steps.Context(dry=False, seconds=0.1, out=out, workdir=tmp_path / "work")
+    log = steps.StepLog("lessons", ctx)
+    steps.lessons(log, 240, "01,02", wheelhouse=wheels, notebooks=notebooks, images_per_class=2)
+    doc = json.loads(out.read_text())  # written as each lesson ended
+    facts = doc["facts"]
+    assert facts["selected"] == ["01", "02"] and facts["install_s"] > 0
+    assert facts["lessons"]["data"]["images"] == 20  # 2 a class: the room's set, here tiny
+    room, broken = facts["lessons"]["lessons"]
+    assert (room["lesson"], room["outcome"], room["error"]) == ("01_room", "passed", None)
+    assert [c["source"] for c in room["cells"]] == [
+        "import roomcheck",
+        "assert roomcheck.INSTALLED",
+    ]
+    assert broken["outcome"] == "failed"
+    assert broken["error"] == "RuntimeError: CUDA error: out of memory"
+    checks = {c["name"]: c for c in log.doc()["checks"]}
+    assert checks["wheelhouse installed offline"]["ok"]
+    assert checks["lesson 01_room: passed"]["ok"]
+    assert checks["lesson 02_broken: failed"] == {
+        "name": "lesson 02_broken: failed", "ok": False,
+        "detail": "RuntimeError: CUDA error: out of memory"}  # fmt: skip
+    assert log.doc()["status"] == "failed"
+    kept = {"schema": "workbench-gpu-run/1", "steps": [log.doc()]}
+    assert set(sys.modules["gpu_record"].lesson_runs([(out, kept)])) == {"01", "02"}
+
+
+def test_the_lessons_steps_say_why_they_do_not_run(steps, tmp_path):
+    ctx = steps.Context(dry=False, seconds=0.1, out=tmp_path / "x.json", workdir=tmp_path)
+    with pytest.raises(steps.StepSkipped, match="no wheelhouse here: run `make wheelhouse`"):
+        steps.lessons(steps.StepLog("lessons", ctx), 100, wheelhouse=tmp_path / "none")
+    dry = steps.Context(dry=True, seconds=0.1, out=tmp_path / "y.json", workdir=tmp_path)
+    with pytest.raises(steps.StepSkipped, match="no CUDA device"):
+        steps.lessons(steps.StepLog("lessons-optional", dry), 100)
