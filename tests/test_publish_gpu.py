@@ -7,6 +7,7 @@ each caught."""
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -280,3 +281,103 @@ def publish_all(publish, root: Path) -> None:
     """What ``python benchmarks/publish_gpu.py`` writes, into a copy."""
     for path, text in publish.outputs(root / "benchmarks/results", root).items():
         path.write_text(text)
+
+
+# -- the guide's GPU minutes per lesson (issue 31) ---------------------------------------------
+
+
+def _lessons_block(text: str) -> str:
+    return text.split("<!-- gpu-table: lessons -->\n", 1)[1].split("<!-- /gpu-table")[0]
+
+
+def test_the_guides_gpu_minutes_wait_for_the_first_gpu_run_of_the_lessons(publish):
+    """No kept run has run the lessons yet: every notebook's row says so, none has a time."""
+    rows = [line for line in _lessons_block((_ROOT / "notebooks/README.md").read_text())
+            .splitlines() if line.startswith("| `")]  # fmt: skip
+    names = sorted(p.stem for p in (_ROOT / "notebooks").glob("*.ipynb"))
+    assert [r.split("`")[1] for r in rows] == names
+    assert all(f"| {publish.LESSONS_WAITING} | - | - | - | - |" in r for r in rows)
+
+
+def _lesson(name, outcome, wall_s, device="NVIDIA H200", error=None, cells=()):
+    return {"lesson": name, "outcome": outcome, "error": error, "wall_s": wall_s,
+            "timeout_s": 300.0, "device": device, "expected_s": 40.0, "start_s": 6.2,
+            "cells": [{"index": i, "source": src, "s": s, "status": st}
+                      for i, src, s, st in cells]}  # fmt: skip
+
+
+def _lessons_run(results: Path, stamp: str, records: list, device="NVIDIA H200") -> Path:
+    """A kept run as the lessons step writes it: run_lessons' document in the step's facts."""
+    step = {"name": "lessons", "status": "passed", "bursts": [],
+            "facts": {"lessons": {"command": "bash benchmarks/gpu_session.sh --steps lessons",
+                                  "device": device, "lessons": records}}}  # fmt: skip
+    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
+           "command": "bash benchmarks/gpu_session.sh --steps lessons --budget-s 570",
+           "git_commit": "abcdef1234", "git_dirty": False,
+           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
+           "device": device, "environment": {"versions": {"torch": "2.11.0", "cuda": "13.0"}},
+           "steps": [step]}  # fmt: skip
+    path = results / f"gpu-{stamp}-1000-{device.lower().replace(' ', '-')}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_each_lesson_is_read_from_the_newest_kept_run_that_ran_it(publish, copy):
+    """Lessons run over several sessions: a lesson skipped for time in a newer run keeps the
+    older run's time; one run again in a newer run takes the newer; each says its run."""
+    results = copy / "benchmarks/results"
+    _lessons_run(results, "20270105", [
+        _lesson("01_quickstart", "passed", 41.3, cells=[(1, "import workbench as wb", 7.9, "ok"),
+                                                        (3, "r = wb.run_burst(w, k)", 12.2,
+                                                         "ok")]),
+        _lesson("02_data_pipeline", "failed", 30.0, error="RuntimeError: CUDA error | oom"),
+    ])  # fmt: skip
+    _lessons_run(results, "20270106", [
+        _lesson("01_quickstart", "skipped: no time", 0.0),
+        _lesson("02_data_pipeline", "passed", 75.0,
+                cells=[(4, "df = wb.sweep(`w`)", 50.4, "ok")]),
+        _lesson("11_compute_and_monitoring", "timeout", 300.2, error="ran past its 300 s",
+                cells=[(9, "c = wb.run_burst(w, k.replace(compile='default'))", 250.0,
+                        "stopped")]),
+    ])  # fmt: skip
+    body = publish.render_lessons(publish.load_runs(results), copy / "notebooks")
+    rows = {line.split("`")[1]: line for line in body.splitlines() if line.startswith("| `")}
+    assert rows["01_quickstart"] == (
+        "| `01_quickstart` | core | 41 s (0.7 min) | passed | cell 3 `r = wb.run_burst(w, k)` "
+        "12 s; cell 1 `import workbench as wb` 8 s; kernel start 6 s | NVIDIA H200 | [1] |"
+    )
+    assert rows["02_data_pipeline"] == (
+        "| `02_data_pipeline` | core | 75 s (1.2 min) | passed | cell 4 `df = wb.sweep('w')` "
+        "50 s; kernel start 6 s | NVIDIA H200 | [2] |"
+    )
+    assert rows["11_compute_and_monitoring"].startswith(
+        "| `11_compute_and_monitoring` | core | over 300 s | timeout: ran past its 300 s | "
+        "cell 9 `c = wb.run_burst(w, k.replace(compile='default'))` 250 s (stopped);"
+    )
+    assert "| core part: cost per run | " + publish.LESSONS_WAITING in rows["10_memory_and_money"]
+    assert "| optional | " + publish.LESSONS_WAITING in rows["06_distributed_and_nccl"]
+    assert ("[2] `benchmarks/results/gpu-20270106-1000-nvidia-h200.json`: "
+            "`bash benchmarks/gpu_session.sh --steps lessons --budget-s 570`, commit abcdef1, "
+            "NVIDIA H200, torch 2.11.0, 2027-01-06") in body  # fmt: skip
+    assert "[1] `benchmarks/results/gpu-20270105-1000-nvidia-h200.json`: " in body
+    assert publish.stale(results, copy) == ["docs/development.md", "notebooks/README.md"]
+    runs = publish.runs_table(*publish.load_runs(results)[0])  # the page of every kept run
+    assert ("| lessons | (lessons: 01 skipped: no time, 02 passed, 11 timeout; their minutes: "
+            "notebooks/README.md) | passed |") in runs  # fmt: skip
+    publish_all(publish, copy)
+    assert publish.problems(results, copy) == []
+    guide = _lessons_block((copy / "notebooks/README.md").read_text())
+    assert rows["01_quickstart"] in guide and publish.LESSONS_WAITING in guide  # 00, 03, ...
+
+
+def test_a_failed_lessons_error_cannot_break_the_table(publish, copy):
+    results = copy / "benchmarks/results"
+    _lessons_run(
+        results,
+        "20270105",
+        [_lesson("02_data_pipeline", "failed", 30.0, error="RuntimeError: a | b `c`")],
+    )
+    body = publish.render_lessons(publish.load_runs(results), copy / "notebooks")
+    row = next(line for line in body.splitlines() if line.startswith("| `02_"))
+    assert "| failed: RuntimeError: a \\| b 'c' |" in row
+    assert len(re.split(r"(?<!\\)\|", row)) == 9  # seven cells, whatever the error says
