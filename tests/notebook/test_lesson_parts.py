@@ -1,0 +1,48 @@
+"""Lessons run in the ways the guide plans them besides top to bottom: lesson 10's core part
+(cost per run) on its own, as the half day teaches it, and lesson 6 with one rank, as on a
+machine with one GPU (the GPU session runs it so), where it falls back and says why."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
+CORE_HEADING = "## 3. Money: cost per run (the core part)"
+ONE_RANK = "ranks = torch.cuda.device_count() if gpu else 2"
+
+
+def _run(nb, tmp_path) -> list:
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    return [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                   for o in cell.get("outputs", []))  # fmt: skip
+
+
+@pytest.mark.concurrent  # a kernel waiting on bursts
+def test_lesson_10s_core_part_runs_after_the_set_up_cell_alone(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))
+    nb = nbformat.read(NOTEBOOKS / "10_memory_and_money.ipynb", as_version=4)
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    start = next(i for i, c in enumerate(nb.cells) if c.source.startswith(CORE_HEADING))
+    nb.cells = [setup, *nb.cells[start:]]
+    assert not _run(nb, tmp_path)
+    printed = "\n".join(_text(c) for c in nb.cells)
+    assert "start:" in printed and "tuned:" in printed and "per million samples" in printed
+
+
+@pytest.mark.concurrent  # torchrun jobs, mostly start-up
+def test_lesson_6_with_one_rank_falls_back_and_finishes(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))
+    nb = nbformat.read(NOTEBOOKS / "06_distributed_and_nccl.ipynb", as_version=4)
+    setup = next(c for c in nb.cells if ONE_RANK in c.source)
+    setup.source = setup.source.replace(ONE_RANK, "ranks = 1  # as on a machine with one GPU")
+    assert not _run(nb, tmp_path)
+    printed = "\n".join(_text(c) for c in nb.cells)
+    assert "one process here (one GPU): no ranks to compare" in printed
+    assert "1 rank(s)" in printed and "one rank: nothing crosses a link" in printed
