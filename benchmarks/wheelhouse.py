@@ -17,15 +17,21 @@ dependencies: the pins are the whole list), removes wheels that are not pinned (
 each: two stop the install), then walks every wheel's METADATA ``Requires-Dist``: a requirement
 that applies on the box (markers evaluated for cp312 Linux x86_64, extras skipped) must be
 pinned, with a version it accepts, be one the box has (``BOX_HAS``) or one left out on
-purpose (``LEFT_OUT``: debugpy and jedi, 8.5 MiB that no headless lesson uses). It prints the
-total size and fails above ``--limit-mib`` (48 MiB: a call to the box carries at most 64 MiB,
-the working tree included). On the box (benchmarks/run_lessons.py gives the commands):
+purpose (``LEFT_OUT``: debugpy and jedi, 8.5 MiB that no headless lesson uses). Then every
+module the lessons can import (each notebook's code cells, the whole workbench package, lazy
+imports included, and the script lesson 8 runs) must be the standard library's, the box's,
+pinned, or one the lessons do without (``DO_WITHOUT``): a dry check that the box plus the
+wheelhouse satisfy every import. It prints the total size and fails above ``--limit-mib``
+(48 MiB: a call to the box carries at most 64 MiB, the working tree included). On the box
+(benchmarks/run_lessons.py gives the commands; the GPU session's lessons steps run them):
     python3 -m pip install -q --no-index --no-deps --target /tmp/wb-site .wheelhouse/*.whl
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import subprocess
 import sys
 import zipfile
@@ -57,32 +63,47 @@ ROOTS = (
     "lmdb",
 )
 
-# The box's packages that the closure relies on (device/KINDS.md, "Python packages already
-# there", read on a box on 2026-11-17). Not carried: a second copy would shadow the box's
-# own build. A requirement outside this set and the pins fails the build, so a new dependency
-# is noticed here, not on the box.
+# The box's packages that the closure and the lessons rely on (device/KINDS.md, "Python
+# packages already there", read on a box on 2026-11-17). Not carried: a second copy would
+# shadow the box's own build. A requirement or an import outside this set and the pins fails
+# the build, so a new dependency is noticed here, not on the box.
 BOX_HAS = frozenset(
     {
         "attrs",
         "certifi",
         "idna",
         "jinja2",
+        "lightning",
         "markupsafe",
         "narwhals",
         "numpy",
+        "nvidia-ml-py",
         "packaging",
         "pandas",
         "pillow",
         "psutil",
         "pygments",
         "python-dateutil",
+        "pytorch-lightning",
         "pyyaml",
         "requests",
         "six",
+        "torch",
+        "torchvision",
         "typing-extensions",
         "urllib3",
     }
 )
+
+# Modules the workbench imports that neither the box nor the wheelhouse has, each with how the
+# lessons do without it (the code that uses it tries the import and says what it does instead).
+DO_WITHOUT = {
+    "nvidia.dali": "DALI: the lessons and the data-path table say 'not installed' without it",
+    "psycopg": "the class store's PostgreSQL driver: a room's server, not the box (SQLite here)",
+    "torchcodec": "decode=gpu decodes with torchvision.io where TorchCodec is absent",
+}
+# What the lessons run besides the notebooks and the workbench (lesson 8 runs the script).
+LESSON_SCRIPTS = ("examples/train.py",)
 
 # Required by a pinned wheel, needed by no lesson, and left out to keep the carry small
 # (8.5 MiB of 49.5): the code that uses each tries the import and does without.
@@ -205,6 +226,61 @@ def lock_from_environment() -> list[str]:
     return [f"{name}=={seen[name]}" for name in sorted(seen)]
 
 
+def imported_modules(sources: Iterable[str]) -> set[str]:
+    """The absolute modules ``sources`` import: import statements anywhere (a lazy import in a
+    function counts: the lesson may reach it) and ``importlib.import_module("name")``."""
+    found: set[str] = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module"
+                  and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)):  # fmt: skip
+                found.add(node.args[0].value)
+    return found
+
+
+def lesson_sources(root: Path = REPO) -> list[str]:
+    """What runs in a lesson's kernel: every notebook's code cells (IPython's ``%`` and ``!``
+    lines left out), the workbench package, and ``LESSON_SCRIPTS``."""
+    sources = []
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                lines = "".join(cell["source"]).splitlines()
+                sources.append("\n".join(x for x in lines if not x.lstrip().startswith(("%", "!"))))
+    sources += [p.read_text() for p in sorted((root / "workbench").rglob("*.py"))]
+    return sources + [(root / s).read_text() for s in LESSON_SCRIPTS if (root / s).exists()]
+
+
+def import_problems(
+    modules: Iterable[str], pins: dict[str, Version], providers: dict[str, list[str]] | None = None
+) -> list[str]:
+    """Each of ``modules`` that the box would lack: not the standard library, the workbench,
+    ``DO_WITHOUT``, the box's (``BOX_HAS``) or pinned, as a sentence. ``providers``: import name
+    to distributions (``importlib.metadata.packages_distributions``, this environment's)."""
+    providers = metadata.packages_distributions() if providers is None else providers
+    problems = []
+    for module in sorted(modules):
+        top = module.split(".")[0]
+        if top in sys.stdlib_module_names or top == "workbench" or _without(module):
+            continue
+        dists = {canonicalize_name(d) for d in providers.get(top, [])}
+        if not dists:
+            problems.append(f"{module}: no distribution here provides it, so neither can the box")
+        elif not dists & (BOX_HAS | set(pins)):
+            problems.append(f"{module} ({', '.join(sorted(dists))}): neither on the box nor "
+                            "pinned in wheelhouse.txt")  # fmt: skip
+    return problems
+
+
+def _without(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in DO_WITHOUT)
+
+
 def _wheel_key(wheel: Path) -> tuple[str, Version]:
     name, version, _, _ = parse_wheel_filename(wheel.name)
     return canonicalize_name(name), version
@@ -221,6 +297,7 @@ def build(into: Path, limit_mib: float) -> int:
     problems = closure_problems(wheels, pins)
     absent = sorted(set(pins) - {_wheel_key(w)[0] for w in wheels})
     problems += [f"{name}: pinned but no wheel was downloaded" for name in absent]
+    problems += import_problems(imported_modules(lesson_sources()), pins)
     size_mib = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"{len(wheels)} wheels in {into}: {size_mib:.1f} MiB (limit {limit_mib:g} MiB)")
     if size_mib > limit_mib:

@@ -3,6 +3,7 @@ dependency shows only there, where nothing can be fetched; so the closure check,
 and the pins are tested here on wheels written for the test (no download)."""
 
 import importlib.util
+import json
 import sys
 import zipfile
 from pathlib import Path
@@ -74,3 +75,41 @@ def test_the_pins_hold_the_roots_and_nothing_the_box_has(wheelhouse):
     assert {canonicalize_name(r) for r in wheelhouse.ROOTS} <= set(pins)
     assert not set(pins) & (wheelhouse.BOX_HAS | set(wheelhouse.LEFT_OUT))
     assert pins["ipykernel"] >= Version("6.29")  # pyproject's dev extra: what the tests ran with
+
+
+def test_every_import_a_lesson_can_reach_is_on_the_box_or_in_the_wheelhouse(wheelhouse):
+    """The dry check of the box: every notebook's imports, the whole workbench package's (lazy
+    ones too) and the script lesson 8 runs, against the box's packages and the pins."""
+    modules = wheelhouse.imported_modules(wheelhouse.lesson_sources())
+    assert {"torch", "torchvision", "pynvml", "yaml", "pandas", "altair", "ipywidgets"} <= {
+        m.split(".")[0] for m in modules}  # fmt: skip
+    assert wheelhouse.import_problems(modules, wheelhouse.read_lock()) == []
+
+
+def test_an_import_the_box_would_lack_is_named(wheelhouse, tmp_path):
+    (tmp_path / "workbench").mkdir()
+    (tmp_path / "workbench" / "late.py").write_text(
+        "def f():\n    import importlib\n    return importlib.import_module('zarr.storage')\n"
+    )
+    (tmp_path / "notebooks").mkdir()
+    cell = {
+        "cell_type": "code",
+        "source": [
+            "%matplotlib inline\n",
+            "!pip list\n",
+            "import scipy.stats\n",
+            "import nvidia.dali.fn\n",
+            "from workbench import Knobs\n",
+            "import json",
+        ],
+    }
+    (tmp_path / "notebooks" / "01_x.ipynb").write_text(json.dumps({"cells": [cell]}))
+    modules = wheelhouse.imported_modules(wheelhouse.lesson_sources(tmp_path))
+    assert modules == {"zarr.storage", "importlib", "scipy.stats", "nvidia.dali.fn",
+                       "workbench", "json"}  # fmt: skip
+    providers = {"scipy": ["scipy"], "torch": ["torch"]}  # zarr: installed nowhere
+    assert wheelhouse.import_problems(modules, {}, providers) == [
+        "scipy.stats (scipy): neither on the box nor pinned in wheelhouse.txt",
+        "zarr.storage: no distribution here provides it, so neither can the box",
+    ]
+    assert wheelhouse.import_problems({"scipy"}, {"scipy": Version("1.14")}, providers) == []
