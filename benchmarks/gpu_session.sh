@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The GPU session, in one command (benchmarks/gpu_session.py says what it runs and why):
 #   bash benchmarks/gpu_session.sh [OUT_DIR] [--budget-s 480] [--steps a,b] [--dry] [--plan]
+# The lessons, each set a call of its own (what a call has no time for: a later session):
+#   bash benchmarks/gpu_session.sh --steps lessons --budget-s 570   (then lessons-optional;
+#   --lessons unmeasured: the lessons no kept run has run yet)
 # OUT_DIR defaults to $OUT, else /tmp/gpu-session: logs, summary.txt and a copy of the kept
 # run, which goes to benchmarks/results/gpu-<date>-<device>.json (commit it; then
 # `python benchmarks/publish_gpu.py` regenerates the published tables from it).
