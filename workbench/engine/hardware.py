@@ -43,6 +43,7 @@ __all__ = [
     "device_info",
     "estimate_mfu",
     "measure_matmul_flops",
+    "mig_slice",
     "peak_flops",
     "resolve_device",
     "versions",
