@@ -355,11 +355,14 @@ def _escape(text: str) -> str:
 
 
 def blocks(runs: Sequence[tuple[Path, dict[str, Any]]], root: Path = ROOT) -> dict[str, str]:
-    """Every generated block's body, by name: the figure tables, the lessons' GPU minutes, and
-    the two plans (the session's steps, the check's rows), printed by the code that runs
-    them."""
+    """Every generated block's body, by name: the figure tables, the lessons' GPU minutes, the
+    two plans (the session's steps, the check's rows), printed by the code that runs them, and
+    the guide's MIG table (each core lesson step's memory from the kept peaks, against each
+    slice)."""
     import gpu_check
     import gpu_session
+
+    from workbench.notebook import slices
 
     out = {t.name: render(t, runs) for t in TABLES}
     out["data-paths"] = render_data_paths(runs)
@@ -367,6 +370,7 @@ def blocks(runs: Sequence[tuple[Path, dict[str, Any]]], root: Path = ROOT) -> di
     out["development-runs"] = "\n".join(runs_table(p, r) for p, r in runs)
     out["session-plan"] = gpu_session.plan_table() + "\n"
     out["check-plan"] = gpu_check.plan_table(gpu_check.plan()) + "\n"
+    out["mig-slices"] = slices.guidance(reference_doc(runs)["entries"])
     return out
 
 
@@ -470,6 +474,7 @@ def _entry(e: Entry, found: Found, find_in: Callable[[Where], Found | None]) -> 
     return {"id": e.id, "lessons": list(e.lessons), "workload": e.workload, "what": e.what,
             "value": round(b["samples_per_s"]), "units": e.units, "precision": e.precision,
             "batch_size": (b.get("knobs") or {}).get("batch_size"),
+            **({"peak_mem_mib": round(b["peak_mem_mib"])} if b.get("peak_mem_mib") else {}),
             "notes": e.notes(b, find_in), **_measured_on(found.path, found.run)}  # fmt: skip
 
 

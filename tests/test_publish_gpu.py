@@ -143,6 +143,21 @@ def test_a_newer_recorded_run_replaces_the_figures_it_holds(publish, copy, stric
     assert publish.stale(copy / "benchmarks/results", copy)  # the published files now lag
 
 
+def test_the_guides_mig_table_follows_the_kept_peaks(publish, copy):
+    """The instructor guide's MIG table is generated from the runs' peaks: a newer run with
+    smaller fp32 peaks moves lesson 3's fp32 rows from "out of memory" on a 10 GB slice."""
+    guide = (_ROOT / "notebooks/README.md").read_text()
+    assert "<!-- gpu-table: mig-slices -->" in guide
+    old = publish.blocks(publish.load_runs(copy / "benchmarks/results"))["mig-slices"]
+    assert "| 10 GB | " in old and "3: default, fp32-strict, tf32 at batch 128" in old
+    _recorded_run(copy / "benchmarks/results", "fp32-strict")  # every peak 6,000 MiB
+    new = publish.blocks(publish.load_runs(copy / "benchmarks/results"))["mig-slices"]
+    assert "| 3: fp32-strict, batch 128 | 6,000 | wb-gpu-r50-fp32 |" in new
+    ten = next(line for line in new.splitlines() if line.startswith("| 10 GB |"))
+    assert "fp32-strict" not in ten.split(" | ")[2]  # out of memory no more
+    assert "notebooks/README.md" in publish.stale(copy / "benchmarks/results", copy)
+
+
 def test_a_block_without_a_generator_is_refused(publish):
     text = "<!-- gpu-table: nonsense -->\nold\n<!-- /gpu-table -->\n"
     with pytest.raises(ValueError, match="no generator for gpu-table 'nonsense'"):
@@ -258,7 +273,8 @@ def test_a_run_with_the_data_paths_tables_them_against_its_own_ceiling(publish, 
     assert entries["wb-gpu-loader-cpu-few"]["notes"] == "225 images/s a worker"
     assert entries["wb-gpu-path-gpu-overlap"]["lessons"] == ["02", "05"]
     assert sorted(publish.stale(copy / "benchmarks/results", copy)) == [
-        "README.md", "docs/development.md", "notebooks/reference/gpu_runs.json"]  # fmt: skip
+        "README.md", "docs/development.md", "notebooks/README.md",  # the guide's MIG table
+        "notebooks/reference/gpu_runs.json"]  # fmt: skip
     publish_all(publish, copy)
     assert publish.problems(copy / "benchmarks/results", copy) == []
 

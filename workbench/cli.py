@@ -265,7 +265,10 @@ def _add_data(p: argparse.ArgumentParser) -> None:
 
 def _add_io(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--path", help="a folder on the disk to test, or a file to read (default: the data root)"
+        "--path",
+        help="a folder on the disk to test (a test file is written there), or a file of 1 MiB "
+        "or more to read as it is, e.g. on a read-only dataset (default: your own folder, "
+        "$WORKBENCH_FORMATS, else $WORKBENCH_HOME)",
     )
     p.add_argument("--size-mib", type=float, default=256.0, help="test file size (default 256)")
     p.add_argument("--seconds", type=float, default=2.0, help="limit per test (default 2)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -14,9 +15,12 @@ import pytest
 from conftest import IN_CI
 
 from workbench import cli
+from workbench.engine import storage
+from workbench.engine.datasets import DataError
 from workbench.engine.storage import (
     _MEMORY_FS,
     cached_fraction,
+    check_dir,
     device_of,
     drop_pages,
     measure_one,
@@ -64,6 +68,44 @@ def test_storage_check_measures_cold_and_warm_and_removes_its_file(tmp_path):
         doc["warm"]["rand_4k_iops"] > doc["cold"]["rand_4k_iops"]
         or doc["device_info"]["fstype"] in _MEMORY_FS
     )
+
+
+def test_without_a_path_it_writes_in_the_learners_own_folder_never_the_data_root(
+    tmp_path, monkeypatch
+):
+    """A room mounts the dataset read-only (notebooks/README.md): lesson 9's check, which
+    passes no path, must write into the learner's own space."""
+    data, formats, home = tmp_path / "data", tmp_path / "mine" / "formats", tmp_path / "home"
+    data.mkdir()
+    monkeypatch.setenv("WORKBENCH_DATA", str(data))
+    monkeypatch.setenv("WORKBENCH_FORMATS", str(formats))  # not made yet: made, 0700
+    monkeypatch.setenv("WORKBENCH_HOME", str(home))
+    check = storage_check(size_mib=1, seconds=0.01)
+    assert check.path == str(formats) and check_dir() == formats
+    assert formats.is_dir() and formats.stat().st_mode & 0o777 == 0o700
+    assert list(formats.iterdir()) == [] and list(data.iterdir()) == []
+    monkeypatch.delenv("WORKBENCH_FORMATS")
+    assert storage_check(size_mib=1, seconds=0.01).path == str(home)
+
+
+def test_a_read_only_folder_is_refused_with_how_to_measure_it(tmp_path, monkeypatch):
+    def read_only(folder, prefix, suffix):
+        raise OSError(errno.EROFS, "Read-only file system", str(folder))
+
+    monkeypatch.setattr(storage, "scratch_file", read_only)
+    with pytest.raises(DataError) as err:
+        storage_check(tmp_path, size_mib=1, seconds=0.01)
+    said = str(err.value)
+    assert str(tmp_path) in said and "Read-only file system" in said
+    assert "pass a file on it of at least 1 MiB" in said and "$WORKBENCH_FORMATS" in said
+
+
+def test_a_file_on_a_read_only_dataset_is_read_as_it_is(tmp_path):
+    blob = _file(tmp_path, 2)  # e.g. the sample set's token file
+    before = sorted(tmp_path.iterdir()), blob.read_bytes()
+    check = storage_check(blob, seconds=0.01)
+    assert check.test_file == str(blob) and check.file_mib == 2
+    assert (sorted(tmp_path.iterdir()), blob.read_bytes()) == before  # nothing written
 
 
 def test_the_test_file_follows_no_symlink_planted_at_a_predictable_name(tmp_path):

@@ -9,6 +9,11 @@ repeats or more, the first format and cache of each mode (run at the start of ev
 is the reference that measures it (``workbench.analysis.drift``): each row gets
 ``drift_factor`` and ``samples_per_s_corrected``, and ``frame.attrs["drift"]`` the summary
 per mode, with a sentence when the drift is larger than the differences between the formats.
+
+*Cold* rows drop the dataset's pages first (``cache=cold``), but the page cache is the host's:
+containers on one host share it, so a neighbour reading the same dataset (a JupyterHub room's
+shared, read-only copy) can make a cold row read warm pages, and only root on the host can
+empty the whole cache (``workbench.engine.storage``).
 """
 
 from __future__ import annotations

@@ -133,6 +133,12 @@ class BurstResult(Outcome):
     achieved_tflops: float | None = None
     peak_tflops: float | None = None
     device_mem_mib: float | None = None
+    mig: dict[str, Any] | None = None
+    """The MIG slice the burst ran on (``workbench.engine.mig``): ``name``, ``gpu_name``,
+    ``profile`` ("3g.40gb"), ``sms`` and ``gpu_sms`` (the slice's and its GPU's SMs) and
+    ``sm_share``, the share of the GPU's peak ``mfu_pct`` is measured against. On a slice
+    ``gpu_util_pct`` and ``mem_busy_pct`` are None (NVML has none per slice; ``notes`` says so).
+    None on a whole GPU or a CPU."""
     gpu_mem_used_mib: float | None = None
     mem_busy_pct: float | None = None
     """NVML's memory utilization: the share of *time* device memory was being read or

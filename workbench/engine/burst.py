@@ -55,7 +55,7 @@ from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
-from workbench.engine import compiler, hardware, memory, oom
+from workbench.engine import compiler, hardware, memory, mig, oom
 from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
@@ -250,6 +250,7 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
         device=str(dev),
         device_name=info.name,
         device_mem_mib=info.total_mem_mib,
+        mig=info.mig.to_dict() if info.mig else None,
         knobs=knobs,
         seconds=float(seconds),
         no_effect=no_effect(knobs, dev, wl),
@@ -588,7 +589,8 @@ def _fill_flops(r: BurstResult, flops_per_sample: float | None, knobs: Knobs) ->
     if flops_per_sample is None or r.samples_per_s is None:
         return
     r.achieved_tflops = flops_per_sample * r.samples_per_s / 1e12
-    peak = hardware.peak_flops(r.device_name or "", knobs.precision)
+    sms = r.mig["sms"] if r.mig else None  # a MIG slice: its share of the GPU's peak
+    peak = hardware.peak_flops(r.device_name or "", knobs.precision, sms=sms)
     r.peak_tflops = peak / 1e12 if peak else None
     r.mfu_pct = hardware.estimate_mfu(flops_per_sample, r.samples_per_s, peak)
 
@@ -604,6 +606,9 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
         r.peak_mem_mib, r.peak_mem_kind = t.host_mem_peak_mib, t.host_mem_kind
     r.gpu_util_pct, r.power_w, r.temp_c = t.gpu_util_pct, t.power_w, t.temp_c
     r.gpu_mem_used_mib, r.mem_busy_pct = t.gpu_mem_used_mib, t.mem_busy_pct
+    if r.mig:  # unknown, not 0 and not the whole GPU's (engine/mig.py)
+        r.gpu_util_pct = r.mem_busy_pct = None
+        r.notes.append(f"on {r.mig['name']}: {mig.UTILISATION_UNAVAILABLE}")
     r.sm_clock_mhz, r.throttle_reasons = t.sm_clock_mhz, list(t.throttle_reasons)
     r.mem_clock_mhz, r.clock_drop_pct, r.nvml = t.mem_clock_mhz, t.clock_drop_pct, t.nvml
     r.cpu_util_pct, r.telemetry = t.cpu_util_pct, t.source

@@ -35,13 +35,15 @@ import torch
 
 import workbench
 from workbench.core.errors import InputError
-from workbench.engine.telemetry import nvml_status
+from workbench.engine import mig
+from workbench.engine.telemetry import nvml_handle, nvml_status
 
 __all__ = [
     "DeviceInfo",
     "device_info",
     "estimate_mfu",
     "measure_matmul_flops",
+    "mig_slice",
     "peak_flops",
     "resolve_device",
     "versions",
@@ -86,6 +88,9 @@ class DeviceInfo:
     """CUDA version torch was built with (torch.version.cuda)."""
     cpu_count: int
     """CPU cores this process may run on (its affinity mask), not the machine's total."""
+    mig: mig.MigSlice | None = None
+    """The MIG slice this device is (``name`` is then the slice's: "... MIG 3g.40gb"), with its
+    share of the GPU's SMs; None for a whole GPU or a CPU."""
 
 
 # --------------------------------------------------------------------------- devices
@@ -136,15 +141,18 @@ def device_info(device: str | torch.device | None = None) -> DeviceInfo:
     dev = resolve_device(device)
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev.index)
+        name = torch.cuda.get_device_name(dev.index)
+        slice_ = mig_slice(dev.index, name, getattr(props, "multi_processor_count", None))
         return DeviceInfo(
             kind="cuda",
-            name=torch.cuda.get_device_name(dev.index),
+            name=slice_.name if slice_ else name,
             index=dev.index,
             total_mem_mib=props.total_memory / _MIB,
             capability=(props.major, props.minor),
             driver_version=_driver_version(),
             cuda_version=torch.version.cuda,
             cpu_count=_cpu_count(),
+            mig=slice_,
         )
     return DeviceInfo(
         kind="cpu",
@@ -156,6 +164,20 @@ def device_info(device: str | torch.device | None = None) -> DeviceInfo:
         cuda_version=torch.version.cuda,
         cpu_count=_cpu_count(),
     )
+
+
+def mig_slice(index: int | None, cuda_name: str, sms: int | None) -> mig.MigSlice | None:
+    """The MIG slice cuda:index is (``workbench.engine.mig``), None for a whole GPU: from
+    NVML where it can read the device (its MIG device handle, its name, its parent GPU's
+    name), else from CUDA's name alone."""
+    found = nvml_handle(index)
+    if found is None:
+        return mig.slice_of(cuda_name, sms)
+    nvml, handle = found
+    if not mig.is_mig_handle(nvml, handle):
+        return mig.slice_of(cuda_name, sms)
+    name, gpu = mig.nvml_names(nvml, handle)
+    return mig.slice_of(cuda_name, sms, nvml_name=name, nvml_gpu_name=gpu, nvml_says_mig=True)
 
 
 def cpu_model() -> str:
@@ -269,7 +291,7 @@ _PEAKS: tuple[_Row, ...] = (
 _PEAK_PATTERNS = tuple((re.compile(row[0], re.IGNORECASE), row[1:]) for row in _PEAKS)
 
 
-def peak_flops(device_name: str, precision: str) -> float | None:
+def peak_flops(device_name: str, precision: str, *, sms: int | None = None) -> float | None:
     """Dense datasheet peak FLOP/s of a GPU by its name, for a ``precision`` knob value or a
     datasheet column ("fp32", "tf32", "bf16", "fp16").
 
@@ -277,9 +299,23 @@ def peak_flops(device_name: str, precision: str) -> float | None:
     precision. "fp32" and "fp32-strict" mean CUDA-core FP32 (TF32 off); "default" the TF32
     peak where the GPU has TF32 (PyTorch's cuDNN convolutions use it; ``_PEAK_COLUMNS`` says
     why), else fp32; "fp16" is tensor-core FP16 with FP32 accumulation, what autocast uses.
+
+    A MIG slice's name ("NVIDIA H100 80GB HBM3 MIG 3g.40gb") gives the slice's share of its
+    GPU's peak: the GPU's times ``sms`` (the slice's SMs, as CUDA counts them inside it) over
+    the GPU's own (``mig.GPU_SMS``). Without ``sms``, or for a GPU whose SM count is not
+    known, a slice's peak is None: the whole GPU's would understate MFU about 7x on a 1g slice.
     """
     if not isinstance(device_name, str) or precision not in _PEAK_COLUMNS:
         return None
+    named = mig.split_name(device_name)
+    if named is not None:
+        whole = _datasheet_peak(named[0], precision)
+        share = mig.MigSlice(named[0], named[1], sms, mig.gpu_sms(named[0])).sm_share
+        return whole * share if whole is not None and share is not None else None
+    return _datasheet_peak(device_name, precision)
+
+
+def _datasheet_peak(device_name: str, precision: str) -> float | None:
     for pattern, peaks in _PEAK_PATTERNS:
         if pattern.search(device_name):
             known = (peaks[PRECISIONS.index(c)] for c in _PEAK_COLUMNS[precision])

@@ -12,6 +12,20 @@ DONTNEED drops only clean pages no process has mapped: the test file is written 
 (``fdatasync``) first, and on tmpfs there is no disk behind the cache, so cold equals warm
 there (the device then says tmpfs). ``device_of(path)`` names what Linux says is behind the
 path, from /proc/self/mountinfo and /sys/dev/block.
+
+*Cold* is cold for this process's view only. The page cache belongs to the host's kernel, and
+containers on one host (a JupyterHub room's servers) share it: a file a neighbour has just read
+is warm for everyone, and a neighbour reading the same disk shares its bandwidth. The test
+file is this check's own, written and dropped here, so no neighbour has it cached; a dataset
+that others read too (the room's read-only copy, ``cache=cold`` bursts) may be, between the
+drop and the read. Dropping every cache (``echo 3 > /proc/sys/vm/drop_caches``) needs root on
+the host, not in a container.
+
+Where it writes: ``storage_check()`` without a path measures the caller's own folder
+(``$WORKBENCH_FORMATS``, where converted copies go, else ``$WORKBENCH_HOME``), never the data
+root, which a room mounts read-only. To measure the dataset's own disk there, give it a file on
+that disk of at least 1 MiB (the sample set's token file, a shard): a file is read as it is,
+nothing is written.
 """
 
 from __future__ import annotations
@@ -29,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import InputError
+from workbench.core.private import private_dir, workbench_home
 from workbench.core.safefiles import scratch_file
-from workbench.engine.datasets import DataError, data_root
+from workbench.engine.datasets import DataError
 from workbench.engine.formats import data_files, release_mappings
 
 _MB = 1e6
@@ -276,8 +291,9 @@ def storage_check(
     seed: int = 0,
 ) -> StorageCheck:
     """Measure the disk behind ``path`` (a folder: a test file is written there and removed;
-    a file: that file is read as it is). Default path: the data root."""
-    target = Path(path).expanduser() if path is not None else data_root()
+    a file: that file is read as it is). Default path: ``check_dir()``, the caller's own
+    folder; the data root only when asked (a file on it, where it is read-only)."""
+    target = Path(path).expanduser() if path is not None else check_dir()
     if not target.exists():
         raise DataError(f"storage path {target} does not exist")
     if not seconds > 0:
@@ -297,6 +313,14 @@ def storage_check(
     )  # fmt: skip
 
 
+def check_dir() -> Path:
+    """Where ``storage_check()`` writes its test file by default: ``$WORKBENCH_FORMATS`` (the
+    disk lesson 9's converted copies are read from), else ``$WORKBENCH_HOME``; made (0700) if
+    missing. Both are the caller's own, and writable where the data root may not be."""
+    chosen = os.environ.get("WORKBENCH_FORMATS")
+    return private_dir(Path(chosen).expanduser() if chosen else workbench_home())
+
+
 @contextlib.contextmanager
 def _test_file(target: Path, size_mib: float) -> Iterator[Path]:
     if target.is_file():
@@ -313,7 +337,12 @@ def _test_file(target: Path, size_mib: float) -> Iterator[Path]:
                 handle.flush()
                 os.fdatasync(handle.fileno())
         except OSError as exc:
-            raise DataError(f"cannot write a test file in {target}: {exc}") from exc
+            raise DataError(
+                f"cannot write a test file in {target}: {exc}. To measure a read-only disk "
+                "(a dataset mounted read-only), pass a file on it of at least 1 MiB: it is "
+                "read as it is, nothing written; without a path the check writes in your "
+                "own folder ($WORKBENCH_FORMATS, else $WORKBENCH_HOME)"
+            ) from exc
         yield path
 
 
@@ -403,6 +432,7 @@ __all__ = [
     "ReadRates",
     "StorageCheck",
     "cached_fraction",
+    "check_dir",
     "device_of",
     "drop_dataset_pages",
     "drop_pages",

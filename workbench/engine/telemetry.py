@@ -74,13 +74,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from workbench.engine.mig import UTILISATION_UNAVAILABLE, is_mig_handle, slice_handle
 from workbench.engine.nvml_record import nvml_record, throttle_names
 
 if TYPE_CHECKING:
     # torch only for a GPU: provenance reads NVML through here without it
     import torch
 
-__all__ = ["Sampler", "TelemetrySummary", "nvml_status", "telemetry_problems"]
+__all__ = ["Sampler", "TelemetrySummary", "nvml_handle", "nvml_status", "telemetry_problems"]
 
 _LOG = logging.getLogger("workbench")
 _MIB = 1024 * 1024
@@ -249,15 +250,36 @@ def _pci_bus_id(index: int) -> str | None:
     return f"{domain:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
 
 
+def nvml_handle(index: int | None) -> tuple[ModuleType, Any] | None:
+    """``(pynvml, the NVML handle of torch's cuda:index)``, or None where NVML is not usable or
+    has no handle for it (a MIG slice's own handle where it is one: ``mig.slice_handle``)."""
+    if nvml_status() is not None:
+        return None
+    # NVML is optional: absent without an NVIDIA driver
+    import pynvml
+
+    try:
+        return pynvml, _nvml_handle(pynvml, index)
+    except Exception:
+        return None
+
+
 def _nvml_handle(nvml: ModuleType, index: int | None) -> Any:
-    """The NVML handle of torch's cuda:index.
+    """The NVML handle of torch's cuda:index: on a MIG slice, the slice's own.
 
     torch numbers devices after CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER, which defaults to
     fastest-first), NVML numbers every GPU in PCI order: the same index can name two different
     GPUs. The PCI bus id (then the UUID) is the same in both worlds, so it is tried first; the
-    index, mapped through CUDA_VISIBLE_DEVICES, is the last resort.
+    index, mapped through CUDA_VISIBLE_DEVICES, is the last resort. A slice shares its parent's
+    PCI address: a parent in MIG mode gives way to the slice CUDA runs on (``mig.slice_handle``;
+    LookupError where it cannot tell which).
     """
     idx = _torch_index(index)
+    uuid = getattr(_cuda_props(idx), "uuid", None)
+    return slice_handle(nvml, _device_handle(nvml, idx), None if uuid is None else str(uuid))
+
+
+def _device_handle(nvml: ModuleType, idx: int) -> Any:
     entry = _visible_entry(idx)
     if entry is not None and entry.startswith("MIG-"):
         # A MIG instance shares its parent's PCI address: the parent's handle would report the
@@ -324,6 +346,11 @@ class _NvmlProbe:
                 self._off.add(name)
             self.errors.setdefault(name, str(exc) or type(exc).__name__)
             return None
+
+    def unavailable(self, name: str, reason: str) -> None:
+        """Never query ``name``: on this device it has no figure, for ``reason``."""
+        self._off.add(name)
+        self.errors[name] = reason
 
     def power_limit_w(self) -> float | None:
         """The board's enforced power limit in W (the lowest of the limits in force), or None."""
@@ -727,6 +754,8 @@ class Sampler:
             )
             return
         self._nvml = _NvmlProbe(pynvml, handle)
+        if is_mig_handle(pynvml, handle):  # never asked: no figure per slice (engine/mig.py)
+            self._nvml.unavailable("utilization", UTILISATION_UNAVAILABLE)
         self._power_limit_w = self._nvml.power_limit_w()
 
     def _take(self) -> None:
