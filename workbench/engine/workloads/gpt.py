@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from workbench.engine.attention import SDPA_KEY
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.workloads.base import Workload, say_progress
 
@@ -93,7 +94,7 @@ def gpt(data_dir: str | Path | None = None, shape: GPTShape = GPTShape()) -> Wor
         tokens_per_sample=shape.block,
         description=f"decoder-only transformer, {shape.layers} layers x {shape.width}, "
         f"{shape.block} byte tokens",
-        extras={"block": shape.block, SAMPLE_SET: data.is_sample_data(path)},
+        extras={"block": shape.block, SAMPLE_SET: data.is_sample_data(path), SDPA_KEY: "sdpa"},
     )
 
 
