@@ -28,8 +28,8 @@ from workbench.history.store import StoreError, pending_results, retry_pending
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKLOAD_HELP = (
-    "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
-    "importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
+    "a built-in name (cnn, resnet50, gpt, gpt:124m, hf:gpt2) or module:function that returns "
+    "a Workload, importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
 )
 _OPTION_OF = {
     "workload": "--workload",
