@@ -503,7 +503,7 @@ _SHOWN = [
     ("measured_s", "s"), ("warmup_s", "s"),
     ("compile_s", "s"), ("compile_graphs", ""), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
     ("peak_reserved_mib", "MiB"), ("loader_device_mem_mib", "MiB"), ("decode", ""),
-    ("h2d_bytes_per_sample", "B"), ("gpu_util_pct", "%"),
+    ("attention_backend", ""), ("h2d_bytes_per_sample", "B"), ("gpu_util_pct", "%"),
     ("power_w", "W"), ("temp_c", "C"),
     ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("fragmentation_pct", "%"),
     ("telemetry", ""),
