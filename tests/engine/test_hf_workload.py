@@ -1,5 +1,7 @@
 """A Hugging Face causal LM built from its config (nothing downloaded) as a workload."""
 
+import sys
+
 import pytest
 
 from workbench import Knobs, hf_causal_lm, run_burst
@@ -48,3 +50,11 @@ def test_a_sequence_longer_than_the_configs_positions_is_refused(tiny_data):
     with pytest.raises(InputError, match=r"seq_len=64 is not allowed: from 1 to 32, the "
                                          "positions GPT2Config has"):  # fmt: skip
         hf_causal_lm(_tiny(), seq_len=64, data_dir=tiny_data)
+
+
+def test_without_transformers_the_workload_says_how_to_install_it(tiny_data, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now fails
+    with pytest.raises(InputError, match=r"workload='hf:gpt2' is not allowed: a Hugging Face "
+                       r"workload needs transformers, not installed here: pip install "
+                       r"'throughput-workbench\[hf\]'"):  # fmt: skip
+        resolve_workload("hf:gpt2", tiny_data)

@@ -49,7 +49,7 @@ def hf_causal_lm(
     ``LlamaConfig(...)``, ...), never downloaded. ``seq_len``: tokens a sample (default: the
     config's ``max_position_embeddings``/``n_positions``). ``name``: the result's workload
     name (default ``hf:<model_type>``)."""
-    _require_transformers()
+    _require_transformers(name or "hf")
     positions = _positions(config)
     seq_len = seq_len or positions
     if not 1 <= seq_len <= positions:
@@ -79,18 +79,18 @@ def hf_causal_lm(
 
 def hf_gpt2(data_dir: str | Path | None = None) -> Workload:
     """``hf:gpt2``: ``transformers.GPT2Config()`` as the library defines it (module docstring)."""
-    _require_transformers()
+    _require_transformers("hf:gpt2")
     from transformers import GPT2Config  # optional: the hf extra
 
     return hf_causal_lm(GPT2Config(), name="hf:gpt2", data_dir=data_dir)
 
 
-def _require_transformers() -> None:
+def _require_transformers(workload: str) -> None:
     try:
         import transformers  # noqa: F401  (optional: the hf extra)
     except ImportError:
         why = f"a Hugging Face workload needs transformers, not installed here: {INSTALL}"
-        raise InputError.not_allowed("workload", "hf", why) from None
+        raise InputError.not_allowed("workload", workload, why) from None
 
 
 def _model(config: Any) -> nn.Module:

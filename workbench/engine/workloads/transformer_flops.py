@@ -22,7 +22,10 @@ applies it: per token, forward and backward,
 
 Elementwise work (softmax, GELU, layer norm, the loss) is not counted: MFU counts the model's
 matmuls, what a GPU's peak FLOP/s is quoted for. ``tests/engine/test_transformer_flops.py``
-checks the formula against PyTorch's own count on the meta device.
+checks the formula against PyTorch's own count on the meta device. Why a formula, when the
+meta count exists: a Hugging Face model does not trace on the meta device, and on real
+tensors ``FlopCounterMode`` (torch 2.14) has no formula for the CPU's flash-attention kernel,
+so its count of a CPU burst leaves the attention out; the formula is the same everywhere.
 """
 
 from __future__ import annotations
