@@ -83,6 +83,14 @@ def test_a_kernel_that_refuses_the_models_attention_is_a_result_naming_the_knob(
     assert ok.ok and ok.attention_backend == "math"
 
 
+def test_a_compiled_burst_is_refused_in_set_up_too_before_anything_compiles():
+    # no activation count runs under compile: a training forward of the plain model decides
+    r = run_burst(_wide_values(), Knobs(batch_size=8, attention="flash", compile="default"),
+                  **FAST)  # fmt: skip
+    assert r.bad_knob == "attention" and "same last dimension" in r.error
+    assert r.compile_s is None and r.steps == 0
+
+
 def test_a_model_without_sdpa_says_the_knob_had_nothing_to_choose():
     r = run_burst(tensor_workload(), Knobs(batch_size=8, attention="flash"), **FAST)
     assert r.ok and r.attention_backend is None
