@@ -33,7 +33,9 @@ HEAVY = (
     "pytorch_lightning",
     "psycopg",
     "torchcodec",
-)  # fmt: skip  (psycopg: the class extra's driver, absent without it; torchcodec: decode's)
+    "transformers",
+)  # fmt: skip  (psycopg: the class extra's driver, absent without it; torchcodec: decode's;
+#                transformers: the hf extra's, for Hugging Face workloads)
 # Modules whose own function-level imports of the package keep a light path light: the CLI's
 # commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
 # production side's ``workbench.config`` (no torch until a method needs it).

@@ -28,6 +28,7 @@ _EXPORTS = {
     "Workload": "workbench.engine.workloads",
     "register_workload": "workbench.engine.workloads",
     "workload_names": "workbench.engine.workloads",
+    "hf_causal_lm": "workbench.engine.workloads",
     "HistoryStore": "workbench.history.store",
     "open_store": "workbench.history.store",
     "retry_pending": "workbench.history.store",
@@ -71,7 +72,12 @@ if TYPE_CHECKING:
     from workbench.engine.convert import convert_dataset
     from workbench.engine.datasets import DataError, build_datasets, ensure_datasets
     from workbench.engine.storage import storage_check
-    from workbench.engine.workloads import Workload, register_workload, workload_names
+    from workbench.engine.workloads import (
+        Workload,
+        hf_causal_lm,
+        register_workload,
+        workload_names,
+    )
     from workbench.history.store import HistoryStore, open_store, retry_pending
     from workbench.notebook.runner import BurstRunner
     from workbench.notebook.ui import Bench
@@ -111,7 +117,8 @@ def __dir__() -> list[str]:
 __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "Knobs", "KnobError", "RenamedValueWarning", "knob_specs", "run_burst", "BurstProgress",
     "BurstResult",
-    "Workload", "register_workload", "workload_names", "HistoryStore", "open_store",
+    "Workload", "register_workload", "workload_names", "hf_causal_lm", "HistoryStore",
+    "open_store",
     "retry_pending", "DataError", "build_datasets", "ensure_datasets", "history", "Bench",
     "save_config", "load_config", "TunedConfig",
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",

@@ -28,8 +28,8 @@ from workbench.history.store import StoreError, pending_results, retry_pending
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKLOAD_HELP = (
-    "a built-in name (cnn, resnet50, gpt) or module:function that returns a Workload, "
-    "importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
+    "a built-in name (cnn, resnet50, gpt, gpt:124m, hf:gpt2) or module:function that returns "
+    "a Workload, importable from the current directory (default: cnn on CPU, resnet50 on GPU)"
 )
 _OPTION_OF = {
     "workload": "--workload",
@@ -506,7 +506,7 @@ _SHOWN = [
     ("measured_s", "s"), ("warmup_s", "s"),
     ("compile_s", "s"), ("compile_graphs", ""), ("data_wait_pct", "%"), ("peak_mem_mib", "MiB"),
     ("peak_reserved_mib", "MiB"), ("loader_device_mem_mib", "MiB"), ("decode", ""),
-    ("h2d_bytes_per_sample", "B"), ("gpu_util_pct", "%"),
+    ("attention_backend", ""), ("h2d_bytes_per_sample", "B"), ("gpu_util_pct", "%"),
     ("power_w", "W"), ("temp_c", "C"),
     ("achieved_tflops", "TFLOP/s"), ("mfu_pct", "%"), ("fragmentation_pct", "%"),
     ("telemetry", ""),

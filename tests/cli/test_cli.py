@@ -392,8 +392,8 @@ def test_a_file_in_the_current_directory_never_shadows_an_installed_package(tmp_
     ("workload", "words"),
     [
         ("nomodule:make", "no module named 'nomodule' on the import path (which includes the "
-                          "current directory, {here}); one of cnn, resnet50, gpt, or "
-                          "module:function that returns a Workload"),
+                          "current directory, {here}); one of cnn, resnet50, gpt, gpt:124m, "
+                          "hf:gpt2, or module:function that returns a Workload"),
         ("mymodel:make", "module mymodel ({here}/mymodel.py) has no 'make'; its functions: "
                          "make_model, not_a_workload"),
         ("mymodel:not_a_workload", "mymodel:not_a_workload returned dict, not a Workload"),

@@ -4,6 +4,7 @@ tests/config/conftest.py)."""
 import shutil
 
 import pytest
+import torch
 from torch.utils.data import IterableDataset
 
 from workbench.config.tuned_config import TunedConfig
@@ -62,3 +63,35 @@ def test_show_says_how_the_data_was_read():
     assert "dataset = cfg.dataset(DIR, transform)" in shown
     assert "# data: measured with a cold page cache" in shown
     assert "# data:" not in _cfg().describe()
+
+
+def _sdpa_switches() -> tuple[bool, ...]:
+    b = torch.backends.cuda
+    return (b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled(),
+            b.math_sdp_enabled())  # fmt: skip
+
+
+def test_attention_context_runs_the_tuned_kernel_alone_as_the_bursts_did():
+    before = _sdpa_switches()
+    with _cfg(attention="flash").attention_context("cpu"):
+        assert _sdpa_switches() == (True, False, False, False)
+    with _cfg().attention_context("cpu"):  # auto: every kernel, PyTorch's choice
+        assert _sdpa_switches() == (True, True, True, True)
+    assert _sdpa_switches() == before
+
+
+def test_attention_context_warns_where_the_kernel_has_no_cpu_version():
+    with pytest.warns(RuntimeWarning, match="attention=cudnn: cudnn attention has CUDA kernels "
+                      "only; runs on the CPU with PyTorch's own choice"):  # fmt: skip
+        context = _cfg(attention="cudnn").attention_context("cpu")
+    with context:
+        assert _sdpa_switches() == (True, True, True, True)
+
+
+def test_show_says_how_to_keep_the_tuned_attention_kernel():
+    shown = _cfg(attention="efficient").describe()
+    assert (
+        "# attention: measured with scaled_dot_product_attention on the efficient kernel" in shown
+    )
+    assert "with cfg.attention_context():" in shown
+    assert "attention_context" not in _cfg().describe()

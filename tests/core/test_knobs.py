@@ -82,6 +82,7 @@ def test_contract_knob_names_are_fields():
         ({"precision": "fp8"}, "precision", "default, fp32-strict, tf32, bf16, fp16"),
         ({"compile": "fast"}, "compile", "reduce-overhead"),
         ({"loader": "ffcv"}, "loader", "torch, dali, synthetic"),
+        ({"attention": "sdpa"}, "attention", "one of auto, flash, efficient, cudnn, math"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),
         ({"pin_memory": "yes"}, "pin_memory", "true or false"),
         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb", "number"),

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from workbench.engine import datasets as data
 from workbench.engine.datasets import (
+    BigramTokenWindows,
     DataError,
     DatasetPaths,
     ImageFiles,
@@ -365,6 +366,24 @@ def test_token_windows_pickle_and_workers(small):
     loader = DataLoader(dataset, batch_size=8, num_workers=2, multiprocessing_context="fork")
     x, y = next(iter(loader))
     assert x.shape == y.shape == (8, 32)
+
+
+def test_bigram_windows_are_byte_pairs_of_the_same_text(small):
+    raw = small.tokens.read_bytes()
+    vocab = 50257
+    pairs = BigramTokenWindows(small.tokens, block_size=64, vocab=vocab)
+    assert len(pairs) == len(TokenWindows(small.tokens, block_size=64))
+    x, y = pairs[5]
+    start = 5 * 64
+    want = [(256 * raw[j - 1] + raw[j]) % vocab for j in range(start, start + 65)]
+    assert x.tolist() == want[:-1] and y.tolist() == want[1:]
+    assert x.dtype == torch.int64 and torch.equal(x[1:], y[:-1])
+    first, _ = pairs[0]
+    assert first[0] == raw[0] and first[1] == 256 * raw[0] + raw[1]  # no byte before the file
+    ids = torch.cat([pairs[i][0] for i in range(len(pairs))])
+    assert int(ids.max()) < vocab and len(ids.unique()) > 1000  # a vocabulary's range, not bytes'
+    with pytest.raises(ValueError, match="vocab must be >= 256"):
+        BigramTokenWindows(small.tokens, block_size=64, vocab=100)
 
 
 def test_token_file_smaller_than_a_window(tmp_path):

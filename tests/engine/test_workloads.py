@@ -177,7 +177,8 @@ def test_module_not_found_says_where_it_looked(here):
     assert str(caught.value) == (
         "workload='nosuchmodule:make' is not allowed: no module named 'nosuchmodule' on the "
         f"import path (which includes the current directory, {here}); one of cnn, resnet50, "
-        "gpt, or module:function that returns a Workload, importable from the current directory"
+        "gpt, gpt:124m, hf:gpt2, or module:function that returns a Workload, importable from "
+        "the current directory"
     )
 
 

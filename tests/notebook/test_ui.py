@@ -61,6 +61,22 @@ def test_decode_is_a_dropdown_that_acts_on_a_gpu():
     assert "nvJPEG" in controls.disabled_reasons("cpu")["decode"]
 
 
+def test_attention_is_a_dropdown_greyed_for_a_model_without_attention(tiny_data):
+    from workbench.core.knobs import knob_specs
+    from workbench.engine.workloads import resolve_workload
+    from workbench.notebook.ui import controls
+
+    spec = next(s for s in knob_specs() if s.name == "attention")
+    dropdown = controls.make_control(spec, "flash", "cpu")
+    assert dropdown.options == ("auto", "flash", "efficient", "cudnn", "math")
+    assert "sdpa_kernel" in dropdown.tooltip
+    cnn = resolve_workload("cnn", tiny_data)
+    assert "no attention layers" in controls.disabled_reasons("cpu", cnn)["attention"]
+    gpt = resolve_workload("gpt", tiny_data)  # flash and math have CPU kernels: it acts here
+    assert "attention" not in controls.disabled_reasons("cpu", gpt)
+    assert "attention" not in controls.disabled_reasons("cpu", tensor_workload())  # unknown
+
+
 def test_nodes_is_a_slider_up_to_the_local_launchers_reach(store_path, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     bench = _bench(store_path)

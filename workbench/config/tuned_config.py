@@ -288,6 +288,23 @@ class TunedConfig:
             return contextlib.nullcontext()
         return torch.autocast(device_type=_device_type(device_type), dtype=dtype)
 
+    def attention_context(
+        self, device_type: str | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """``torch.nn.attention.sdpa_kernel`` with the tuned ``attention`` backend, as the
+        bursts ran it: ``with cfg.attention_context(): train()`` (around the loop, or each
+        step; torch.compile bakes the backend chosen when it traces). ``auto`` enables every
+        backend (PyTorch's choice); ``flash``, ``efficient``, ``cudnn`` or ``math`` that one
+        alone, so a model it cannot run fails as the bursts did. Where the tuned backend has no
+        kernel (efficient or cudnn without CUDA) a RuntimeWarning says so and PyTorch chooses.
+        ``device_type``: default CUDA when this machine has it."""
+        # torch only when the script asks for it: load_config stays torch-free
+        import torch
+
+        from workbench.engine.attention import production_scope  # torch's SDPA switches
+
+        return production_scope(self.knobs, torch.device(_device_type(device_type)))
+
     def grad_scaler(self, device_type: str | None = None) -> Any:
         """A ``torch.amp.GradScaler`` for fp16, whose narrow range underflows small gradients
         without loss scaling; None for every other precision."""
@@ -562,6 +579,7 @@ class TunedConfig:
                 f"DataLoader(dataset, {loader})",
                 *self._data_lines(),
                 *self._training_lines(),
+                *self._attention_lines(),
                 "# one node",
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
@@ -598,6 +616,15 @@ class TunedConfig:
             lines.append(f"{calls[name]}  # {saved}" if saved else
                          f"# {name}: not saved (no importable name): pass your own")  # fmt: skip
         return lines
+
+    def _attention_lines(self) -> list[str]:
+        """How the tuned attention kernel is kept in production, where one was chosen."""
+        if self.knobs.attention == "auto":
+            return []
+        return [f"# attention: measured with scaled_dot_product_attention on the "
+                f"{self.knobs.attention} kernel alone (torch.nn.attention.sdpa_kernel)",
+                "with cfg.attention_context():  # around the training loop",
+                "    ..."]  # fmt: skip
 
     def _data_lines(self) -> list[str]:
         """How the measured data was read, where that is not the plain folder of files."""

@@ -44,6 +44,10 @@ DECODES = ("cpu", "gpu")
 flip and normalize: float32 batches cross to the device) or ``gpu`` (workers only read the
 stored bytes; the training device decodes them with nvJPEG and augments there)."""
 CACHE_MODES = ("warm", "cold")
+ATTENTIONS = ("auto", "flash", "efficient", "cudnn", "math")
+"""PyTorch's scaled-dot-product-attention backends (``torch.nn.attention.SDPBackend``), as
+``torch.nn.attention.sdpa_kernel`` selects them for a burst: ``auto`` is PyTorch's own choice
+per call among all of them (``workbench.engine.attention`` says what each needs)."""
 DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -226,6 +230,17 @@ class Knobs:
         "int",
         low=1,
         high=1024,
+    )
+    attention: str = _knob(
+        "auto",
+        "Which kernel runs scaled_dot_product_attention (torch.nn.attention.sdpa_kernel): auto "
+        "(PyTorch picks per call), flash (FlashAttention-2: CUDA sm80+, fp16/bf16, head dim up "
+        "to 256; on a CPU PyTorch's own C++ flash kernel), efficient (memory-efficient, CUDA, "
+        "fp32 too), cudnn (cuDNN 9+, sm80+, fp16/bf16) or math (the reference, anywhere). Acts "
+        "on models whose attention calls F.scaled_dot_product_attention.",
+        "compute",
+        "choice",
+        choices=ATTENTIONS,
     )
     loader: str = _knob(
         "torch",

@@ -150,6 +150,11 @@ class BurstResult(Outcome):
     """Where the images were decoded and augmented: "cpu" (the loader's workers) or "gpu" (the
     device: ``decode=gpu`` with nvJPEG, or DALI's mixed decode). None without an image folder
     or with the synthetic loader. The ``decode`` knob asks; this says what ran."""
+    attention_backend: str | None = None
+    """The kernel that ran the model's ``F.scaled_dot_product_attention`` calls, as PyTorch
+    chose it for their inputs in set-up: "flash", "efficient", "cudnn" or "math" ("flash,
+    math" where calls differed). None where the model made no such call or this torch cannot
+    say. The ``attention`` knob asks (``auto``: PyTorch's choice); this says what ran."""
     h2d_bytes_per_sample: float | None = None
     """Bytes a sample sent from host memory to the device: its float32 crop and label with
     ``decode=cpu`` (602 KB at 224 px), its stored JPEG or uint8 square with ``decode=gpu``.

@@ -56,6 +56,7 @@ from workbench.core.knobs import Knobs, needs_processes
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, mig, oom
+from workbench.engine.attention import attention_scope, watch_attention
 from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.coordinator import Coordinator, Solo
@@ -86,6 +87,7 @@ from workbench.engine.training import (
     optimizer_step,
     precision_state,
     to_device,
+    training_forward,
 )
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import Workload, count_train_flops, source_names
@@ -140,6 +142,7 @@ class _Measured:
     short_epochs: dict[str, Any] | None = None
     decode: str | None = None
     h2d_bytes_per_sample: float | None = None
+    attention_backend: str | None = None
 
 
 def run_in_process(
@@ -206,7 +209,11 @@ def _measure_on_device(
         sampler = Sampler(dev).start()
         measured, parts = None, {}  # parts: the memory figures known so far, kept on failure
         try:
-            with backend_flags(knobs, dev), compiler.clean_compiler(knobs.compile != "off"):
+            with (
+                backend_flags(knobs, dev),
+                attention_scope(knobs, dev),
+                compiler.clean_compiler(knobs.compile != "off"),
+            ):
                 measured = _guarded(wl, knobs, dev, plan, result, parts)
         finally:
             if measured is not None:
@@ -308,6 +315,7 @@ def _measure(
         stream.close()
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
     measured.decode = decode_ran(stream, wl)
+    measured.attention_backend = state.attention_backend
     if getattr(stream, "note", None):  # decode=gpu: which decoder ran, and how
         measured.notes.append(stream.note)
     measured.h2d_bytes_per_sample = getattr(stream, "h2d_bytes_per_sample", h2d_first)
@@ -398,9 +406,11 @@ def _check_first_batch(
     counted is decided here, once, from every tensor's leading dimension (``sample_rule``: a
     batch nothing decides is refused, naming ``samples_of``); then it goes through the model
     and the loss (``check_model_takes``), so a batch the model cannot take fails here, before
-    the window, with the batch's structure and the hook that fits. Returns the batch, for the
-    FLOP count, the rule every step counts with, and the bytes the batch copied from host
-    memory to a GPU (None where nothing was copied: a CPU burst, a stream on the device)."""
+    the window, with the batch's structure and the hook that fits; its attention calls are
+    watched (``watch_attention``: the kernel that runs them, or the ``attention`` value this
+    model cannot take, refused here). Returns the batch, for the FLOP count, the rule every
+    step counts with, and the bytes the batch copied from host memory to a GPU (None where
+    nothing was copied: a CPU burst, a stream on the device)."""
     batch = next(stream)
     host_bytes = None
     if not stream.on_device:
@@ -408,10 +418,26 @@ def _check_first_batch(
             host_bytes = sum(t.nbytes for t in tensor_leaves(batch))
         batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
     rule = sample_rule(batch, wl.samples_of)
-    check_model_takes(state, batch, wl)
-    if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
-        parts["activations_mib"] = memory.activation_mib(state, batch)
+    with watch_attention(knobs, strict=False) as seen:  # evaluation mode: not what trains
+        check_model_takes(state, batch, wl)
+    _check_attention(state, batch, knobs, parts, seen.calls > 0)
     return batch, rule, host_bytes
+
+
+def _check_attention(
+    state: TrainState, batch: Batch, knobs: Knobs, parts: dict[str, Any], calls_sdpa: bool
+) -> None:
+    """A training-mode forward (with gradients, its graph dropped), its SDPA calls watched:
+    the kernel each runs in training (``attention_backend``), or a KnobError when the chosen
+    ``attention`` cannot run them (``engine.attention``). Without compile it is the forward
+    that counts the activations; compiled, one is run for a model that calls SDPA."""
+    with watch_attention(knobs) as seen:
+        if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
+            parts["activations_mib"] = memory.activation_mib(state, batch)
+        elif calls_sdpa:
+            training_forward(state, batch)
+    state.attention_backend = seen.ran()
+    state.no_effect = {**(state.no_effect or {}), **seen.no_effect(knobs)}
 
 
 def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
@@ -549,6 +575,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.short_epochs = m.short_epochs
     r.loader_device_mem_mib = m.loader_device_mem_mib
     r.decode, r.h2d_bytes_per_sample = m.decode, m.h2d_bytes_per_sample
+    r.attention_backend = m.attention_backend
     r.no_effect.update(m.no_effect)
     r.notes = list(m.notes)
     _fill_compile(r, m.compile_report)

@@ -695,3 +695,32 @@ class TokenWindows(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tokens": None}
+
+
+class BigramTokenWindows(TokenWindows):
+    """:class:`TokenWindows` over a vocabulary larger than bytes: token ``j`` of the file is
+    its byte pair, ``(256 * byte[j-1] + byte[j]) % vocab`` (the first token is its byte).
+
+    Why: a model with GPT-2's 50,257-token vocabulary should be fed ids across a real
+    vocabulary's range (the embedding gather and its gradient's scatter then touch thousands
+    of distinct rows a batch, as real tokens do), from the same local text file and without a
+    tokenizer to download. Byte pairs of real text keep its statistics (a few thousand pairs
+    are common, most are rare); the ids are read, never learned, so what a burst measures is
+    a real model's step on real-shaped input. Pairs of ASCII bytes (both under 128) fall below
+    32,768 and never collide; pairs that reach past ``vocab`` wrap around. Targets are the
+    next token, as for bytes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], block_size: int, vocab: int) -> None:
+        if vocab < 256:
+            raise ValueError(f"vocab must be >= 256 (every byte is a token), got {vocab}")
+        super().__init__(path, block_size)
+        self.vocab = vocab
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super().__getitem__(index)  # the window's bytes, checked and in range
+        start = (index % len(self)) * self.block_size
+        first = int(self._tokens[start - 1]) if start > 0 else 0  # the byte before the window
+        chunk = torch.cat([torch.tensor([first]), x, y[-1:]])
+        ids = (256 * chunk[:-1] + chunk[1:]) % self.vocab
+        return ids[:-1], ids[1:]

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.core.errors import KnobError
 from workbench.engine.failures import is_oom_error
 
 MIB = 2**20
@@ -149,7 +150,7 @@ def activation_mib(state: Any, batch: Any) -> float | None:
             loss = state.loss_of(model, batch)
         del loss
     except Exception as exc:
-        if is_oom_error(exc):
+        if is_oom_error(exc) or isinstance(exc, KnobError):  # a knob the model cannot take
             raise
         return None
     return probe.mib

@@ -24,8 +24,10 @@ import torch
 from torch import nn
 
 from workbench.core import ambient, nccl
+from workbench.core.errors import KnobError
 from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
 from workbench.core.torch_math import TORCH_DEFAULTS
+from workbench.engine.attention import attention_no_effect
 from workbench.engine.batches import (
     Batch,
     BatchError,
@@ -78,6 +80,8 @@ class TrainState:
     and ``loss_fn``; None: ``loss_fn(forward(model, input), target)``."""
     scheduler: Any = None
     """The workload's learning-rate schedule (``step()`` after every optimizer step), or None."""
+    attention_backend: str | None = None
+    """The SDPA backend the set-up check saw PyTorch choose (``engine.attention``), or None."""
 
     def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""
@@ -187,6 +191,15 @@ def to_device(batch: Batch, state: TrainState, device: torch.device, pinned: boo
     return move_batch(batch, device, non_blocking=pinned, channels_last=state.channels_last)
 
 
+def training_forward(state: TrainState, batch: Batch) -> None:
+    """One training-mode forward and loss of the plain model, with gradients, its graph then
+    dropped (no backward, no step): the step's forward as it calls its kernels, for a check."""
+    model = state.plain or state.model
+    with state.autocast():
+        loss = state.loss_of(model, batch)
+    del loss
+
+
 def micro_step(state: TrainState, batch: Batch) -> torch.Tensor:
     """Forward and backward of one micro-batch; gradients accumulate. No host sync."""
     with state.autocast():
@@ -224,7 +237,7 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
             stage = "loss"
             state.loss_fn(output, target)
     except Exception as exc:
-        if is_oom_error(exc):
+        if is_oom_error(exc) or isinstance(exc, KnobError):  # a knob this model cannot take
             raise
         hint = _forward_hint(inputs, workload) if stage == "forward" else None
         hint = hint or (_loss_hint(output, target, workload) if stage == "loss" else None)
@@ -254,7 +267,7 @@ def _check_step_takes(state: TrainState, batch: Batch) -> None:
         with torch.no_grad(), state.autocast():
             loss = state.step(model, batch)
     except Exception as exc:
-        if is_oom_error(exc):
+        if is_oom_error(exc) or isinstance(exc, KnobError):
             raise
         shape = f"the batch is {describe_batch(batch)}"
         raise BatchMismatch(f"the step cannot take this batch ({describe_error(exc)}); "
@@ -566,6 +579,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
                 reasons[name] = "the synthetic loader replays one device-resident batch"
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
     reasons.update(decode_no_effect(knobs, device, workload))
+    reasons.update(attention_no_effect(knobs, device))
     reasons.update(_dist_reasons(knobs, device))
     reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons

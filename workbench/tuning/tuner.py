@@ -94,6 +94,7 @@ from workbench.core.knobs import KnobError, Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.dispatch import run_burst
 from workbench.engine import hardware
+from workbench.engine.attention import attention_space
 from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
@@ -344,8 +345,10 @@ def _warn_oversubscribed(space: Mapping[str, list[Any]], cores: int | None) -> N
 def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, list[Any]]:
     """What is worth searching here: batch size around the start, workers up to the cores
     this process may run on (never more: an oversubscribed loader competes with the training
-    loop), prefetch depth; on CUDA also pinned memory, precision and (image models)
-    channels_last and the data path (``data_paths.path_space``: ``decode`` where the device
+    loop), prefetch depth; on CUDA also pinned memory, precision, (image models)
+    channels_last, (models whose attention is SDPA) the attention kernel
+    (``engine.attention.attention_space``: auto and the fused kernels, never math) and the data
+    path (``data_paths.path_space``: ``decode`` where the device
     can decode, ``data_format`` over the converted copies already built, ``loader=dali``
     where installed; nothing is built or installed for it). Precision starts from PyTorch's
     own math (``default``); ``fp32-strict`` is not searched: IEEE everywhere is a numerics
@@ -364,6 +367,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
         space |= {"pin_memory": [False, True], "precision": ["default", "tf32", *fast]}
         if wl.image_dir is not None:
             space["channels_last"] = [False, True]
+        space |= attention_space(wl, dev)
         space |= path_space(wl, base, dev)
     return space
 

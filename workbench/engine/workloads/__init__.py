@@ -1,8 +1,9 @@
 """Workloads: a model, a dataset, a loss and an optimizer, run by a burst.
 
 A workload is the *what* of a burst; the knobs are the *how*. The built-in ones (``cnn``,
-``resnet50``, ``gpt``) read real files from the sample datasets every step; a user's own model
-and data plug in the same way, through :class:`Workload` or a factory that returns one.
+``resnet50``, ``gpt``, ``gpt:124m``, ``hf:gpt2``) read real files from the sample datasets
+every step; a user's own model and data plug in the same way, through :class:`Workload` or a
+factory that returns one (``hf_causal_lm(config)`` makes one of a Hugging Face config).
 
 A distributed burst runs in fresh processes (torchrun's ranks), which receive a *name*, never
 an object: a built-in name or ``"module:function"``. :func:`name_for_ranks` turns what the
@@ -26,13 +27,17 @@ from workbench.engine import hardware
 from workbench.engine.workloads.base import Workload, count_train_flops, default_optimizer
 from workbench.engine.workloads.checks import Shown as _Shown
 from workbench.engine.workloads.checks import WorkloadFieldError, WorkloadWarning
-from workbench.engine.workloads.gpt import gpt
+from workbench.engine.workloads.gpt import gpt, gpt_124m
+from workbench.engine.workloads.hf import hf_causal_lm, hf_gpt2  # imports no transformers
 from workbench.engine.workloads.vision import cnn, resnet50
 
 WorkloadFactory = Callable[..., Workload]
 WorkloadArg = str | Workload | WorkloadFactory | None
 """What every entry point takes as ``workload``: a name, a Workload, a factory, or None."""
-_REGISTRY: dict[str, WorkloadFactory] = {"cnn": cnn, "resnet50": resnet50, "gpt": gpt}
+_REGISTRY: dict[str, WorkloadFactory] = {
+    "cnn": cnn, "resnet50": resnet50, "gpt": gpt, "gpt:124m": gpt_124m, "hf:gpt2": hf_gpt2,
+}  # fmt: skip
+"""Built-in names; ``gpt:124m`` and ``hf:gpt2`` are names too, never ``module:function``."""
 _BUILT_IN = frozenset(_REGISTRY)
 _FACTORY = "module:function that returns a Workload, importable from the current directory"
 
@@ -423,6 +428,7 @@ __all__ = [
     "count_train_flops",
     "default_optimizer",
     "default_workload_name",
+    "hf_causal_lm",
     "import_factory",
     "importable_name",
     "name_for_ranks",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from torch import nn
 
+from workbench.engine.attention import SDPA_KEY
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.workloads.base import Workload, say_progress
 
@@ -58,7 +59,12 @@ def _image_workload(name: str, model, size: int, data_dir, description: str) -> 
         dataset=lambda: data.ImageFiles(folder, transform=train_transform(size)),
         description=description,
         image_dir=folder,
-        extras={"image_size": size, "classes": n_classes, SAMPLE_SET: data.is_sample_data(folder)},
+        extras={
+            "image_size": size,
+            "classes": n_classes,
+            SAMPLE_SET: data.is_sample_data(folder),
+            SDPA_KEY: "none",  # convolutions only: the attention knob has nothing to choose
+        },
     )
 
 

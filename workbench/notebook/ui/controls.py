@@ -20,7 +20,9 @@ import ipywidgets as w
 import torch
 
 from workbench.core.knobs import KnobError, Knobs, KnobSpec, knob_specs
+from workbench.engine.attention import uses_sdpa
 from workbench.engine.loaders.dali import dali_available
+from workbench.engine.workloads import Workload
 
 POWERS_OF_TWO = tuple(2**i for i in range(13))  # 1 .. 4096
 ACCUM_STEPS = (1, 2, 4, 8, 16, 32, 64)
@@ -29,9 +31,12 @@ _STYLE = {"description_width": "180px"}  # the longest name, activation_checkpoi
 _LAYOUT = {"width": "410px"}
 
 
-def disabled_reasons(device_type: str) -> dict[str, str]:
-    """Knobs whose control is greyed out here, with the reason shown beside it."""
+def disabled_reasons(device_type: str, workload: Workload | None = None) -> dict[str, str]:
+    """Knobs whose control is greyed out here (on this device, for this workload where one
+    is given), with the reason shown beside it."""
     reasons = {}
+    if workload is not None and uses_sdpa(workload) is False:
+        reasons["attention"] = f"{workload.name} has no attention layers: no SDPA kernel to pick"
     if device_type != "cuda":
         reasons["nccl"] = "NCCL acts only on GPUs: ranks on this CPU talk over gloo"
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
@@ -145,13 +150,13 @@ def control_value(spec: KnobSpec, control: w.ValueWidget) -> Any:
 class KnobControls:
     """All knob controls, grouped, with a note beside each (reason it is disabled, or an error)."""
 
-    def __init__(self, knobs: Knobs, device_type: str):
+    def __init__(self, knobs: Knobs, device_type: str, workload: Workload | None = None):
         self.specs = {s.name: s for s in knob_specs()}
         self.controls = {
             n: make_control(s, getattr(knobs, n), device_type) for n, s in self.specs.items()
         }
         self.notes = {name: w.HTML(layout={"width": "auto"}) for name in self.specs}
-        for name, reason in disabled_reasons(device_type).items():
+        for name, reason in disabled_reasons(device_type, workload).items():
             self.controls[name].disabled = True
             self.note(name, reason, kind="disabled")
 

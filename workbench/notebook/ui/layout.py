@@ -58,8 +58,8 @@ class PanelWidgets:
         # first: its model reaches the browser first, and says "frontend" the soonest
         self.drawn = drawn_signal([f"wb-chart-{n}" for n in CHARTS])
         self.syncing = False
-        self.disabled = disabled_reasons(bench.device.type)
-        self.controls = KnobControls(bench.knobs, bench.device.type)
+        self.disabled = disabled_reasons(bench.device.type, bench.workload)
+        self.controls = KnobControls(bench.knobs, bench.device.type, bench.workload)
         for name, control in self.controls.controls.items():
             control.observe(lambda _c, n=name: bench.on_knob(n), names="value")
         self.status = _with_class(w.Label("ready"), "wb-status")
