@@ -369,10 +369,12 @@ ENTRIES: tuple[Entry, ...] = (
           "images/s", "bf16 (autocast)", _precision("bf16"), _over_fp32),
     Entry("wb-gpu-r50-fp16", ("03",), "resnet50", R50_WHAT, "images/s",
           "fp16 (autocast + GradScaler)", _precision("fp16"), _over_fp32),
-    Entry("wb-gpu-r50-bf16-mfu", ("11",), "resnet50",
+    Entry("wb-gpu-r50-bf16-mfu", ("07", "11"), "resnet50",
           "MFU of resnet50 training on one device-resident batch (loader=synthetic), "
           "channels_last: model FLOPs achieved / the datasheet's dense bf16 peak", "% of peak",
-          "bf16 (autocast)", _precision("bf16"), field="mfu_pct", digits=1),
+          "bf16 (autocast)", _precision("bf16"),
+          lambda b, f: f"the run's own mfu_pct at {cell(b.get('samples_per_s'), 'samples_per_s')}"
+                       " images/s", field="mfu_pct", digits=1),
     *CUDNN_ENTRIES,
     Entry("wb-gpu-r50-jpeg-8workers", ("02", "05"), "resnet50",
           "training throughput, resnet50 on JPEGs, torch DataLoader with 8 decode workers",
@@ -422,7 +424,8 @@ def _entry(e: Entry, found: Found, find_in: Callable[[Where], Found | None]) -> 
 
 def _knobs(burst: dict[str, Any]) -> dict[str, Any] | None:
     """The knobs the burst set, under their current names (an old run's ``fp32`` is
-    ``fp32-strict``): what ``reference.beside`` matches a learner's setting against."""
+    ``fp32-strict``, the one value ``workbench.core.knobs`` renamed): what ``reference.beside``
+    matches a learner's setting against."""
     knobs = burst.get("knobs")
     if not knobs:
         return None

@@ -168,6 +168,10 @@ def test_beside_says_which_reference_ran_your_setting_and_puts_those_first():
     assert strict == "for scale: differs from yours in precision=fp32-strict"
     assert words["TF32, batch 256"].startswith("for scale: a published figure")
     assert refs["like_yours"].tolist()[:2] == [bf16, tf32]  # like yours first
+    both = reference.beside(_gpu_sweep("precision", ["default", "tf32"]), "precision", "03")
+    tf32 = both.set_index("setting").loc["TF32, batch 128, channels_last", "like_yours"]
+    assert tf32.startswith("same setting as yours at precision=tf32; nearest to yours at "
+                           "precision=default: TF32 stands in")  # fmt: skip
 
 
 def test_beside_on_a_cpu_or_in_nchw_compares_with_no_kept_row():

@@ -225,10 +225,11 @@ most often)."""
 
 def likeness(ref: Reference, settings: Sequence[Mapping[str, Any]], knob: str) -> tuple[int, str]:
     """How ``ref`` stands to the learner's rows (one mapping of knob values per swept value):
-    ``SAME`` when it ran the same workload with every knob its burst set at the value of one of
-    them, ``NEAREST`` when only precision differs, TF32 against ``default`` on a convnet
-    (``NEAREST_TO_DEFAULT``), else ``FOR_SCALE``, with the knobs that differ from the closest
-    row. A published figure carries no knobs: another GPU and recipe, for scale."""
+    ``SAME`` when it ran the same workload with every knob its burst set at the value of a row,
+    ``NEAREST`` when only precision differs, TF32 against ``default`` on a convnet
+    (``NEAREST_TO_DEFAULT``; a TF32 row can be both: the same as your tf32 row, the nearest to
+    your default one), else ``FOR_SCALE``, with the knobs that differ from the closest row. A
+    published figure carries no knobs: another GPU and recipe, for scale."""
     if not ref.knobs:
         return FOR_SCALE, "for scale: a published figure (other GPU, data and recipe)"
     mine = [s for s in settings if s.get("workload") == ref.workload]
@@ -236,18 +237,24 @@ def likeness(ref: Reference, settings: Sequence[Mapping[str, Any]], knob: str) -
         theirs = sorted({str(s.get("workload")) for s in settings if s.get("workload")})
         yours = f", yours ran {', '.join(theirs)}" if theirs else ""
         return FOR_SCALE, f"for scale: {ref.workload}{yours}"
-    closest, differs = min(((s, _differs(ref.knobs, s)) for s in mine), key=lambda p: len(p[1]))
-    at = f"{knob}={_plain(closest.get(knob))}"
-    if not differs:
-        return SAME, f"same setting as yours at {at}"
-    if (
-        differs == ["precision"]
-        and ref.workload in CONVNETS
-        and (_plain(closest.get("precision")), ref.knobs.get("precision")) == ("default", "tf32")
-    ):
-        return NEAREST, f"nearest to yours at {at}: {NEAREST_TO_DEFAULT}"
+    differs = [(s, _differs(ref.knobs, s)) for s in mine]
+    same = [f"{knob}={_plain(s.get(knob))}" for s, d in differs if not d]
+    near = [f"{knob}={_plain(s.get(knob))}" for s, d in differs if _stands_in(ref, s, d)]
+    words = ([f"same setting as yours at {', '.join(same)}"] if same else []) + (
+        [f"nearest to yours at {', '.join(near)}: {NEAREST_TO_DEFAULT}"] if near else []
+    )
+    if words:
+        return (SAME if same else NEAREST), "; ".join(words)
+    _, fewest = min(differs, key=lambda pair: len(pair[1]))
     return FOR_SCALE, "for scale: differs from yours in " + ", ".join(
-        f"{k}={ref.knobs[k]}" for k in differs)  # fmt: skip
+        f"{k}={ref.knobs[k]}" for k in fewest)  # fmt: skip
+
+
+def _stands_in(ref: Reference, setting: Mapping[str, Any], differs: list[str]) -> bool:
+    """The TF32 row standing in for a convnet's ``precision=default`` row: the kept run has no
+    default row, and PyTorch's default runs cuDNN convolutions in TF32."""
+    pair = (_plain(setting.get("precision")), (ref.knobs or {}).get("precision"))
+    return differs == ["precision"] and ref.workload in CONVNETS and pair == ("default", "tf32")
 
 
 def _differs(ref_knobs: Mapping[str, Any], setting: Mapping[str, Any]) -> list[str]:
