@@ -406,6 +406,10 @@ class Entry:
     precision: str
     where: Where
     notes: Callable[[dict[str, Any], Callable[[Where], Found | None]], str] = lambda b, f: ""
+    field: str = "samples_per_s"
+    """The burst's figure the entry publishes (``mfu_pct`` for an MFU entry)."""
+    digits: int = 0
+    """Decimals kept (a throughput is whole samples/s; a share of the peak has one)."""
 
 
 def _steps_peak(b: dict[str, Any], _: Any) -> str:
@@ -423,15 +427,34 @@ def _over_fp32(b: dict[str, Any], find_in: Callable[[Where], Found | None]) -> s
 
 R50_WHAT = ("training throughput, resnet50 on one device-resident batch (loader=synthetic), "
             "channels_last, 2 s window")  # fmt: skip
+CUDNN_ROW = "cudnn_benchmark off-on, on-off"
+CUDNN_ORDER = (("off-1", "off 1"), ("on-1", "on 1"), ("on-2", "on 2"), ("off-2", "off 2"))
+"""The four cudnn_benchmark bursts in the order they ran (gpu_rows.cudnn_both_orders): the
+same knobs but one, so lesson 11 can set the knob's effect beside the order's."""
+CUDNN_ENTRIES = tuple(
+    Entry(f"wb-gpu-r50-cudnn-{key}", ("11",), "resnet50",
+          f"training throughput, resnet50 on one device-resident batch (loader=synthetic), "
+          f"channels_last, cudnn_benchmark {label.split()[0]}: burst {label.split()[1]} of "
+          "its setting, in the order off, on, on, off", "images/s", "bf16 (autocast)",
+          (("check", f"{CUDNN_ROW}: cudnn_benchmark {label}"),))
+    for key, label in CUDNN_ORDER
+)  # fmt: skip
 ENTRIES: tuple[Entry, ...] = (
     Entry("wb-gpu-r50-fp32", ("01", "03"), "resnet50", R50_WHAT, "images/s",
           "fp32-strict (IEEE: TF32 off)", _precision("fp32-strict"), _steps_peak),
-    Entry("wb-gpu-r50-tf32", ("01", "03", "05"), "resnet50", R50_WHAT, "images/s", "TF32",
+    Entry("wb-gpu-r50-tf32", ("01", "03", "04", "05"), "resnet50", R50_WHAT, "images/s", "TF32",
           _precision("tf32"), _over_fp32),
     Entry("wb-gpu-r50-bf16", ("01", "03", "04", "05", "07", "11"), "resnet50", R50_WHAT,
           "images/s", "bf16 (autocast)", _precision("bf16"), _over_fp32),
     Entry("wb-gpu-r50-fp16", ("03",), "resnet50", R50_WHAT, "images/s",
           "fp16 (autocast + GradScaler)", _precision("fp16"), _over_fp32),
+    Entry("wb-gpu-r50-bf16-mfu", ("07", "11"), "resnet50",
+          "MFU of resnet50 training on one device-resident batch (loader=synthetic), "
+          "channels_last: model FLOPs achieved / the datasheet's dense bf16 peak", "% of peak",
+          "bf16 (autocast)", _precision("bf16"),
+          lambda b, f: f"the run's own mfu_pct at {cell(b.get('samples_per_s'), 'samples_per_s')}"
+                       " images/s", field="mfu_pct", digits=1),
+    *CUDNN_ENTRIES,
     Entry("wb-gpu-r50-jpeg-8workers", ("02", "05"), "resnet50",
           "training throughput, resnet50 on JPEGs, torch DataLoader with 8 decode workers",
           "images/s", "bf16 (autocast)", JPEG_8,
@@ -452,7 +475,7 @@ def reference_doc(runs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]
     entries = []
     for e in ENTRIES:
         found = find(runs, e.where)
-        if found is None or found.burst.get("samples_per_s") is None:
+        if found is None or found.burst.get(e.field) is None:
             continue
         entries.append(_entry(e, found, lambda w, path=found.path: _same_run(runs, path, w)))
     entries += path_entries(runs)
@@ -471,11 +494,23 @@ def _same_run(
 
 def _entry(e: Entry, found: Found, find_in: Callable[[Where], Found | None]) -> dict[str, Any]:
     b = found.burst
+    value = round(b[e.field], e.digits) if e.digits else round(b[e.field])
     return {"id": e.id, "lessons": list(e.lessons), "workload": e.workload, "what": e.what,
-            "value": round(b["samples_per_s"]), "units": e.units, "precision": e.precision,
-            "batch_size": (b.get("knobs") or {}).get("batch_size"),
+            "value": value, "units": e.units, "precision": e.precision,
+            "batch_size": (b.get("knobs") or {}).get("batch_size"), "knobs": _knobs(b),
             **({"peak_mem_mib": round(b["peak_mem_mib"])} if b.get("peak_mem_mib") else {}),
             "notes": e.notes(b, find_in), **_measured_on(found.path, found.run)}  # fmt: skip
+
+
+def _knobs(burst: dict[str, Any]) -> dict[str, Any] | None:
+    """The knobs the burst set, under their current names (an old run's ``fp32`` is
+    ``fp32-strict``, the one value ``workbench.core.knobs`` renamed): what ``reference.beside``
+    matches a learner's setting against."""
+    knobs = burst.get("knobs")
+    if not knobs:
+        return None
+    renamed = {"precision": "fp32-strict"} if knobs.get("precision") == "fp32" else {}
+    return {**knobs, **renamed}
 
 
 def _measured_on(path: Path, run: dict[str, Any]) -> dict[str, Any]:

@@ -79,13 +79,14 @@ def test_a_cpu_ratio_opposite_to_the_gpu_is_called_out():
 
 
 def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_the_model():
-    """The recorded figures: one CPU core decodes 265 JPEGs/s at 224 px (this project); an A100
-    trains resnet50 at 938 (TF32) to 2,470 (AMP) images/s (NVIDIA). Strict fp32 is slower than
-    TF32, so these bound every precision the lessons sweep."""
+    """The recorded figures: one CPU core decodes 265 JPEGs/s at 224 px (this project); the kept
+    H200 run trains resnet50 in channels_last fastest in fp16, and at PyTorch's default math
+    near its TF32 row (the lessons' GPU setting). Strict fp32 is slower than TF32, so these
+    bound every precision the lessons sweep."""
     from workbench.notebook import workshop
 
     decode = reference.find("wb-cpu-decode-1worker").value
-    fastest = reference.find("dle-a100-amp-1gpu").value
+    fastest = reference.find("wb-gpu-r50-fp16").value
     for lesson in ("03", "04", "06"):
         plan = workshop.lesson_plan(lesson, gpu=True)
         assert plan.teaches == "compute" and plan.workload == "resnet50"
@@ -94,9 +95,10 @@ def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_
     old = workshop.LessonPlan("resnet50", Knobs(batch_size=64), "precision", ("default", "bf16"),
                               "compute")  # fmt: skip
     assert set(workshop.gpu_verdicts(old, fastest, decode)) == {"data-bound"}
-    # lesson 2 starts data-bound and its sweep reaches the model (TF32 rate)
+    # lesson 2 (default math, channels_last: TF32 is the nearest kept row) starts data-bound and
+    # its sweep reaches the model
     data = workshop.gpu_verdicts(workshop.lesson_plan("02", gpu=True),
-                                 reference.find("dle-a100-tf32-1gpu").value, decode)  # fmt: skip
+                                 reference.find("wb-gpu-r50-tf32").value, decode)  # fmt: skip
     assert data[0] == "data-bound" and data[-1] == "compute-bound"
     assert workshop.lesson_plan("03", gpu=False).workload == "cnn"
 
@@ -142,3 +144,105 @@ def test_the_data_paths_wait_for_a_gpu_session_then_table_each_path_beside_the_c
     assert "gpu-x.json" in inline["source"]
     assert reference.table("02", refs).empty  # tabled once, by data_paths
     assert reference.beside(pd.DataFrame(), "num_workers", "05", refs=refs).empty
+
+
+def _gpu_sweep(knob: str, values: list, **held) -> pd.DataFrame:
+    """A sweep's frame as a GPU would give it: one row per value, every held knob a column."""
+    setting = {"workload": "resnet50", "batch_size": 128, "loader": "synthetic",
+               "channels_last": True, "precision": "default", "status": "ok", **held}  # fmt: skip
+    rows = [{**setting, knob: v, "samples_per_s": 1000.0 + i} for i, v in enumerate(values)]
+    return pd.DataFrame(rows)
+
+
+def test_beside_says_which_reference_ran_your_setting_and_puts_those_first():
+    table = reference.beside(_gpu_sweep("precision", ["default", "bf16"]), "precision", "03")
+    mine, refs = table[table["source"] == "your sweep"], table[table["source"] != "your sweep"]
+    assert mine["setting"].iloc[1] == ("precision=bf16 (workload=resnet50, batch_size=128, "
+                                       "channels_last=True, loader=synthetic)")  # fmt: skip
+    words = dict(zip(refs["setting"], refs["like_yours"], strict=True))
+    bf16 = words["bf16 (autocast), batch 128, channels_last"]
+    assert bf16 == "same setting as yours at precision=bf16"
+    tf32 = words["TF32, batch 128, channels_last"]
+    assert tf32.startswith("nearest to yours at precision=default") and "stands in" in tf32
+    strict = words["fp32-strict (IEEE: TF32 off), batch 128, channels_last"]
+    assert strict == "for scale: differs from yours in precision=fp32-strict"
+    assert words["TF32, batch 256"].startswith("for scale: a published figure")
+    assert refs["like_yours"].tolist()[:2] == [bf16, tf32]  # like yours first
+    both = reference.beside(_gpu_sweep("precision", ["default", "tf32"]), "precision", "03")
+    tf32 = both.set_index("setting").loc["TF32, batch 128, channels_last", "like_yours"]
+    assert tf32.startswith("same setting as yours at precision=tf32; nearest to yours at "
+                           "precision=default: TF32 stands in")  # fmt: skip
+
+
+def test_beside_on_a_cpu_or_in_nchw_compares_with_no_kept_row():
+    cpu = _gpu_sweep("precision", ["default", "bf16"], workload="cnn")
+    table = reference.beside(cpu, "precision", "03")
+    kept = table[table["source"].str.contains("workbench GPU run")]
+    assert kept["like_yours"].eq("for scale: resnet50, yours ran cnn").all()
+    nchw = _gpu_sweep("precision", ["bf16"], channels_last=False)
+    words = reference.beside(nchw, "precision", "03").set_index("setting")["like_yours"]
+    bf16 = words["bf16 (autocast), batch 128, channels_last"]
+    assert bf16 == "for scale: differs from yours in channels_last=True"
+
+
+def _kept(ref_id: str, value: float, **fields) -> reference.Reference:
+    base = {"lessons": ("11",), "kind": "measured", "workload": "resnet50", "what": "x",
+            "units": "images/s", "hardware": "1x NVIDIA H200", "precision": "bf16 (autocast)",
+            "batch_size": 128, "source": "workbench GPU run gpu-x.json", "command": "c",
+            "url": "docs/development.md#gpu-runs", "device_name": "NVIDIA H200",
+            "run": "benchmarks/results/gpu-x.json"}  # fmt: skip
+    return reference.Reference(id=ref_id, value=value, **{**base, **fields})
+
+
+def test_the_cudnn_note_sets_the_knobs_effect_beside_the_orders():
+    shipped = reference.cudnn_benchmark_note()
+    # the kept run: (3,990 + 3,819) / (4,306 + 3,816) on over off; the two offs 12% apart
+    assert "0.96x" in shipped and "12% apart" in shipped and "more than the lessons' 5%" in shipped
+    assert "no gain that the run can tell" in shipped
+    ids = reference.CUDNN_ORDER
+    real = [_kept(i, v) for i, v in zip(ids, (1000.0, 1300.0, 1310.0, 1010.0), strict=True)]
+    note = reference.cudnn_benchmark_note(band=0.05, refs=real)
+    assert "+30% from the knob" in note and "1% apart" in note and "less than" in note
+
+
+def test_the_mfu_note_computes_the_gap_from_the_entries():
+    note = reference.mfu_note()
+    kept = reference.find("wb-gpu-r50-bf16-mfu")
+    assert f"{kept.value:.1f}%" in note and kept.id in note and "dle-a100-amp-1gpu-mfu" in note
+    peak = reference.ratio("nvidia-h200-bf16-dense", "nvidia-a100-bf16-dense")
+    bandwidth = reference.ratio("nvidia-h200-sxm-bandwidth", "nvidia-a100-80gb-sxm-bandwidth")
+    assert f"grew {peak:.1f}x" in note and f"bandwidth {bandwidth:.1f}x" in note
+    assert peak > bandwidth  # the reason: the peak outgrew what paces a convnet
+
+
+def test_the_datasheet_entries_are_the_peaks_the_workbench_computes_mfu_with():
+    from workbench.engine import hardware
+
+    for ref_id in ("nvidia-a100-bf16-dense", "nvidia-h200-bf16-dense"):
+        r = reference.find(ref_id)
+        assert r.value * 1e12 == pytest.approx(hardware.peak_flops(r.hardware, "bf16")), ref_id
+        assert r.batch_size is None and r.url.startswith("https://www.nvidia.com/")
+
+
+def test_an_entry_must_name_its_batch_size_even_when_it_has_none():
+    entry = json.loads((reference.reference_dir() / "datasheets.json").read_text())["entries"][0]
+    assert reference.parse(entry).batch_size is None
+    with pytest.raises(ValueError, match="lacks batch_size"):
+        reference.parse({k: v for k, v in entry.items() if k != "batch_size"})
+    with pytest.raises(ValueError, match="lacks value"):
+        reference.parse(dict(entry, value=None))
+
+
+def test_the_kept_direction_note_says_tf32_stands_in_for_default():
+    note = reference.direction_note(0.3, "wb-gpu-r50-bf16", "wb-gpu-r50-tf32", "bf16 / default",
+                                    old_stands_for="default")  # fmt: skip
+    ratio = reference.ratio("wb-gpu-r50-bf16", "wb-gpu-r50-tf32")
+    assert f"at {ratio:.2f}x TF32" in note and "OPPOSITE of a GPU" in note
+    assert reference.NEAREST_TO_DEFAULT in note and "wb-gpu-r50-bf16 / wb-gpu-r50-tf32" in note
+    table = reference.precision_ratios()
+    assert table.set_index("id").loc["wb-gpu-r50-bf16", "x wb-gpu-r50-tf32"] == round(ratio, 2)
+
+
+def test_the_feeding_note_divides_the_kept_rate_by_one_cores():
+    cores = reference.ratio("wb-gpu-r50-bf16", "wb-cpu-decode-1worker")
+    assert f"about {cores:.0f} cores" in reference.feeding_note()

@@ -227,7 +227,9 @@ class BurstResult(Outcome):
     backward), the rest (CUDA: activations and workspace), the peak
     (``workbench.engine.memory``)."""
     fragmentation_pct: float | None = None
-    """CUDA: (peak reserved - peak allocated) / peak reserved, in %; None on a CPU."""
+    """CUDA: (peak reserved - peak allocated) / peak reserved, in %: mostly free blocks the
+    allocator keeps cached, an upper bound on fragmentation (``workbench.engine.memory``); None
+    on a CPU."""
     mem_timeline: list[list[float]] = field(default_factory=list)
     """CPU: ``[seconds since the burst started, MiB]`` of the process tree's memory (PSS, or
     summed RSS where PSS cannot be read), at most about 100 points."""
@@ -300,7 +302,7 @@ class BurstResult(Outcome):
         if self.mfu_pct is not None:
             parts.append(f"MFU {self.mfu_pct:.1f}%")
         if self.fragmentation_pct is not None:
-            parts.append(f"fragmentation {self.fragmentation_pct:.1f}%")
+            parts.append(f"reserved unused {self.fragmentation_pct:.1f}%")
         if self.cost and self.cost.get("per_million_samples") is not None:
             parts.append(f"{readable(self.cost['per_million_samples'])} per million samples "
                          f"({readable(self.cost['idle_share_pct'])}% idle)")  # fmt: skip

@@ -5,8 +5,9 @@ back-to-back in-place all-reduces between two device synchronizations; time per 
 loop's time over its count, averaged over the ranks. From it:
 
 - ``algbw`` = bytes / time: what the caller sees;
-- ``busbw`` = algbw x 2(n-1)/n: what each link carries in a ring all-reduce (every byte is sent
-  2(n-1)/n times), comparable with a link's rated bandwidth and across rank counts. With one
+- ``busbw`` = algbw x 2(n-1)/n: what each rank's link carries in a ring all-reduce (of S
+  bytes, each rank sends (n-1)/n x S in the reduce-scatter and as much again in the all-gather:
+  2(n-1)/n x S), comparable with a link's rated bandwidth and across rank counts. With one
   rank nothing crosses a link, so busbw is 0, as nccl-tests prints it.
 
 Each size is also checked once for a correct sum (each rank contributes rank + 1); a size whose

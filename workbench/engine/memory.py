@@ -1,4 +1,4 @@
-"""Where a burst's memory goes: the parts of its peak, fragmentation, and a recorded snapshot.
+"""Where a burst's memory goes: the parts of its peak, what the allocator keeps, and a snapshot.
 
 Every burst reports ``memory_breakdown`` (MiB):
 
@@ -20,7 +20,11 @@ Every burst reports ``memory_breakdown`` (MiB):
 On CUDA ``fragmentation_pct`` = (peak reserved - peak allocated) / peak reserved: memory the
 caching allocator holds but no tensor uses at the peak. Reserved memory only grows inside a
 burst (nothing empties the cache), so the peak reserved is what was reserved at the allocated
-peak. That share is what ``alloc_conf=expandable_segments:True`` attacks.
+peak. Despite the field's name, most of that share is free blocks the allocator keeps cached for
+the next request (this process reuses them; other processes cannot); only the part split into
+pieces too small for what is asked next is fragmentation, the part
+``alloc_conf=expandable_segments:True`` attacks. So the figure bounds fragmentation from above;
+it does not measure it.
 
 ``workbench.analysis.memory_views.memory_snapshot`` records a whole burst's allocations.
 """
@@ -134,7 +138,8 @@ def breakdown(
 
 
 def fragmentation_pct(peak_allocated_mib: float | None, peak_reserved_mib: float | None):
-    """Reserved but unused at the peak, as a share of reserved; None without both figures."""
+    """Reserved but unused at the peak, as a share of reserved (cached free blocks, of which
+    fragmentation is a part); None without both figures."""
     if peak_allocated_mib is None or not peak_reserved_mib:
         return None
     return max(0.0, 100.0 * (peak_reserved_mib - peak_allocated_mib) / peak_reserved_mib)

@@ -47,8 +47,8 @@ _EXPECTED = {
     "about one block's worth plus the block inputs, for about a third more compute",
     "precision": "bf16 autocast halves most activations; parameters, gradients and optimizer "
     "state stay fp32",
-    "alloc_conf": "expandable_segments:True returns the reserved-but-unused share "
-    "(fragmentation_pct) to use on CUDA",
+    "alloc_conf": "expandable_segments:True cuts fragmentation on CUDA, the part of the "
+    "reserved-but-unused share (fragmentation_pct) that cannot serve the next request",
     "optimizer_impl": "fused updates in one kernel, without foreach's temporary copies",
 }
 _IGNORED = {"nccl"}

@@ -1,11 +1,13 @@
 """The workshop's helpers: exercise checks that compare an answer with what was measured.
 
-Each lesson notebook (``notebooks/02_...`` to ``08_...``) ends with one exercise. Its check
-reads the learner's own measurement (a sweep, a diagnosis, a profile, a saved config), so the
-right answer is whatever this machine showed, not a number from a GPU somewhere else. A check
-returns a :class:`Check` (true when right, with a sentence saying why) and never raises on a
-wrong answer; it raises ``ValueError`` only when the measurement itself cannot be checked
-against (no successful burst, a knob the sweep did not vary).
+Each lesson notebook from ``notebooks/02_...`` on has its exercises (lesson 10's checks are in
+``workshop_memory``, lesson 11's in ``workshop_compute``; the lessons' plans and starting knobs
+in ``lesson_plans``, re-exported here). A check reads the learner's own measurement (a sweep,
+a diagnosis, a profile, a saved config), so the right answer is whatever this machine showed,
+not a number from a GPU somewhere else. A check returns a :class:`Check` (true when right,
+with a sentence saying why) and never raises on a wrong answer; it raises ``ValueError`` only
+when the measurement itself cannot be checked against (no successful burst, a knob the sweep
+did not vary).
 
 Bursts are noisy, so "the best value" accepts any value within ``tolerance`` of the best
 median: a short burst cannot tell those apart, and the check says so.
@@ -34,12 +36,19 @@ from torch.utils.data import DataLoader
 
 from workbench.analysis.diagnosis import BALANCE_BAND, classify
 from workbench.config.saved import load_config
-from workbench.core.knobs import Knobs
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 from workbench.history import classroom
 from workbench.history.dsn import scrub
 from workbench.history.store import StoreError, store_url_from_environment
+from workbench.notebook.lesson_plans import (
+    LessonPlan,
+    gpu_verdicts,
+    lesson_knobs,
+    lesson_plan,
+    lesson_workload,
+    loader_ceiling_estimate,
+)
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -66,7 +75,9 @@ __all__ = [
     "class_mode",
     "example_script",
     "gpu_verdicts",
+    "lesson_knobs",
     "lesson_plan",
+    "lesson_workload",
     "loader_ceiling_estimate",
     "on_gpu",
     "prediction_note",
@@ -370,79 +381,6 @@ def run_example(config: str | Path, *args: str) -> None:
     print(output)
     if done.returncode != 0:
         raise RuntimeError(f"examples/train.py exited with {done.returncode}")
-
-
-# -- what each lesson sweeps -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LessonPlan:
-    """What one lesson measures on this kind of device: its workload, the knobs it holds and
-    the knob it sweeps. ``teaches`` says which side must be the limit for the sweep to show
-    its lesson: "compute" lessons (precision, batch size, DDP) replay one resident batch
-    (``loader="synthetic"``) so that resnet50 on a GPU is not waiting on JPEG decoding, which
-    would flatten every curve; "data" lessons keep the real loader on purpose."""
-
-    workload: str
-    base: Knobs
-    knob: str
-    values: tuple[Any, ...]
-    teaches: str
-
-
-_PLANS: dict[str, tuple[LessonPlan, LessonPlan]] = {
-    # lesson: (on a GPU, on a CPU)
-    "02": (
-        LessonPlan("resnet50", Knobs(batch_size=64), "num_workers", (0, 2, 4, 8, 16), "data"),
-        LessonPlan("cnn", Knobs(batch_size=8), "num_workers", (0, 1, 2), "data"),
-    ),
-    "03": (
-        LessonPlan("resnet50", Knobs(batch_size=128, loader="synthetic"), "precision",
-                   ("default", "fp32-strict", "tf32", "bf16", "fp16"), "compute"),
-        LessonPlan("cnn", Knobs(batch_size=8, loader="synthetic"), "precision",
-                   ("default", "tf32", "bf16", "fp16"), "compute"),  # a CPU's default is strict
-    ),
-    "04": (
-        LessonPlan("resnet50", Knobs(loader="synthetic"), "batch_size", (32, 64, 128, 256),
-                   "compute"),
-        LessonPlan("cnn", Knobs(loader="synthetic"), "batch_size", (4, 8, 16, 32), "compute"),
-    ),
-    "06": (
-        LessonPlan("resnet50", Knobs(batch_size=64, loader="synthetic"), "bucket_cap_mb",
-                   (1.0, 25.0, 100.0), "compute"),
-        LessonPlan("cnn", Knobs(batch_size=16, loader="synthetic"), "bucket_cap_mb",
-                   (1.0, 25.0), "compute"),
-    ),
-}  # fmt: skip
-
-
-def lesson_plan(lesson: str, gpu: bool | None = None) -> LessonPlan:
-    """The plan of ``lesson`` ("03") for a GPU or a CPU (this machine's kind by default)."""
-    if lesson not in _PLANS:
-        raise KeyError(f"lesson {lesson!r} has no sweep plan; planned: {', '.join(_PLANS)}")
-    on_gpu_plan, on_cpu_plan = _PLANS[lesson]
-    return on_gpu_plan if (on_gpu() if gpu is None else gpu) else on_cpu_plan
-
-
-def loader_ceiling_estimate(knobs: Knobs, decode_sps_per_core: float) -> float:
-    """What the loader can deliver with ``knobs``, from one core's measured decode rate: no
-    limit for the synthetic loader (nothing is loaded), one core in the training loop with
-    ``num_workers=0``, one core per worker otherwise (an upper bound: workers need the cores)."""
-    if knobs.loader == "synthetic":
-        return float("inf")
-    return decode_sps_per_core * max(1, knobs.num_workers)
-
-
-def gpu_verdicts(plan: LessonPlan, compute_sps: float, decode_sps_per_core: float) -> list[str]:
-    """The diagnosis's rule (``classify``) at each point of ``plan``'s sweep, for a GPU whose
-    model alone runs at ``compute_sps`` (a recorded figure) and a loader built from
-    ``decode_sps_per_core``: a "compute" lesson must not read "data-bound" anywhere."""
-    verdicts = []
-    for value in plan.values:
-        knobs = plan.base.replace(**{plan.knob: value})
-        loader = loader_ceiling_estimate(knobs, decode_sps_per_core)
-        verdicts.append(classify(loader, compute_sps))
-    return verdicts
 
 
 # -- reading a sweep ---------------------------------------------------------------------------
