@@ -1,11 +1,15 @@
-"""The workshop's helpers: exercise checks that compare an answer with what was measured.
+"""The workshop's helpers: exercise checks that compare a prediction with what was measured.
 
-Each lesson notebook (``notebooks/02_...`` to ``08_...``) ends with one exercise. Its check
-reads the learner's own measurement (a sweep, a diagnosis, a profile, a saved config), so the
-right answer is whatever this machine showed, not a number from a GPU somewhere else. A check
-returns a :class:`Check` (true when right, with a sentence saying why) and never raises on a
-wrong answer; it raises ``ValueError`` only when the measurement itself cannot be checked
-against (no successful burst, a knob the sweep did not vary).
+Each lesson notebook (``notebooks/01_...`` to ``11_...``) has predict-then-measure exercises.
+The cell that measures starts with ``commit_prediction(prediction, exercise=...)``, which keeps
+the first prediction made before the burst (``predictions.py`` says why and how); the
+exercise's check judges that first prediction against the learner's own measurement (a sweep,
+a diagnosis, a profile, a saved config), so the right answer is whatever this machine showed,
+not a number from a GPU somewhere else. A prediction committed after a burst had run is judged
+but never correct, a changed one shows as an edit (the first counts), and an ``answer`` read off
+the table gets a sentence of its own, never the verdict. A check returns a :class:`Check` (true
+when right, with a sentence saying why) and never raises: a measurement that cannot be checked
+(no successful burst, a knob the sweep did not vary) becomes a verdict that says so.
 
 Bursts are noisy, so "the best value" accepts any value within ``tolerance`` of the best
 median: a short burst cannot tell those apart, and the check says so.
