@@ -138,6 +138,9 @@ def test_the_preview_store_holds_real_bursts_and_checked_answers(tmp_path, tiny_
     speedup = answers[3]
     measured = bursts["samples_per_s"].iloc[1] / bursts["samples_per_s"].iloc[0]
     assert speedup["measured"] == pytest.approx(measured, 0.01) and speedup["late"] is False
-    view = Board(store, knob="batch_size", new=8, old=4).view
+    board = Board(store, knob="batch_size", new=8, old=4)
+    assert "2 answer(s) from 1 learner(s), 2 burst(s); 2 prediction(s) committed" in (
+        board.ui.status.value)  # fmt: skip
+    view = board.view
     assert view.spread.machines == 1
     assert view.spread.ratio_median == pytest.approx(measured)

@@ -200,9 +200,11 @@ class _BoardWidgets:
 
     def draw(self, view: BoardView, board: Board) -> None:
         learners = view.answers["learner"].nunique()
+        commits = int((view.answers["kind"] == "prediction").sum())
         self.status.value = _para(f"read {board.reads} at {view.read_at}: "
-                                  f"{len(view.answers)} answer(s) from {learners} learner(s), "
-                                  f"{view.bursts} burst(s)")  # fmt: skip
+                                  f"{len(view.answers) - commits} answer(s) from {learners} "
+                                  f"learner(s), {view.bursts} burst(s); {commits} "
+                                  "prediction(s) committed")  # fmt: skip
         self.answers.value = _table(view.summary, _SUMMARY, "no answers yet")
         self.charts["correct"].chart = board_charts.correct(view.summary)
         exercises = list(view.summary["exercise"])
