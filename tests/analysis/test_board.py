@@ -80,6 +80,80 @@ def test_an_empty_room_gives_empty_tables_with_their_columns():
     )
 
 
+def _row(i, learner, kind, ok=None, prediction=None, measured=None, late=None, changed_to=None):
+    return {**_answer(i, learner, "03-precision", ok, prediction, measured), "kind": kind,
+            "late": late, "changed_to": changed_to}  # fmt: skip
+
+
+# 03-precision with commits (kind "prediction": written as the burst started) and checks
+ROOM = board.answers_frame(
+    [
+        # ann: 2.0 before the burst, then changed to 1.6 (the measurement) in the check cell
+        _row(1, "ann", "prediction", prediction=2.0, late=False),
+        # bob: a burst with no prediction, then 1.7 copied from its table: late
+        _row(2, "bob", "prediction"),
+        _row(3, "bob", "prediction", prediction=1.7, late=True),
+        # eve: 2.5 in one kernel; after a restart, 1.9 is that kernel's "first"
+        _row(4, "eve", "prediction", prediction=2.5, late=False),
+        # fay: a burst without a prediction; after a restart, 2.2 looks in time to that kernel
+        _row(5, "fay", "prediction"),
+        _row(6, "fay", "prediction", prediction=2.2, late=False),
+        # dee committed 1.0 and never ran the check
+        _row(7, "dee", "prediction", prediction=1.0, late=False),
+        _row(8, "ann", "check", ok=False, prediction=2.0, measured=1.6, late=False,
+             changed_to=1.6),
+        _row(9, "bob", "check", ok=False, prediction=1.7, measured=1.7, late=True),
+        _row(10, "eve", "prediction", prediction=1.9, late=False),
+        _row(11, "eve", "check", ok=True, prediction=1.9, measured=2.4, late=False),
+        _row(12, "fay", "check", ok=True, prediction=2.2, measured=2.1, late=False),
+        # cy: a check from before the kinds (kind, late, changed_to unknown)
+        _answer(13, "cy", "03-precision", True, prediction=3.0, measured=2.0),
+    ]
+)  # fmt: skip
+
+
+def test_first_predictions_are_the_earliest_across_kernels_with_late_and_edits_marked():
+    firsts = board.first_predictions(ROOM).set_index("learner")
+    assert firsts["prediction"].to_dict() == {"ann": 2.0, "bob": 1.7, "eve": 2.5, "fay": 2.2,
+                                              "dee": 1.0, "cy": 3.0}  # fmt: skip
+    assert firsts["late"].to_dict() == {"ann": False, "bob": True, "eve": False, "fay": True,
+                                        "dee": False, "cy": False}  # fmt: skip
+    assert firsts["edited"].to_dict() == {"ann": True, "bob": False, "eve": True, "fay": False,
+                                          "dee": False, "cy": False}  # fmt: skip
+    assert (firsts.loc["ann", "changed_to"], firsts.loc["eve", "changed_to"]) == (1.6, 1.9)
+
+
+def test_the_summary_counts_first_predictions_and_only_those_in_time_as_close():
+    (row,) = board.exercise_summary(ROOM).to_dict("records")
+    # checks: ann (wrong), bob (late: wrong), eve, fay, cy; commits are not verdicts
+    assert (row["answers"], row["learners"], row["correct"]) == (5, 5, 3)
+    assert (row["predicted"], row["late"], row["edited"]) == (6, 2, 2)
+    # in time: ann 2.0, eve 2.5, dee 1.0, cy 3.0 (median 2.25); bob and fay are late
+    assert row["prediction"] == pytest.approx(2.25)
+    # against each one's own measurement: ann 2.0 vs 1.6 (25%: close), eve 2.5 vs 2.4 (close),
+    # cy 3.0 vs 2.0 (not); dee has no measurement yet. A late 1.7 vs 1.7 counts for nothing.
+    assert row["close_pct"] == pytest.approx(66.7)
+
+
+def test_each_learner_shows_the_first_prediction_and_its_marks():
+    rows = board.exercise_answers(ROOM, "03-precision").set_index("learner")
+    assert list(rows.index) == ["ann", "bob", "cy", "dee", "eve", "fay"]
+    assert rows.loc["ann", "prediction"] == 2.0 and rows.loc["ann", "off_pct"] == 25.0
+    assert rows.loc["ann", "edited"] and rows.loc["ann", "changed_to"] == 1.6
+    assert rows.loc["bob", "late"] and not rows.loc["bob", "ok"]
+    assert rows.loc["dee", "ok"] is None and pd.isna(rows.loc["dee", "measured"])
+    assert rows.loc["dee", "close"] is None and rows.loc["dee", "message"] == "verdict 7"
+    assert rows.loc["eve", "prediction"] == 2.5 and rows.loc["eve", "ok"]
+
+
+def test_commit_rows_are_not_verdicts():
+    latest = board.latest_answers(ROOM)
+    assert set(latest["kind"]) == {"check"} and len(latest) == 5
+    only_commits = ROOM[ROOM["kind"] == "prediction"]
+    (row,) = board.exercise_summary(only_commits).to_dict("records")
+    assert (row["learners"], row["correct_pct"], row["predicted"]) == (0, None, 5)
+
+
 def _burst(i, learner, host, sps, status="ok", workload="cnn", **knobs):
     return {"id": i, "created_at": f"2026-12-04T10:{i:02d}:00+00:00", "workload": workload,
             "device": "cuda:0", "device_name": f"GPU of {host}", "status": status,

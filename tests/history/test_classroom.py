@@ -37,7 +37,27 @@ def test_record_answer_goes_to_the_default_store(
         "created_at": got["created_at"],
         "learner": "ada",
         "host": socket.gethostname(),
+        "kind": "check",  # the default: a check's verdict
+        "late": None,
+        "changed_to": None,
     }
+
+
+def test_a_committed_prediction_and_an_edit_round_trip(tmp_path: Path) -> None:
+    """A prediction committed as its burst started (no verdict yet), then a check that judged
+    that first prediction while the learner had changed it: both read back as written."""
+    store = HistoryStore(tmp_path / "h.sqlite")
+    commit = {"exercise": "03-precision", "ok": None, "message": "committed", "kind": "prediction",
+              "prediction": 1.5, "late": False}  # fmt: skip
+    check = {"exercise": "03-precision", "ok": False, "message": "off", "kind": "check",
+             "prediction": 1.5, "measured": 1.4, "late": True, "changed_to": 1.4}  # fmt: skip
+    record_answer(commit, store=store)
+    record_answer(check, store=store)
+    first, second = store.answers()
+    assert (first["kind"], first["ok"], first["prediction"], first["late"]) == (
+        "prediction", None, 1.5, False)  # fmt: skip
+    assert first["changed_to"] is None and first["measured"] is None
+    assert (second["kind"], second["late"], second["changed_to"]) == ("check", True, 1.4)
 
 
 def test_record_answer_refuses_what_is_not_an_answer(tmp_path: Path) -> None:
@@ -48,4 +68,8 @@ def test_record_answer_refuses_what_is_not_an_answer(tmp_path: Path) -> None:
         record_answer({"exercise": "x", "score": 3}, store=store)
     with pytest.raises(ValueError, match="'ok' must be True, False or None"):
         record_answer({"exercise": "x", "ok": "yes"}, store=store)
+    with pytest.raises(ValueError, match="'kind' must be one of \\['check', 'prediction'\\]"):
+        record_answer({"exercise": "x", "kind": "guess"}, store=store)
+    with pytest.raises(ValueError, match="'late' must be True, False or None"):
+        record_answer({"exercise": "x", "late": "yes"}, store=store)
     assert store.answers() == []

@@ -93,8 +93,79 @@ def test_newer_schema_refused(pg_db: PgServer) -> None:
     PostgresStore(pg_db.url())
     with psycopg.connect(pg_db.url()) as conn:
         conn.execute("UPDATE workbench.meta SET value = '99'")
-    with pytest.raises(StoreError, match="schema version 99; this workbench knows up to 1"):
+    with pytest.raises(StoreError, match="schema version 99; this workbench knows up to 2"):
         PostgresStore(pg_db.url())
+
+
+# Schema 1 as released: what a room's store looked like before answers had kinds.
+SCHEMA_V1 = tuple(pg_mod._DDL)
+
+
+def _version_1_store(url: str) -> None:
+    """A store at schema 1 with one answer, as an earlier workbench left it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in SCHEMA_V1:
+            conn.execute(statement)
+        conn.execute("INSERT INTO workbench.meta (key, value) VALUES ('schema_version', '1')")
+        conn.execute(
+            "INSERT INTO workbench.answers (created_at, learner, host, exercise, ok, message,"
+            " prediction, measured) VALUES ('2026-12-01T10:00:00+00:00', 'ada', 'h1',"
+            " '03-precision', true, 'right', '2.0'::json, '1.9'::json)"
+        )
+
+
+def _meta_version(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT value FROM workbench.meta").fetchone()[0]
+
+
+def test_a_version_1_store_upgrades_and_keeps_its_answers_readable(
+    pg_db: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _version_1_store(pg_db.url())
+    monkeypatch.setenv("WORKBENCH_ROLE", "instructor")
+    store = PostgresStore(pg_db.url())
+    assert _meta_version(pg_db.url()) == str(pg_mod.PG_SCHEMA_VERSION) == "2"
+    (old,) = store.answers()
+    assert (old["kind"], old["late"], old["changed_to"]) == ("check", None, None)
+    assert (old["ok"], old["prediction"], old["measured"]) == (True, 2.0, 1.9)
+    store.record_answer({"exercise": "03-precision", "kind": "prediction", "prediction": 1.2,
+                         "late": False, "changed_to": None})  # fmt: skip
+    new = store.answers()[-1]
+    assert (new["kind"], new["late"], new["prediction"], new["ok"]) == (
+        "prediction", False, 1.2, None)  # fmt: skip
+    PostgresStore(pg_db.url())  # at the current version: nothing more to do
+    assert _meta_version(pg_db.url()) == "2"
+
+
+def test_a_login_that_does_not_own_the_tables_is_told_who_upgrades_them(pg_db: PgServer) -> None:
+    """A learner's login (no ALTER on the instructor's tables) opening a store not yet upgraded
+    gets one clear error and changes nothing; the owner's next open upgrades it."""
+    import secrets
+
+    import psycopg
+
+    _version_1_store(pg_db.url())
+    role, password = f"lrn_{secrets.token_hex(4)}", f"Pw-{secrets.token_hex(8)}"
+    with psycopg.connect(pg_db.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT USAGE ON SCHEMA workbench TO {role}")
+        conn.execute(f"GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA workbench TO {role}")
+    learner = f"postgresql://{role}:{password}@127.0.0.1:{pg_db.port}/{pg_db.database}"
+    try:
+        with pytest.raises(StoreError, match=r"may not upgrade it to 2 .*nothing was changed"):
+            PostgresStore(learner)
+        assert _meta_version(pg_db.url()) == "1"
+        PostgresStore(pg_db.url())
+        assert _meta_version(pg_db.url()) == "2"
+    finally:
+        with psycopg.connect(pg_db.url(), autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
 
 
 def test_thirty_writers_at_once(pg_db: PgServer) -> None:

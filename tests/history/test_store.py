@@ -437,12 +437,14 @@ def test_new_file_gets_current_schema_version(history: HistoryStore, db: Path) -
 
 def test_newer_schema_refused_and_untouched(history: HistoryStore, db: Path) -> None:
     history.append(burst())
-    sql(db, "PRAGMA user_version = 3")
+    newer = store_mod.SCHEMA_VERSION + 1
+    sql(db, f"PRAGMA user_version = {newer}")
     before = db.read_bytes()
 
     expected = (
-        f"history store {db} has schema version 3; this workbench knows up to 2. "
-        "Upgrade workbench, or point WORKBENCH_HISTORY at another file."
+        f"history store {db} has schema version {newer}; this workbench knows up to "
+        f"{store_mod.SCHEMA_VERSION}. Upgrade workbench, or point WORKBENCH_HISTORY at another "
+        "file."
     )
     with pytest.raises(StoreError) as info:
         HistoryStore(db)
@@ -534,6 +536,59 @@ def test_a_version_1_store_upgrades_and_keeps_its_rows(
     assert upgraded.get(new_id)["learner"] == "ada"
     monkeypatch.setenv("WORKBENCH_LEARNER", "bob")  # another name: the old rows, not ada's new one
     assert [r["i"] for r in HistoryStore(db).records()] == [0, 1, 2]
+    assert sql(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+# What schema 2 added, as released: class mode's learner and host, answers and the board switch.
+SCHEMA_V2 = (
+    *SCHEMA_V1,
+    "ALTER TABLE bursts ADD COLUMN learner TEXT",
+    "ALTER TABLE bursts ADD COLUMN host TEXT",
+    "CREATE INDEX bursts_learner ON bursts (learner, id)",
+    """CREATE TABLE answers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        learner TEXT NOT NULL,
+        host TEXT,
+        exercise TEXT NOT NULL,
+        ok INTEGER,
+        message TEXT,
+        prediction TEXT,
+        measured TEXT
+    )""",
+    "CREATE INDEX answers_exercise ON answers (exercise, id)",
+    "CREATE INDEX answers_learner ON answers (learner, id)",
+    """CREATE TABLE board (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        learner TEXT NOT NULL,
+        host TEXT,
+        shared INTEGER NOT NULL
+    )""",
+)
+
+
+def test_a_version_2_store_keeps_its_answers_readable_as_checks(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 3 adds kind, late and changed_to to answers: a room's earlier answers read back
+    as checks whose lateness and edits are unknown, and new rows carry them."""
+    old = ("INSERT INTO answers (created_at, learner, host, exercise, ok, message, prediction,"
+           " measured) VALUES ('2026-12-01T10:00:00+00:00', 'ada', 'h1', '03-precision', 1,"
+           " 'right', '2.0', '1.9')")  # fmt: skip
+    sql(db, *SCHEMA_V2, old, "PRAGMA user_version = 2")
+
+    monkeypatch.setenv("WORKBENCH_LEARNER", "ada")
+    upgraded = HistoryStore(db)
+    assert sql(db, "PRAGMA user_version") == [(store_mod.SCHEMA_VERSION,)]
+    (before,) = upgraded.answers()
+    assert before["kind"] == "check" and before["late"] is None and before["changed_to"] is None
+    assert (before["ok"], before["prediction"], before["measured"]) == (True, 2.0, 1.9)
+    upgraded.record_answer({"exercise": "03-precision", "kind": "prediction", "prediction": 1.2,
+                            "late": True})  # fmt: skip
+    after = upgraded.answers()[-1]
+    assert (after["kind"], after["late"], after["prediction"], after["ok"]) == (
+        "prediction", True, 1.2, None)  # fmt: skip
     assert sql(db, "PRAGMA integrity_check") == [("ok",)]
 
 

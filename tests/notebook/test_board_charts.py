@@ -42,6 +42,22 @@ def test_answers_chart_shows_numbers_as_points_and_choices_as_counts():
     assert counts == [("balanced", "prediction", 1), ("data-bound", "measured", 1)]
 
 
+def test_a_late_or_edited_prediction_is_marked_on_the_learners_chart():
+    room = figures.answers_frame([
+        {"id": 1, "learner": "ann", "host": "h1", "exercise": "03", "ok": None, "message": "",
+         "kind": "prediction", "prediction": 2.0, "late": False},
+        {"id": 2, "learner": "bob", "host": "h2", "exercise": "03", "ok": None, "message": "",
+         "kind": "prediction", "prediction": 1.7, "late": True},
+        {"id": 3, "learner": "ann", "host": "h1", "exercise": "03", "ok": False, "message": "",
+         "kind": "check", "prediction": 2.0, "measured": 1.6, "late": False, "changed_to": 1.6},
+    ])  # fmt: skip
+    chart = board_charts.answers(figures.exercise_answers(room, "03"), "03")
+    marks = {(r["learner"], r["kind"]): r["note"] for r in _values(chart)}
+    assert marks[("ann", "prediction")] == "changed after the burst to 1.6"
+    assert marks[("bob", "late prediction")] == "committed after a burst had run"
+    assert "late prediction" in chart.to_dict()["encoding"]["color"]["scale"]["domain"]
+
+
 def test_empty_views_say_what_fills_them():
     empty = figures.exercise_summary(figures.answers_frame([]))
     assert "no answers yet" in str(board_charts.correct(empty).to_dict())

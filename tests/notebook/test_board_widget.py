@@ -131,10 +131,16 @@ def test_the_preview_store_holds_real_bursts_and_checked_answers(tmp_path, tiny_
     assert list(bursts["batch_size"]) == [4, 8] and (bursts["status"] == "ok").all()
     assert (bursts["samples_per_s"] > 0).all() and (bursts["steps"] >= 3).all()
     answers = store.answers()
-    assert [a["exercise"] for a in answers] == ["demo-best-batch", "demo-speedup"]
-    speedup = answers[1]
+    assert [(a["exercise"], a["kind"]) for a in answers] == [
+        ("demo-best-batch", "prediction"), ("demo-speedup", "prediction"),
+        ("demo-best-batch", "check"), ("demo-speedup", "check")]  # fmt: skip
+    assert [a["prediction"] for a in answers] == [4, 1.5, 4, 1.5]  # committed before the sweep
+    speedup = answers[3]
     measured = bursts["samples_per_s"].iloc[1] / bursts["samples_per_s"].iloc[0]
-    assert speedup["prediction"] == 1.5 and speedup["measured"] == pytest.approx(measured, 0.01)
-    view = Board(store, knob="batch_size", new=8, old=4).view
+    assert speedup["measured"] == pytest.approx(measured, 0.01) and speedup["late"] is False
+    board = Board(store, knob="batch_size", new=8, old=4)
+    assert "2 answer(s) from 1 learner(s), 2 burst(s); 2 prediction(s) committed" in (
+        board.ui.status.value)  # fmt: skip
+    view = board.view
     assert view.spread.machines == 1
     assert view.spread.ratio_median == pytest.approx(measured)

@@ -2,10 +2,21 @@
 
 Their wall time is checked against the targets (the quickstart under 2 minutes) and reported
 as a warning when over: on a loaded 2-core machine the clock says more about the neighbours
-than about the notebook. WORKBENCH_STRICT_TIMING=1 makes it a failure (for a quiet machine)."""
+than about the notebook. WORKBENCH_STRICT_TIMING=1 makes it a failure (for a quiet machine).
+
+Predictions: the notebooks ship with every prediction empty (``prediction = None``; checked
+on the files as stored). A learner who keeps it so gets "make a prediction first" from every
+check (tested per checker in test_checks_count_predictions.py). The run here plays a learner
+who predicts: the test adds one line after each prediction cell's own (``prediction = ...  #
+set by the test``), so the stored line still runs, and then requires each measuring cell to
+print that its prediction was committed and each check to judge it. That also proves each
+notebook's commit and check name the same exercise. The values are ordinary guesses of the
+right kind, not the answers: a check may say "Not yet".
+"""
 
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -30,11 +41,78 @@ def test_notebook_is_stored_without_outputs(path):
     assert not [c for c in nb["cells"] if c.get("outputs") or c.get("execution_count")]
 
 
+PREDICTED = {  # what the test predicts, per notebook and prediction variable
+    "01": {"prediction": 50},
+    "02": {"prediction": 1},
+    "03": {"prediction": 0.5},
+    "04": {"prediction": 16},
+    "05": {"prediction": "data-bound"},
+    "06": {"prediction": 64 * 1024, "prediction_nodes": "same"},
+    "07": {"prediction": "convolution"},
+    "08": {"prediction": 1.0},
+    "09": {"prediction": "lmdb"},
+    "10": {"prediction": "activation_checkpointing"},
+    "11": {"prediction": "never", "prediction_layout": "same", "prediction_peak": 10},
+}
+_ASSIGNED = re.compile(r"^(prediction\w*) = (.*?)(\s+#.*)?$", re.MULTILINE)
+_COMMIT = re.compile(r'commit_prediction\((\w+), exercise="([^"]+)"\)')
+
+
+def _code(path):
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_prediction_ships_empty_and_is_committed_where_its_burst_starts(path):
+    code = _code(path)
+    assigned = [m.group(1, 2) for t in code for m in _ASSIGNED.finditer(t)]
+    assert all(value == "None" for _, value in assigned), assigned
+    assert all(m.group(3) for t in code for m in _ASSIGNED.finditer(t)), "say what to predict"
+    committed = {m.group(1) for t in code for m in _COMMIT.finditer(t)}
+    assert committed == {name for name, _ in assigned}
+    assert set(PREDICTED.get(path.name[:2], {})) == committed
+    for cell in code:  # the commit is the first line of the cell that measures
+        assert all(line.startswith("workshop.commit_prediction(")
+                   for line in cell.splitlines()[: cell.count("commit_prediction(")])  # fmt: skip
+
+
+def _predicting(nb, path):
+    """``nb`` with the test's predictions set after each prediction cell's own line."""
+    values = PREDICTED.get(path.name[:2], {})
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        names = [m.group(1) for m in _ASSIGNED.finditer(cell.source)]
+        extra = [f"{name} = {values[name]!r}  # set by the test" for name in names]
+        cell.source = "\n".join([cell.source, *extra])
+    return nb
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+def _judged_every_prediction(nb):
+    """Each commit printed its prediction; each check judged one, none asks for one."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        said = _text(cell)
+        for _name, exercise in _COMMIT.findall(cell.source):
+            assert f"Prediction for {exercise} committed" in said, (exercise, said)
+        if re.search(r"(workshop|lesson)\.check_", cell.source):
+            assert "make a prediction first" not in said, said
+
+
 @pytest.mark.concurrent  # a kernel waiting on bursts of fixed length: two at a time in make test
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # the kernel inherits the env
-    nb = nbformat.read(path, as_version=4)
+    nb = _predicting(nbformat.read(path, as_version=4), path)
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
     t0 = time.perf_counter()
@@ -42,6 +120,7 @@ def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
     elapsed = time.perf_counter() - t0
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    _judged_every_prediction(nb)
     limit_s = QUICKSTART_LIMIT_S if path.name == QUICKSTART else LIMIT_S
     if elapsed >= limit_s:  # wall time on a shared, loaded machine is a figure, not a verdict
         message = f"{path.name} took {elapsed:.0f} s on this CPU (target {limit_s:g} s)"

@@ -205,6 +205,7 @@ def test_a_check_carries_its_exercise_prediction_and_measurement():
 
 
 def test_a_prediction_is_judged_when_there_is_no_answer_and_reported_beside_one():
+    workshop.commit_prediction(0, exercise="02")
     guessed = workshop.check_best(None, WORKERS, "num_workers", prediction=0, exercise="02")
     assert not guessed and guessed.prediction == 0 and guessed.measured == 2
     assert "You predicted 0; the measurement says 2" in guessed.message
@@ -227,6 +228,7 @@ def test_a_predicted_ratio_gets_a_wider_band_and_says_how_far_it_was():
 
 
 def test_check_prediction_compares_a_number_or_a_choice():
+    workshop.commit_prediction(40, exercise="01")
     ok = workshop.check_prediction(40, 50.0, what="data wait %", abs_tol=15, exercise="01")
     assert ok and ok.measured == 50.0 and "20% below the measured 50" in ok.message
     far = workshop.check_prediction(5, 50.0, what="data wait %", abs_tol=15)
@@ -247,6 +249,7 @@ def test_the_verdict_at_the_edge_of_the_balance_band_accepts_both_sides():
     clear = SimpleNamespace(verdict="data-bound", reason="", loader_sps=50.0, compute_sps=100.0)
     assert not workshop.check_verdict("balanced", clear)
     assert workshop.verdicts_at_edge(50.0, 100.0) == {"data-bound"}
+    workshop.commit_prediction("compute-bound", exercise="05")
     guess = workshop.check_verdict(None, clear, prediction="compute-bound", exercise="05")
     assert not guess and guess.measured == "data-bound" and guess.prediction == "compute-bound"
 
@@ -274,6 +277,7 @@ def _scaled(samples_per_s, launch_s=3.0, status="ok"):
 )
 def test_check_scale_out_reads_the_ratio_of_two_nodes_to_one(ratio, right, wrong):
     one, two = _scaled(100.0, 3.0), _scaled(100.0 * ratio, 5.5)
+    workshop.commit_prediction(right, exercise="06-scale-out")
     ok = workshop.check_scale_out(right, one, two, exercise="06-scale-out")
     assert ok and ok.measured == right and ok.exercise == "06-scale-out"
     assert "5.5 s against 3.0 s" in ok.message
@@ -324,22 +328,33 @@ def _stored(store):
 
 
 def test_a_named_verdict_is_recorded_once_in_class_mode(class_store):
+    workshop.commit_prediction(1, exercise="02-workers")  # the commit's own row, at once
     verdict = workshop.check_best(2, WORKERS, "num_workers", prediction=1, exercise="02-workers")
-    assert verdict and _stored(class_store) == [
-        {"learner": "ann", "exercise": "02-workers", "ok": True, "message": verdict.message,
+    assert not verdict and _stored(class_store)[1:] == [
+        {"learner": "ann", "exercise": "02-workers", "ok": False, "message": verdict.message,
          "prediction": 1, "measured": 2}]  # fmt: skip
+    assert [a["kind"] for a in class_store.answers()] == ["prediction", "check"]
     formats = pd.DataFrame([
         {"mode": "loader", "cache": "cold", "data_format": f, "samples_per_s": s, "status": "ok"}
         for f, s in (("files", 10.0), ("shards", 30.0))])  # fmt: skip
     workshop.check_format("shards", formats, exercise="09-format")  # calls check_best inside
-    assert [a["exercise"] for a in _stored(class_store)] == ["02-workers", "09-format"]
+    assert [a["exercise"] for a in _stored(class_store)] == ["02-workers"] * 2 + ["09-format"]
 
 
-def test_no_answer_no_name_or_no_class_mode_records_nothing(class_store, monkeypatch):
-    workshop.check_best(None, WORKERS, "num_workers", exercise="02-workers")  # nothing set yet
+def test_a_check_with_no_prediction_is_recorded_as_not_correct(class_store):
+    """A learner who never predicts is in the room's share, as not correct."""
+    workshop.check_best(None, WORKERS, "num_workers", exercise="02-workers")
+    (row,) = class_store.answers()
+    assert row["ok"] is False and row["prediction"] is None and row["kind"] == "check"
+    assert "make a prediction first" in row["message"]
+
+
+def test_no_name_or_no_class_mode_records_nothing(class_store, monkeypatch):
     workshop.check_best(2, WORKERS, "num_workers")  # no exercise name
+    workshop.check_best(None, WORKERS, "num_workers")  # and no answer: nothing to record
     monkeypatch.delenv("WORKBENCH_STORE")
     assert not workshop.class_mode()
+    workshop.commit_prediction(2, exercise="02-workers")
     workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
     assert class_store.answers() == []
 
@@ -362,10 +377,11 @@ def test_a_store_that_is_down_costs_one_warning_never_the_verdict(monkeypatch):
     the next checks do not try (and wait for) the store again for a while."""
     monkeypatch.setenv("WORKBENCH_STORE", CLASS_URL)
     monkeypatch.setattr(workshop, "_down_until", [0.0])
+    workshop.BOOK.commit("02-workers", 2)  # committed (outside class mode's sending)
     with pytest.warns(workshop.ClassBoardWarning, match="02-workers was not sent") as said:
-        verdict = workshop.check_best(2, WORKERS, "num_workers", exercise="02-workers")
-        again = workshop.check_best(0, WORKERS, "num_workers", exercise="02-workers")
-    assert verdict and "the most in this sweep" in verdict.message and not again
+        verdict = workshop.check_best(None, WORKERS, "num_workers", exercise="02-workers")
+        again = workshop.check_best(None, WORKERS, "num_workers", exercise="02-workers")
+    assert verdict and "the most in this sweep" in verdict.message and again
     assert len(said) == 1 and "s3cret" not in str(said[0].message)
     assert "not sent for the next 60 s" in str(said[0].message)
     with pytest.warns(workshop.ClassBoardWarning):  # a store passed in is always tried

@@ -1,6 +1,8 @@
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
+from workbench.notebook import workshop
 from workbench.notebook import workshop_memory as lesson
+from workbench.notebook.predictions import BOOK
 
 
 def _r(activations, sps=100.0, device="cpu", peak=None, **knobs):
@@ -32,14 +34,23 @@ def test_on_a_gpu_the_peak_allocated_is_what_counts():
     assert lesson.held_mib(_r(16.0)) == 20.0
 
 
+def _predicted(prediction, table, **kwargs):
+    """The check of ``prediction`` committed before the measurement, in a fresh book."""
+    BOOK.clear()
+    workshop.commit_prediction(prediction, exercise=lesson.FREES_MOST)
+    return lesson.check_frees_most(prediction, table, **kwargs)
+
+
 def test_check_frees_most():
     table = lesson.memory_table(RUNS)
-    assert not lesson.check_frees_most(None, table)
-    ok = lesson.check_frees_most("activation_checkpointing", table)
-    assert ok and "freed 14.0 MiB of 20.0" in ok.message
-    wrong = lesson.check_frees_most("grad_accum", table)
+    assert not _predicted(None, table)
+    ok = _predicted("activation_checkpointing", table)
+    assert ok and "freed 14.0 MiB of 20.0" in ok.message and ok.exercise == "10-frees-most"
+    wrong = _predicted("grad_accum", table)
     assert not wrong and "activation_checkpointing freed 14.0" in wrong.message
-    assert not lesson.check_frees_most("bigger_gpu", table)
+    assert not _predicted("bigger_gpu", table)
+    tie = dict(RUNS, grad_accum=_r(2.5, batch_size=16, grad_accum=2))  # 0.5 MiB of 20: 2.5%
+    assert _predicted("grad_accum", lesson.memory_table(tie))
 
 
 def test_check_monthly_saving_by_hand():

@@ -7,12 +7,22 @@ Why the figures are what they are:
 
 - **One answer per learner and exercise.** A learner may run a check several times (a wrong
   answer, then a right one); the room's share correct counts each learner's *latest* verdict,
-  so a learner who retried is neither counted twice nor held to a first attempt.
+  so a learner who retried is neither counted twice nor held to a first attempt. The verdict
+  itself judges the prediction committed before the burst (``workshop.commit_prediction``), so
+  a retry cannot swap in a number copied from the table.
+- **First predictions only.** Each learner's prediction on the board is the *first* one
+  committed for the exercise, across kernels: the earliest row that holds one (a commit row,
+  written when the burst started, or a check that judged it). It is *late* when it was
+  committed after a burst of the exercise had run without one (the row says so, or an earlier
+  commit row without a prediction shows it after a kernel restart), and *edited* when a later
+  row holds a different value. Late predictions are listed but left out of the room's typical
+  prediction and of ``close_pct``: they were made after the numbers.
 - **Measurements have a spread, not an answer.** Each learner's machine measured its own value;
   the board shows the room's median and its range (and, for choices such as a verdict, the most
   common value and its share), so the instructor sees at once whether the room agrees.
 - **A prediction is close** when it lands within ``PREDICTION_BAND`` of the learner's own
-  measurement (numbers) or names the same choice: the same band ``check_prediction`` uses.
+  measurement (numbers) or names the same choice: the same band ``check_prediction`` uses. A
+  learner whose check has not run yet has no measurement here, and is left out of the share.
 - **A knob's effect is a ratio of medians on one machine, other knobs held.** Machines differ
   by far more than any knob, so comparing a bf16 burst on one GPU with a default one on another
   says nothing; each row pairs bursts of one learner on one host that differ only in the knob.
@@ -39,12 +49,15 @@ __all__ = [
     "effect_spread",
     "exercise_answers",
     "exercise_summary",
+    "first_predictions",
     "knob_effect",
     "latest_answers",
 ]
 
 ANSWER_COLUMNS = ("id", "created_at", "learner", "host", "exercise", "ok", "message",
-                  "prediction", "measured")  # fmt: skip
+                  "prediction", "measured", "kind", "late", "changed_to")  # fmt: skip
+"""A row is a check's verdict (``kind`` "check"; rows from before the kinds read as checks) or a
+prediction committed as its burst started (``kind`` "prediction", ``ok`` None)."""
 PREDICTION_BAND = 0.25
 """A numeric prediction within 25% of the measurement is close (``check_prediction``'s band)."""
 MACHINE = ("learner", "host")
@@ -60,59 +73,108 @@ def answers_frame(answers: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     rows = [{column: answer.get(column) for column in ANSWER_COLUMNS} for answer in answers]
     frame = pd.DataFrame(rows, columns=list(ANSWER_COLUMNS))
     frame["ok"] = frame["ok"].map(bool).astype(bool)
+    frame["kind"] = frame["kind"].map(lambda k: "check" if _null(k) else str(k))
     return frame
 
 
 def latest_answers(answers: pd.DataFrame) -> pd.DataFrame:
-    """Each learner's newest answer per exercise (by id: the store's order of arrival)."""
+    """Each learner's newest check per exercise (by id: the store's order of arrival); commit
+    rows (``kind`` "prediction") are not verdicts and are left out."""
     if answers.empty:
         return answers
-    ordered = answers.sort_values("id", kind="stable")
+    ordered = answers[answers["kind"] == "check"].sort_values("id", kind="stable")
     return ordered.drop_duplicates(["exercise", "learner"], keep="last").reset_index(drop=True)
 
 
-def exercise_summary(answers: pd.DataFrame) -> pd.DataFrame:
-    """One row per exercise, in the order exercises were first answered.
+FIRST_COLUMNS = ["exercise", "learner", "host", "prediction", "late", "edited", "changed_to"]
 
-    Columns: ``exercise``, ``answers`` (all attempts), ``learners`` (who answered),
+
+def first_predictions(answers: pd.DataFrame) -> pd.DataFrame:
+    """Each learner's first prediction per exercise (module docstring): ``exercise, learner,
+    host, prediction`` (None: none committed), ``late``, ``edited`` and ``changed_to`` (the
+    newest value that differs from the first)."""
+    rows = []
+    for (exercise, learner), group in answers.groupby(["exercise", "learner"], sort=False):
+        ordered = group.sort_values("id", kind="stable").to_dict("records")
+        rows.append({"exercise": exercise, "learner": learner, **_first(ordered)})
+    return pd.DataFrame(rows, columns=FIRST_COLUMNS)
+
+
+def _first(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first prediction of one learner's rows of one exercise (oldest first)."""
+    at = next((i for i, row in enumerate(rows) if not _null(row["prediction"])), None)
+    if at is None:
+        return {"host": rows[-1]["host"], "prediction": None, "late": False, "edited": False,
+                "changed_to": None}  # fmt: skip
+    first = rows[at]
+    before = rows[:at]  # a burst that started with no prediction, before the first one
+    late = _true(first["late"]) or any(row["kind"] == "prediction" for row in before)
+    later = [value for row in rows[at:] for value in (row["prediction"], row["changed_to"])
+             if not _null(value) and not _same(value, first["prediction"])]  # fmt: skip
+    return {"host": first["host"], "prediction": _plain(first["prediction"]), "late": late,
+            "edited": bool(later), "changed_to": _plain(later[-1]) if later else None}  # fmt: skip
+
+
+def exercise_summary(answers: pd.DataFrame) -> pd.DataFrame:
+    """One row per exercise, in the order exercises were first answered or predicted.
+
+    Columns: ``exercise``, ``answers`` (all checks run), ``learners`` (who ran a check),
     ``correct`` and ``correct_pct`` (latest verdicts), ``measured`` (median of numbers, else the
     most common value), ``measured_min``/``measured_max`` and ``spread_pct`` (range over median,
-    numbers only), ``predicted`` (learners who committed to a prediction), ``prediction``
-    (median or most common) and ``close_pct`` (share of those predictions close to the
-    learner's own measurement). Unknown figures are None.
+    numbers only), ``predicted`` (learners with a first prediction), ``late`` and ``edited``
+    (of those, committed after a burst had run / changed after it), ``prediction`` (median or
+    most common of the first predictions made in time) and ``close_pct`` (share of those close
+    to the learner's own measurement, where the learner has one). Unknown figures are None.
     """
     columns = ["exercise", "answers", "learners", "correct", "correct_pct", "measured",
-               "measured_min", "measured_max", "spread_pct", "predicted", "prediction",
-               "close_pct"]  # fmt: skip
+               "measured_min", "measured_max", "spread_pct", "predicted", "late", "edited",
+               "prediction", "close_pct"]  # fmt: skip
     latest = latest_answers(answers)
+    firsts = first_predictions(answers)
+    checks = answers[answers["kind"] == "check"]
     rows = []
     for exercise in pd.unique(answers["exercise"]):
         mine = latest[latest["exercise"] == exercise]
+        guesses = firsts[firsts["exercise"] == exercise]
         rows.append({"exercise": exercise,
-                     "answers": int((answers["exercise"] == exercise).sum()),
+                     "answers": int((checks["exercise"] == exercise).sum()),
                      "learners": len(mine), "correct": int(mine["ok"].sum()),
                      "correct_pct": _pct(int(mine["ok"].sum()), len(mine)),
                      **_measured(list(mine["measured"])),
-                     **_predictions(list(mine["prediction"]), list(mine["measured"]))})  # fmt: skip
+                     **_predictions(guesses, mine)})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
 def exercise_answers(answers: pd.DataFrame, exercise: str) -> pd.DataFrame:
-    """The room's latest answers to one exercise, one row per learner (sorted by name):
-    ``learner, host, ok, prediction, measured, off_pct`` (prediction over measurement, in
-    percent: +20 is 20% above; None where either is not a number), ``close``, ``message``."""
-    mine = latest_answers(answers)
-    mine = mine[mine["exercise"] == exercise].sort_values("learner", kind="stable")
+    """The room on one exercise, one row per learner who checked or predicted (sorted by name):
+    ``learner, host, ok`` (the latest verdict; None before a check), ``prediction`` (the first),
+    ``measured, off_pct`` (prediction over measurement, in percent: +20 is 20% above; None
+    where either is not a number), ``close``, ``late``, ``edited``, ``changed_to`` and
+    ``message`` (the latest verdict's, else the commit's line)."""
+    columns = ["learner", "host", "ok", "prediction", "measured", "off_pct", "close", "late",
+               "edited", "changed_to", "message"]  # fmt: skip
+    latest = latest_answers(answers)
+    latest = latest[latest["exercise"] == exercise].set_index("learner", drop=False)
+    firsts = first_predictions(answers[answers["exercise"] == exercise])
     rows = []
-    for row in mine.to_dict("records"):
-        off = _off(row["prediction"], row["measured"])
-        close = None if row["prediction"] is None else _close(row["prediction"], row["measured"])
-        rows.append({"learner": row["learner"], "host": row["host"], "ok": bool(row["ok"]),
-                     "prediction": row["prediction"], "measured": row["measured"],
-                     "off_pct": None if off is None else round(100 * off, 1), "close": close,
-                     "message": row["message"]})  # fmt: skip
-    columns = ["learner", "host", "ok", "prediction", "measured", "off_pct", "close", "message"]
+    for guess in firsts.sort_values("learner", kind="stable").to_dict("records"):
+        check = latest.loc[guess["learner"]].to_dict() if guess["learner"] in latest.index else {}
+        measured = _clean(check.get("measured"))
+        prediction = guess["prediction"]
+        off = _off(prediction, measured)
+        close = None if _null(prediction) or not check else _close(prediction, measured)
+        message = check.get("message") or _last_message(answers, exercise, guess["learner"])
+        rows.append({"learner": guess["learner"], "host": check.get("host", guess["host"]),
+                     "ok": bool(check["ok"]) if check else None, "prediction": prediction,
+                     "measured": measured, "off_pct": None if off is None else round(100 * off, 1),
+                     "close": close, "late": guess["late"], "edited": guess["edited"],
+                     "changed_to": guess["changed_to"], "message": message})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def _last_message(answers: pd.DataFrame, exercise: str, learner: str) -> Any:
+    mine = answers[(answers["exercise"] == exercise) & (answers["learner"] == learner)]
+    return mine.sort_values("id", kind="stable")["message"].iloc[-1] if len(mine) else None
 
 
 def _measured(values: list[Any]) -> dict[str, Any]:
@@ -127,13 +189,20 @@ def _measured(values: list[Any]) -> dict[str, Any]:
             "spread_pct": None}  # fmt: skip
 
 
-def _predictions(predictions: list[Any], measured: list[Any]) -> dict[str, Any]:
-    pairs = [(p, m) for p, m in zip(predictions, measured, strict=True) if not _null(p)]
-    made = [p for p, _ in pairs]
-    numbers = [float(p) for p in made if _is_number(p)]
-    typical = _median(numbers) if made and len(numbers) == len(made) else _most_common(made)
+def _predictions(firsts: pd.DataFrame, latest: pd.DataFrame) -> dict[str, Any]:
+    """The first predictions of one exercise against each learner's latest measurement."""
+    made = firsts[firsts["prediction"].map(lambda p: not _null(p))]
+    in_time = made[~made["late"]]
+    values = list(in_time["prediction"])
+    numbers = [float(p) for p in values if _is_number(p)]
+    typical = _median(numbers) if values and len(numbers) == len(values) else _most_common(values)
+    measured = dict(zip(latest["learner"], latest["measured"], strict=True))
+    pairs = [(p, measured[learner]) for p, learner in zip(in_time["prediction"],
+             in_time["learner"], strict=True) if not _null(measured.get(learner))]  # fmt: skip
     close = sum(_close(p, m) for p, m in pairs)
-    return {"predicted": len(made), "prediction": typical, "close_pct": _pct(close, len(pairs))}
+    return {"predicted": len(made), "late": int(made["late"].sum()),
+            "edited": int(made["edited"].sum()), "prediction": typical,
+            "close_pct": _pct(close, len(pairs))}  # fmt: skip
 
 
 def _close(prediction: Any, measured: Any) -> bool:
@@ -287,6 +356,11 @@ def _changed_text(knobs: Mapping[str, Any]) -> str:
 
 def _null(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _true(value: Any) -> bool:
+    """True only for a real true flag (None and NaN, "unknown" in older rows, are not)."""
+    return not _null(value) and bool(value)
 
 
 def _is_number(value: Any) -> bool:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Store", "StoreError"]
 
-_ANSWER_COLUMNS = "id, created_at, learner, host, exercise, ok, message"
+_ANSWER_COLUMNS = "id, created_at, learner, host, exercise, ok, message, kind, late"
 
 
 class StoreError(RuntimeError):
@@ -113,15 +113,17 @@ class Store(ABC):
         return self._insert(sql, params)
 
     def record_answer(self, answer: Mapping[str, Any]) -> int:
-        """Store one checked exercise answer with this learner and host; return its id."""
-        exercise, ok, message, prediction, measured = answer_row(answer)
+        """Store one exercise answer (a check's verdict, or a prediction committed as its burst
+        started: ``kind``) with this learner and host; return its id."""
+        exercise, ok, message, kind, late, *texts = answer_row(answer)
         t = self._table("answers")
+        json_in = ", ".join([self._JSON_IN] * 3)
         sql = (
-            f"INSERT INTO {t} (created_at, learner, host, exercise, ok, message, prediction,"
-            f" measured) VALUES ({self._marks(6)}, {self._JSON_IN}, {self._JSON_IN})"
+            f"INSERT INTO {t} (created_at, learner, host, exercise, ok, message, kind, late,"
+            f" prediction, measured, changed_to) VALUES ({self._marks(8)}, {json_in})"
         )
-        params = (utc_now(), self.learner_name(), host_name(), exercise, ok, message)
-        return self._insert(sql, (*params, prediction, measured))
+        params = (utc_now(), self.learner_name(), host_name(), exercise, ok, message, kind, late)
+        return self._insert(sql, (*params, *texts))
 
     def share_board(self, shared: bool = True) -> None:
         """Let every learner see the whole room's rows (``shared=False`` takes it back).
@@ -205,9 +207,11 @@ class Store(ABC):
         self, exercise: str | None = None, *, learner: str | None = None
     ) -> list[dict[str, Any]]:
         """Exercise answers this process may see, oldest first; each has ``id, created_at,
-        learner, host, exercise, ok, message, prediction, measured``."""
+        learner, host, exercise, ok, message, kind, late, prediction, measured, changed_to``
+        (``records.decode_answer``)."""
         where, params = self._where({"exercise": exercise, "learner": learner})
-        columns = f"{_ANSWER_COLUMNS}, {self._json('prediction')}, {self._json('measured')}"
+        texts = ", ".join(self._json(c) for c in ("prediction", "measured", "changed_to"))
+        columns = f"{_ANSWER_COLUMNS}, {texts}"
         rows = self._query(
             f"SELECT {columns} FROM {self._table('answers')}{where} ORDER BY id", params
         )

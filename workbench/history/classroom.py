@@ -31,15 +31,21 @@ __all__ = [
     "record_answer",
 ]
 
-ANSWER_KEYS = ("exercise", "ok", "message", "prediction", "measured")
-"""What an exercise's checker hands to :func:`record_answer`; ``learner`` and ``host`` are added."""
+ANSWER_KEYS = ("exercise", "ok", "message", "prediction", "measured", "kind", "late",
+               "changed_to")  # fmt: skip
+"""What an exercise's checker (or a prediction's commit) hands to :func:`record_answer`;
+``learner`` and ``host`` are added."""
 
 
 def record_answer(answer: Mapping[str, Any], *, store: Store | str | None = None) -> int:
     """Store one checked exercise answer (the learner and host are filled in); return its id.
 
-    ``answer`` has ``exercise`` (a name such as ``"03.precision"``), ``ok`` (the checker's
-    verdict), ``message`` (what the learner was told), ``prediction`` (what they committed to
-    before the burst) and ``measured`` (what the burst gave). ``store`` as in ``open_store``.
+    ``answer`` has ``exercise`` (a name such as ``"03-precision"``), ``ok`` (the checker's
+    verdict; None for a commit), ``message`` (what the learner was told), ``prediction`` (the
+    first prediction committed before the burst), ``measured`` (what the burst gave), ``kind``
+    (``"check"``, the default, or ``"prediction"``: a prediction committed as its burst
+    started), ``late`` (that first prediction came after a burst of the exercise had run) and
+    ``changed_to`` (a later, different prediction: an edit; the first still counts).
+    ``store`` as in ``open_store``.
     """
     return open_store(store).record_answer(answer)

@@ -42,8 +42,11 @@ from workbench.history.dsn import Secret, redact_dsn, scrub
 __all__ = ["CLASS_INSTRUCTOR_KEY", "PG_SCHEMA", "PG_SCHEMA_VERSION", "ClassLogin", "PostgresStore",
            "connect_options"]  # fmt: skip
 
-PG_SCHEMA_VERSION = 1
-"""The PostgreSQL schema this library writes (its own numbering; the SQLite file has another)."""
+PG_SCHEMA_VERSION = 2
+"""The PostgreSQL schema this library writes (its own numbering; the SQLite file has another).
+
+1: meta, bursts, answers, board. 2: answers gain ``kind``, ``late`` and ``changed_to``
+(predictions that count: ``workbench/notebook/predictions.py``)."""
 
 _SCHEMA = "workbench"
 PG_SCHEMA = _SCHEMA
@@ -114,6 +117,18 @@ _DDL = (
         shared boolean NOT NULL
     )""",
 )
+
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        f"ALTER TABLE {_SCHEMA}.answers ADD COLUMN IF NOT EXISTS kind text",
+        f"ALTER TABLE {_SCHEMA}.answers ADD COLUMN IF NOT EXISTS late boolean",
+        f"ALTER TABLE {_SCHEMA}.answers ADD COLUMN IF NOT EXISTS changed_to json",
+    ),
+}
+"""``{from_version: statements}`` that bring the schema to ``from_version + 1``. A new store
+runs ``_DDL`` (version 1 as released) and then every step, so each column has one definition.
+Added columns are nullable: rows written before them read as before (``records.py``)."""
 
 
 def _driver() -> ModuleType:
@@ -208,10 +223,11 @@ class PostgresStore(Store):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 if not _schema_exists(conn):  # again: another kernel may have created it
                     _create_schema(conn)
-            row = conn.execute(
-                f"SELECT value FROM {_SCHEMA}.meta WHERE key = 'schema_version'"
-            ).fetchone()
-            self._check_version(int(row[0]) if row else 0)
+            version = _read_version(conn)
+            self._check_version(version)
+            if version < PG_SCHEMA_VERSION:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                self._migrate(conn, _read_version(conn))  # again: another kernel may have
             self._login = _class_login(conn)
         self._warn_ignored_identity()
 
@@ -227,6 +243,27 @@ class PostgresStore(Store):
                 f"history store {self.url} has a '{_SCHEMA}' schema without a version; it is not "
                 "a workbench history and was left untouched. Use another database."
             )
+
+    def _migrate(self, conn: Any, version: int) -> None:
+        """Bring an older schema to ``PG_SCHEMA_VERSION`` inside the caller's transaction (a
+        failed step leaves the store as it was). Only the tables' owner may alter them: in a
+        class set up by ``workbench class init`` that is the instructor's login, so a learner's
+        kernel that opens a store not yet upgraded is told who can do it."""
+        try:
+            for step in range(version, PG_SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    conn.execute(statement)
+            conn.execute(
+                f"UPDATE {_SCHEMA}.meta SET value = %s WHERE key = 'schema_version'",
+                (str(PG_SCHEMA_VERSION),),
+            )
+        except self._psycopg.errors.InsufficientPrivilege:
+            raise StoreError(
+                f"history store {self.url} has schema version {version} and this login may not "
+                f"upgrade it to {PG_SCHEMA_VERSION} (only the tables' owner may). The "
+                "instructor opens the store once with this workbench (the instructor's login, "
+                "or `workbench class init` again) to upgrade it; nothing was changed."
+            ) from None
 
     # -- who this login is (a class set up by ``workbench class init``) ----------------------
 
@@ -289,8 +326,13 @@ def _schema_exists(conn: Any) -> bool:
     )
 
 
+def _read_version(conn: Any) -> int:
+    row = conn.execute(f"SELECT value FROM {_SCHEMA}.meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _create_schema(conn: Any) -> None:
-    for statement in _DDL:
+    for statement in (*_DDL, *(s for step in sorted(_MIGRATIONS) for s in _MIGRATIONS[step])):
         conn.execute(statement)
     conn.execute(
         f"INSERT INTO {_SCHEMA}.meta (key, value) VALUES ('schema_version', %s)",

@@ -17,11 +17,16 @@ from workbench.core.results import RENAMED, BurstResult, utc_now
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["burst_row", "decode_answer", "decode_burst", "records_frame", "with_current_knobs"]
+__all__ = ["ANSWER_KINDS", "answer_row", "burst_row", "decode_answer", "decode_burst",
+           "records_frame", "with_current_knobs"]  # fmt: skip
 
 _REQUIRED = ("workload", "status")
 _FRONT = ("id", "created_at", "workload", "device", "status", "learner", "host")
-_ANSWER_FIELDS = ("exercise", "ok", "message", "prediction", "measured")
+_ANSWER_FIELDS = ("exercise", "ok", "message", "prediction", "measured", "kind", "late",
+                  "changed_to")  # fmt: skip
+ANSWER_KINDS = ("check", "prediction")
+"""What an answer row is: a check's verdict, or a prediction committed as a burst started
+(``workshop.commit_prediction``). Rows written before the kinds existed read as "check"."""
 
 
 def burst_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -46,8 +51,8 @@ def burst_row(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def answer_row(answer: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Validate an exercise answer; return ``(exercise, ok, message, prediction_json,
-    measured_json)``."""
+    """Validate an exercise answer; return ``(exercise, ok, message, kind, late,
+    prediction_json, measured_json, changed_to_json)``."""
     if not isinstance(answer, Mapping):
         raise TypeError(f"an answer must be a dict, got {type(answer).__name__}")
     unknown = sorted(set(answer) - {*_ANSWER_FIELDS, "learner", "host", "id", "created_at"})
@@ -60,12 +65,21 @@ def answer_row(answer: Mapping[str, Any]) -> tuple[Any, ...]:
     if ok is not None and not isinstance(ok, bool):
         raise ValueError(f"answer 'ok' must be True, False or None, got {ok!r}")
     message = answer.get("message")
+    kind = answer.get("kind") or "check"
+    if kind not in ANSWER_KINDS:
+        raise ValueError(f"answer 'kind' must be one of {list(ANSWER_KINDS)}, got {kind!r}")
+    late = answer.get("late")
+    if late is not None and not isinstance(late, bool):
+        raise ValueError(f"answer 'late' must be True, False or None, got {late!r}")
     return (
         exercise,
         ok,
         None if message is None else str(message),
+        kind,
+        late,
         dump(jsonable(answer.get("prediction"), "prediction")),
         dump(jsonable(answer.get("measured"), "measured")),
+        dump(jsonable(answer.get("changed_to"), "changed_to")),
     )
 
 
@@ -96,9 +110,11 @@ def with_current_knobs(records: list[dict[str, Any]], source: str) -> list[dict[
 
 
 def decode_answer(row: tuple[Any, ...]) -> dict[str, Any]:
-    """An answer row (``id, created_at, learner, host, exercise, ok, message, prediction,
-    measured``) as a dict."""
-    row_id, created_at, learner, host, exercise, ok, message, prediction, measured = row
+    """An answer row (``id, created_at, learner, host, exercise, ok, message, kind, late,
+    prediction, measured, changed_to``) as a dict. A row from before the kinds (null ``kind``)
+    is a check's; its ``late`` and ``changed_to`` are unknown (None)."""
+    (row_id, created_at, learner, host, exercise, ok, message, kind, late, prediction, measured,
+     changed_to) = row  # fmt: skip
     return {
         "id": row_id,
         "created_at": created_at,
@@ -107,9 +123,16 @@ def decode_answer(row: tuple[Any, ...]) -> dict[str, Any]:
         "exercise": exercise,
         "ok": None if ok is None else bool(ok),
         "message": message,
-        "prediction": json.loads(prediction) if prediction is not None else None,
-        "measured": json.loads(measured) if measured is not None else None,
+        "prediction": _loads(prediction),
+        "measured": _loads(measured),
+        "kind": kind or "check",
+        "late": None if late is None else bool(late),
+        "changed_to": _loads(changed_to),
     }
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def records_frame(records: Iterable[Mapping[str, Any]]) -> pandas.DataFrame:

@@ -66,10 +66,12 @@ __all__ = [
     "store_url_from_environment",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this library writes. Bump it together with a new entry in ``_MIGRATIONS``.
 
-1: bursts. 2: bursts gain ``learner`` and ``host``; ``answers`` and ``board`` (class mode)."""
+1: bursts. 2: bursts gain ``learner`` and ``host``; ``answers`` and ``board`` (class mode).
+3: answers gain ``kind`` (a check's verdict or a committed prediction), ``late`` and
+``changed_to`` (predictions that count: ``workbench/notebook/predictions.py``)."""
 
 _BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -79,7 +81,8 @@ _ADVICE = (
     f"for over {_BUSY_TIMEOUT_S:.0f} s; 'malformed' means the file is damaged: move it away."
 )
 
-# Class mode's tables (schema 2), the same in a new file and in a migrated one.
+# Class mode's tables as schema 2 made them, the same in a new file and in a migrated one
+# (a new file then takes the later steps' statements too: one definition per column).
 _CLASS_TABLES = (
     """CREATE TABLE answers (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -103,6 +106,14 @@ _CLASS_TABLES = (
     )""",
 )
 
+# Schema 3: what a prediction row is, and whether it counts. Nullable, so older rows read as
+# checks whose lateness and edits are unknown.
+_PREDICTION_COLUMNS = (
+    "ALTER TABLE answers ADD COLUMN kind TEXT",
+    "ALTER TABLE answers ADD COLUMN late INTEGER",
+    "ALTER TABLE answers ADD COLUMN changed_to TEXT",
+)
+
 # The latest schema, used as is for a new file. Plain statements, run one by one with
 # ``execute`` inside our own transaction (``executescript`` would commit on its own).
 _SCHEMA = (
@@ -124,6 +135,7 @@ _SCHEMA = (
     f"CREATE INDEX {_TABLE}_created_at ON {_TABLE} (created_at)",
     f"CREATE INDEX {_TABLE}_learner ON {_TABLE} (learner, id)",
     *_CLASS_TABLES,
+    *_PREDICTION_COLUMNS,
 )
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -139,7 +151,14 @@ def _add_class_mode(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-_MIGRATIONS: dict[int, Migration] = {1: _add_class_mode}
+def _add_prediction_columns(conn: sqlite3.Connection) -> None:
+    """2 -> 3: ``kind``, ``late`` and ``changed_to`` on answers (null on older rows: checks,
+    read as such, whose lateness and edits were never recorded)."""
+    for statement in _PREDICTION_COLUMNS:
+        conn.execute(statement)
+
+
+_MIGRATIONS: dict[int, Migration] = {1: _add_class_mode, 2: _add_prediction_columns}
 """``{from_version: step}``: ``step(conn)`` brings a file from ``from_version`` to
 ``from_version + 1``. Steps run inside one ``BEGIN IMMEDIATE`` transaction that also sets the
 new ``user_version``; a step must use ``conn.execute`` (never ``executescript`` or ``commit``).

@@ -200,9 +200,11 @@ class _BoardWidgets:
 
     def draw(self, view: BoardView, board: Board) -> None:
         learners = view.answers["learner"].nunique()
+        commits = int((view.answers["kind"] == "prediction").sum())
         self.status.value = _para(f"read {board.reads} at {view.read_at}: "
-                                  f"{len(view.answers)} answer(s) from {learners} learner(s), "
-                                  f"{view.bursts} burst(s)")  # fmt: skip
+                                  f"{len(view.answers) - commits} answer(s) from {learners} "
+                                  f"learner(s), {view.bursts} burst(s); {commits} "
+                                  "prediction(s) committed")  # fmt: skip
         self.answers.value = _table(view.summary, _SUMMARY, "no answers yet")
         self.charts["correct"].chart = board_charts.correct(view.summary)
         exercises = list(view.summary["exercise"])
@@ -230,8 +232,9 @@ class _BoardWidgets:
 
 _SUMMARY = {"exercise": "exercise", "learners": "learners", "correct_pct": "% correct",
             "measured": "measured (median)", "measured_min": "min", "measured_max": "max",
-            "spread_pct": "spread %", "predicted": "predicted", "prediction": "prediction",
-            "close_pct": "% predictions close", "answers": "attempts"}  # fmt: skip
+            "spread_pct": "spread %", "predicted": "predicted", "late": "late",
+            "edited": "edited after", "prediction": "first prediction",
+            "close_pct": "% first predictions close", "answers": "attempts"}  # fmt: skip
 _BEST = {"learner": "learner", "host": "host", "workload": "workload",
          "device_name": "device", "samples_per_s": "samples/s", "knobs": "knobs",
          "peak_mem_mib": "peak MiB", "bursts": "bursts", "id": "burst"}  # fmt: skip
@@ -288,9 +291,13 @@ def _css(widget: Any, name: str) -> Any:
 def fill_demo_store(store: Any, *, seconds: float = 0.3) -> Any:
     """Fill ``store`` with a few real tiny bursts and checked answers, so that an instructor
     sees the board before class: a ``batch_size`` sweep of the ``cnn`` workload on replayed
-    batches (``loader="synthetic"``: no dataset needed) on this machine's CPU, and the
-    verdicts of two exercises on it. Every figure is measured here; nothing is made up."""
+    batches (``loader="synthetic"``: no dataset needed) on this machine's CPU, two predictions
+    committed as it starts, and the verdicts of two exercises on it. Every figure is measured
+    here; nothing is made up."""
     store = open_store(store)
+    # the predictions are committed as the sweep starts, as a lesson's measuring cell does
+    workshop.commit_prediction(4, exercise="demo-best-batch", store=store)
+    workshop.commit_prediction(1.5, exercise="demo-speedup", store=store)
     window = {"seconds": seconds, "min_steps": 3, "warmup_steps": 1, "device": "cpu"}
     # reference_every=None: a preview of two values, whose store the board reads as bursts
     # (an extra run of the first value for drift would be a third burst there)

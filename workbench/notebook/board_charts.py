@@ -60,8 +60,10 @@ def correct(summary: pd.DataFrame) -> alt.Chart | alt.LayerChart:
 
 
 def answers(rows: pd.DataFrame, exercise: str) -> alt.Chart | alt.LayerChart:
-    """One exercise across the room: each learner's measurement (filled) and prediction
-    (hollow). Numbers on a value axis; choices (a verdict, a knob value) as counts."""
+    """One exercise across the room: each learner's measurement (filled) and first prediction
+    (hollow; grey when it was committed late, after a burst had run, and its tooltip says when
+    it was changed after the burst). Numbers on a value axis; choices (a verdict, a knob value)
+    as counts."""
     title = f"{exercise}: measured and predicted, per learner"
     if rows.empty:
         return waiting(title, "no answers to this exercise yet")
@@ -73,11 +75,20 @@ def answers(rows: pd.DataFrame, exercise: str) -> alt.Chart | alt.LayerChart:
     return _answer_counts(long, title)
 
 
+_KINDS = ["measured", "prediction", "late prediction"]
+_KIND_COLOURS = [_BLUE, _ORANGE, _GREY]
+
+
 def _long(rows: pd.DataFrame) -> pd.DataFrame:
+    rows = rows.assign(note=[_note(r) for r in rows.to_dict("records")])
     parts = []
     for kind in ("measured", "prediction"):
-        part = rows[["learner", "host", "ok", kind]].rename(columns={kind: "value"})
-        parts.append(part.assign(kind=kind).dropna(subset=["value"]))
+        part = rows[["learner", "host", "ok", "note", kind]].rename(columns={kind: "value"})
+        part = part.assign(kind=kind).dropna(subset=["value"])
+        if kind == "prediction" and "late" in rows.columns:
+            late = rows.loc[part.index, "late"].map(_flag)
+            part.loc[late, "kind"] = "late prediction"
+        parts.append(part)
     long = pd.concat(parts, ignore_index=True)
     numbers = pd.to_numeric(long["value"], errors="coerce")
     if numbers.notna().all():
@@ -85,19 +96,34 @@ def _long(rows: pd.DataFrame) -> pd.DataFrame:
     return long.assign(value=long["value"].map(_label))
 
 
+def _note(row: dict[str, Any]) -> str:
+    """What the board marks on a learner's prediction: late, changed after the burst."""
+    notes = []
+    if _flag(row.get("late")):
+        notes.append("committed after a burst had run")
+    if _flag(row.get("edited")):
+        notes.append(f"changed after the burst to {_label(row.get('changed_to'))}")
+    return "; ".join(notes) or "first prediction, before the burst"
+
+
+def _flag(value: Any) -> bool:
+    """A true flag (numpy's too); None and NaN (not known) are not."""
+    return value is not None and not (isinstance(value, float) and pd.isna(value)) and bool(value)
+
+
 def _answer_points(long: pd.DataFrame, title: str) -> alt.Chart:
-    columns = ["learner", "host", "ok", "value", "kind"]
+    columns = ["learner", "host", "ok", "value", "kind", "note"]
     return (
         alt.Chart(_data(long, columns), title=alt.TitleParams(title, anchor="start"))
         .mark_point(size=90, strokeWidth=2)
         .encode(
             x=alt.X("learner:N", title=None, sort="ascending"),
             y=alt.Y("value:Q", title="value"),
-            color=alt.Color("kind:N", scale=alt.Scale(domain=["measured", "prediction"],
-                                                      range=[_BLUE, _ORANGE]), title=None),
+            color=alt.Color("kind:N", scale=alt.Scale(domain=_KINDS, range=_KIND_COLOURS),
+                            title=None),
             fill=alt.condition(alt.datum.kind == "measured", alt.value(_BLUE),
                                alt.value("transparent")),
-            tooltip=["learner:N", "host:N", "kind:N", "value:Q", "ok:N"],
+            tooltip=["learner:N", "host:N", "kind:N", "value:Q", "ok:N", "note:N"],
         )
         .properties(width=WIDTH, height=HEIGHT)
     )  # fmt: skip
@@ -114,8 +140,8 @@ def _answer_counts(long: pd.DataFrame, title: str) -> alt.Chart:
             x=alt.X("value:N", title=None),
             xOffset="kind:N",
             y=alt.Y("learners:Q", title="learners", axis=alt.Axis(tickMinStep=1)),
-            color=alt.Color("kind:N", scale=alt.Scale(domain=["measured", "prediction"],
-                                                      range=[_BLUE, _ORANGE]), title=None),
+            color=alt.Color("kind:N", scale=alt.Scale(domain=_KINDS, range=_KIND_COLOURS),
+                            title=None),
             tooltip=["value:N", "kind:N", "learners:Q"],
         )
         .properties(width=WIDTH, height=HEIGHT)

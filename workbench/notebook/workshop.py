@@ -1,13 +1,17 @@
-"""The workshop's helpers: exercise checks that compare an answer with what was measured.
+"""The workshop's helpers: exercise checks that compare a prediction with what was measured.
 
-Each lesson notebook from ``notebooks/02_...`` on has its exercises (lesson 10's checks are in
-``workshop_memory``, lesson 11's in ``workshop_compute``; the lessons' plans and starting knobs
-in ``lesson_plans``, re-exported here). A check reads the learner's own measurement (a sweep,
+Each lesson notebook (``notebooks/01_...`` to ``11_...``) has predict-then-measure exercises
+(lesson 10's checks are in ``workshop_memory``, lesson 11's in ``workshop_compute``; the
+lessons' plans and starting knobs in ``lesson_plans``, re-exported here).
+The cell that measures starts with ``commit_prediction(prediction, exercise=...)``, which keeps
+the first prediction made before the burst (``predictions.py`` says why and how); the
+exercise's check judges that first prediction against the learner's own measurement (a sweep,
 a diagnosis, a profile, a saved config), so the right answer is whatever this machine showed,
-not a number from a GPU somewhere else. A check returns a :class:`Check` (true when right,
-with a sentence saying why) and never raises on a wrong answer; it raises ``ValueError`` only
-when the measurement itself cannot be checked against (no successful burst, a knob the sweep
-did not vary).
+not a number from a GPU somewhere else. A prediction committed after a burst had run is judged
+but never correct, a changed one shows as an edit (the first counts), and an ``answer`` read off
+the table gets a sentence of its own, never the verdict. A check returns a :class:`Check` (true
+when right, with a sentence saying why) and never raises: a measurement that cannot be checked
+(no successful burst, a knob the sweep did not vary) becomes a verdict that says so.
 
 Bursts are noisy, so "the best value" accepts any value within ``tolerance`` of the best
 median: a short burst cannot tell those apart, and the check says so.
@@ -49,6 +53,7 @@ from workbench.notebook.lesson_plans import (
     lesson_workload,
     loader_ceiling_estimate,
 )
+from workbench.notebook.predictions import BOOK, Commit, PredictionBook, standing
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -58,9 +63,12 @@ if TYPE_CHECKING:
     from workbench.distributed.allreduce import CommResult
 
 __all__ = [
+    "BOOK",
     "Check",
     "ClassBoardWarning",
+    "Commit",
     "LessonPlan",
+    "PredictionBook",
     "ceilings",
     "check_best",
     "check_comm_peak",
@@ -73,6 +81,7 @@ __all__ = [
     "check_top_operator",
     "check_verdict",
     "class_mode",
+    "commit_prediction",
     "example_script",
     "gpu_verdicts",
     "lesson_knobs",
@@ -108,6 +117,12 @@ class Check:
     """What this machine measured: the value the answer is compared with (None: nothing)."""
     answered: bool = True
     """False for "set `answer` first": no answer was given, so nothing goes to a class board."""
+    late: bool | None = None
+    """The judged prediction was committed after a burst of the exercise had run (it cannot
+    count as correct); None where no committed prediction was judged."""
+    changed_to: Any = None
+    """The learner's later prediction when it differs from the first committed one (an edit
+    after the burst: the first still counts); None when unchanged."""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -180,25 +195,64 @@ def record(check: Check, *, store: Any = None) -> int | None:
     checks do not try the store again, so a store that times out (``connect_timeout``) does not
     make every later verdict wait for it.
     """
-    if not check.exercise or not check.answered or (store is None and not class_mode()):
-        return None
-    if store is None and time.monotonic() < _down_until[0]:
+    if not check.exercise or not check.answered or not _board_wanted(store):
         return None
     answer = {"exercise": check.exercise, "ok": check.ok, "message": check.message,
-              "prediction": check.prediction, "measured": check.measured}  # fmt: skip
+              "prediction": check.prediction, "measured": check.measured, "kind": "check",
+              "late": check.late, "changed_to": check.changed_to}  # fmt: skip
+    return _send(answer, store, f"your answer to {check.exercise}", "your verdict below", 4)
+
+
+def _send(
+    row: dict[str, Any], store: Any, what: str, unaffected: str, stacklevel: int
+) -> int | None:
+    """``classroom.record_answer(row)``, never raising: one warning, then a pause (``record``);
+    ``stacklevel`` names the learner's cell in the warning."""
     try:
-        return classroom.record_answer(answer, store=store)
+        return classroom.record_answer(row, store=store)
     except Exception as exc:  # the point: recording never breaks a lesson
         if store is None:
             _down_until[0] = time.monotonic() + RETRY_S
         warnings.warn(
-            f"your answer to {check.exercise} was not sent to the class board "
-            f"({scrubbed(str(exc))}); your verdict below is unaffected. Answers are not sent "
-            f"for the next {RETRY_S:.0f} s; tell the instructor if this repeats.",
+            f"{what} was not sent to the class board ({scrubbed(str(exc))}); {unaffected} is "
+            f"unaffected. Answers are not sent for the next {RETRY_S:.0f} s; tell the "
+            "instructor if this repeats.",
             ClassBoardWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
         return None
+
+
+def commit_prediction(prediction: Any, *, exercise: str, store: Any = None) -> Commit | None:
+    """Commit ``prediction`` for ``exercise`` as its burst starts: the first line of the cell
+    that measures it. Prints one line; returns the first committed prediction (None: none).
+
+    The first prediction is the one the exercise's check judges; one made after a burst of the
+    exercise already ran is late (judged, never counted as correct); a later different value is
+    kept as an edit (``workbench.notebook.predictions``). With ``prediction=None`` the burst runs
+    all the same, and nothing committed after it counts.
+
+    In class mode (or into ``store`` when one is given) the commit goes to the class board at
+    once, so the board shows first predictions even when the check is never run; a store that
+    is down costs the board that row, never the lesson (as ``record``).
+    """
+    event = BOOK.commit(exercise, prediction)
+    print(event.line())
+    if event.kind in ("none", "first", "edit") and _board_wanted(store):
+        first = event.entry.first
+        row = {"exercise": exercise, "ok": None, "message": event.line(), "measured": None,
+               "kind": "prediction", "prediction": None if first is None else first.value,
+               "late": None if first is None else first.late,
+               "changed_to": event.value if event.kind == "edit" else None}  # fmt: skip
+        _send(row, store, f"your prediction for {exercise}", "the burst", 3)
+    return event.entry.first
+
+
+def _board_wanted(store: Any) -> bool:
+    """Whether a row goes to a board now: a store given, or class mode outside the pause."""
+    if store is not None:
+        return True
+    return class_mode() and time.monotonic() >= _down_until[0]
 
 
 RETRY_S = 60.0
@@ -276,22 +330,99 @@ def _judge(
     question: str,
     *,
     choice: bool = True,
+    predict: Callable[[Any], Check] | None = None,
+    variable: str = "prediction",
 ) -> Check:
-    """The common shape of predict-then-measure: the answer (read after the burst) is judged;
-    with no answer, the prediction (made before it) is judged in its place; the verdict says
-    how far the prediction was from the measurement either way."""
+    """The common shape of predict-then-measure. With an exercise name, the verdict is the
+    first prediction committed before the burst (``_judge_first``). Without one (the checks
+    used as plain functions, never in a lesson), the answer is judged, else the prediction
+    handed in: there is no burst to have committed it. ``predict`` judges a prediction where
+    it differs from ``judge`` (a wider band: a prediction is made blind)."""
+    predict = predict or judge
+    if exercise:
+        return _judge_first(predict, prediction, exercise=exercise, what=question,
+                            variable=variable, choice=choice, answer=answer,
+                            read=judge)  # fmt: skip
     if answer is None and prediction is None:
         return _no_answer(question, "prediction", exercise=exercise)
     if answer is None:
-        verdict = judge(prediction)
+        verdict = predict(prediction)
         note = prediction_note(prediction, verdict.measured, right=verdict.ok, choice=choice)
         return Check(verdict.ok, f"your prediction, against the measurement: {verdict.message}"
                      f". {note}",
                      exercise=exercise, prediction=prediction,
                      measured=verdict.measured)  # fmt: skip
     verdict = judge(answer)
-    right = judge(prediction).ok if prediction is not None else None
+    right = predict(prediction).ok if prediction is not None else None
     return _with_prediction(verdict, prediction, right, choice)
+
+
+_UNSET: Any = object()
+
+
+def _judge_first(
+    predict: Callable[[Any], Check],
+    prediction: Any,
+    *,
+    exercise: str,
+    what: str,
+    variable: str = "prediction",
+    choice: bool = True,
+    answer: Any = None,
+    read: Callable[[Any], Check] | None = None,
+    measured: Any = _UNSET,
+    note: bool = True,
+) -> Check:
+    """Judge the first prediction committed for ``exercise`` before its burst (``predict``
+    says whether a value is right), whatever ``prediction`` holds now.
+
+    - None committed: "make a prediction first", and how; not correct.
+    - Committed late (after a burst of the exercise had run): judged, never correct.
+    - A current value that differs from the first: shown as an edit; the first counts.
+    - ``answer`` (read off the table after the burst) is judged by ``read`` in a sentence of
+      its own and never makes the verdict correct: a value copied from the table must not pass.
+
+    ``measured`` is the right answer for the board; by default, what ``predict`` reports.
+    ``note``: add the sentence on how far the prediction was (False where ``predict``'s own
+    message says it).
+    """
+    stand = standing(exercise, prediction, variable=variable)
+    reading = None if answer is None or read is None else read(answer)
+    first = stand.first
+    judged = predict(first.value if first is not None else None)
+    truth = judged.measured if measured is _UNSET else measured
+    fields: dict[str, Any] = {"exercise": exercise, "measured": truth,
+                              "changed_to": stand.now if stand.changed else None}  # fmt: skip
+    if first is None:
+        parts = [stand.missing(what)]
+        ok = False
+    else:
+        parts = [f"your prediction, against the measurement: {judged.message}"]
+        if note:
+            parts.append(prediction_note(first.value, truth, right=judged.ok, choice=choice))
+        ok = judged.ok and not first.late
+        if first.late:
+            parts.insert(0, stand.late_sentence())
+        if stand.changed:
+            parts.append(stand.edit_sentence())
+        fields.update(prediction=first.value, late=first.late)
+    if reading is not None:
+        parts.append(_reading(answer, reading))
+    return Check(ok, _sentences(parts), **fields)
+
+
+def _reading(answer: Any, reading: Check) -> str:
+    """The sentence on an answer read off the table after the burst: it never decides."""
+    said = "right" if reading.ok else "not right"
+    return (f"Your answer read from the table ({_says(answer)}) is {said}: "
+            f"{reading.message}. Reading the table after the burst does not make the verdict: "
+            "the prediction made before it does")  # fmt: skip
+
+
+def _sentences(parts: list[str]) -> str:
+    """Sentences joined with one full stop between them (none doubled)."""
+    text = ". ".join(p.strip().rstrip(".") for p in parts if p and p.strip())
+    return text + "." if len(parts) > 1 else text
 
 
 @_never_raises
@@ -306,24 +437,33 @@ def check_prediction(
 ) -> Check:
     """A prediction against one measured number (or choice): right within ``rel_tol`` of it
     (or ``abs_tol`` in its own units, for shares near zero). A short burst is noisy and a
-    prediction is an order of magnitude, so the band is wide."""
-    if prediction is None:
-        return _no_answer(f"your prediction of {what}", "prediction", exercise=exercise)
+    prediction is an order of magnitude, so the band is wide. With an exercise name, the
+    prediction judged is the first one committed before the burst (``commit_prediction``)."""
     if measured is None:
         return Check(False, f"{what} was not measured (the burst failed?): run it again",
                      exercise=exercise, prediction=prediction)  # fmt: skip
-    fields = {"exercise": exercise, "prediction": prediction, "measured": measured}
-    number = isinstance(prediction, (int, float)) and not isinstance(prediction, bool)
-    if isinstance(measured, (int, float)) and not isinstance(measured, bool):
-        if not number:
-            return Check(False, f"predict {what} as a number, not {prediction!r}", **fields)
-        close = abs(prediction - measured) <= max(rel_tol * abs(measured), abs_tol)
-        band = f"within {rel_tol:.0%}" + (f" or {abs_tol:g}" if abs_tol else "")
-        note = prediction_note(prediction, measured)
-        verdict = "close enough" if close else "outside the band"
-        return Check(close, f"{what}: {note} ({verdict}: {band})", **fields)
-    right = str(prediction).strip().lower() == str(measured).strip().lower()
-    return Check(right, f"{what}: {prediction_note(prediction, measured)}", **fields)
+    number_measured = isinstance(measured, (int, float)) and not isinstance(measured, bool)
+
+    def judge(guess: Any) -> Check:
+        fields = {"exercise": exercise, "prediction": guess, "measured": measured}
+        number = isinstance(guess, (int, float)) and not isinstance(guess, bool)
+        if number_measured:
+            if not number:
+                return Check(False, f"predict {what} as a number, not {guess!r}", **fields)
+            close = abs(guess - measured) <= max(rel_tol * abs(measured), abs_tol)
+            band = f"within {rel_tol:.0%}" + (f" or {abs_tol:g}" if abs_tol else "")
+            verdict = "close enough" if close else "outside the band"
+            return Check(close, f"{what}: {prediction_note(guess, measured)} ({verdict}: {band})",
+                         **fields)  # fmt: skip
+        right = str(guess).strip().lower() == str(measured).strip().lower()
+        return Check(right, f"{what}: {prediction_note(guess, measured)}", **fields)
+
+    if exercise:
+        return _judge_first(judge, prediction, exercise=exercise, what=f"your prediction of "
+                            f"{what}", measured=measured, note=False)  # fmt: skip
+    if prediction is None:
+        return _no_answer(f"your prediction of {what}", "prediction", exercise=exercise)
+    return judge(prediction)
 
 
 # -- lesson set-up ---------------------------------------------------------------------------
@@ -513,10 +653,13 @@ def check_speedup(
         return Check(False, f"{guess:g} is off: {words}", **fields)
 
     question = f"{metric} at {knob}={new} divided by {metric} at {knob}={old}"
-    if answer is None:
-        return _judge(lambda g: judge(g, max(rel_tol, 0.25)), None, prediction, exercise,
-                      question, choice=False)  # fmt: skip
-    return _judge(judge, answer, prediction, exercise, question, choice=False)
+    return _judge(judge, answer, prediction, exercise, question, choice=False,
+                  predict=lambda g: judge(g, max(rel_tol, PREDICTION_TOL)))  # fmt: skip
+
+
+PREDICTION_TOL = 0.25
+"""A predicted ratio within 25% of the measured one is right: it was made blind, before the
+burst (an answer read off the table gets the tighter ``rel_tol``)."""
 
 
 @_never_raises
@@ -625,15 +768,27 @@ def check_scale_out(
                          **fields)  # fmt: skip
     ratio = two_nodes.samples_per_s / one_node.samples_per_s
     measured = scale_out_label(ratio)
-    fields["measured"] = measured
     near = {scale_out_label(ratio - EDGE_BAND), scale_out_label(ratio + EDGE_BAND)}
     said = f"two nodes ran at {ratio:.2f}x one node's samples/s ({measured})"
     start = _start_cost(one_node, two_nodes)
+    choices = '"faster", "same" or "slower"'
+
+    def judge(guess: Any) -> Check:
+        if str(guess).strip().lower() not in ("faster", "same", "slower"):
+            return Check(False, f"{guess!r} is not one of {choices}: {said}",
+                         exercise=exercise, measured=measured)  # fmt: skip
+        right = str(guess).strip().lower() in near
+        return Check(right, f"{said}; {start}", exercise=exercise, measured=measured)
+
+    if exercise:
+        return _judge_first(judge, prediction, exercise=exercise, what=choices,
+                            variable="prediction_nodes")  # fmt: skip
     if prediction is None:
-        return _no_answer('"faster", "same" or "slower"', "prediction", **fields)
-    right = str(prediction).strip().lower() in near
-    note = prediction_note(prediction, measured, right=right, choice=True)
-    return Check(right, f"{said}; {start} {note}", **fields)
+        return _no_answer(choices, "prediction", **{**fields, "measured": measured})
+    verdict = judge(prediction)
+    note = prediction_note(prediction, measured, right=verdict.ok, choice=True)
+    return dataclasses.replace(verdict, message=f"{verdict.message} {note}",
+                               prediction=prediction)  # fmt: skip
 
 
 def _start_cost(one_node: BurstResult, two_nodes: BurstResult) -> str:
@@ -722,11 +877,13 @@ def check_top_operator(
     answer: str | None, profile: ProfileResult, *, tolerance: float = 0.1,
     prediction: str | None = None, exercise: str = "",
 ) -> Check:  # fmt: skip
-    """Is ``answer`` the operator that took the most time (or within ``tolerance`` of it)?
+    """Is the predicted operator the one that took the most time (or within ``tolerance``)?
 
     ``aten::`` may be left out. Time is what the table is sorted by: device time on CUDA,
-    host self time on a CPU. A prediction names an operator (or a family: "convolution"
-    matches ``aten::convolution_backward``) before the profile ran.
+    host self time on a CPU. A prediction names an operator, or a family ("convolution" for
+    ``aten::convolution_backward`` and ``aten::mkldnn_convolution``) that is specific
+    (``operator_family``): a part of every name ("aten", "a", "::", "") names nothing. An
+    ``answer`` (read off the table after the profile) must be an exact operator name.
     """
     ops = profile.operators
     if ops is None or ops.empty:
@@ -735,13 +892,15 @@ def check_top_operator(
     times = dict(zip(ops["operator"], ops[column], strict=True))
     top = str(ops["operator"].iloc[0])
 
-    def judge(guess: Any) -> Check:
+    def judge(guess: Any, family: bool = False) -> Check:
         fields = {"exercise": exercise, "measured": top}
         name = str(guess).strip()
         match = name if name in times else f"aten::{name}" if f"aten::{name}" in times else None
-        if match is None and answer is None:  # a prediction may name a family of operators
-            family = [op for op in times if name.lower() in op.lower()]
-            match = max(family, key=times.__getitem__) if family else None
+        if match is None and family:
+            found = operator_family(name, list(times))
+            if isinstance(found, str):
+                return Check(False, found, **fields)
+            match = max(found, key=times.__getitem__)
         if match is None:
             return Check(False, f"{name!r} is not in the table: copy a name from its operator "
                                 "column", **fields)  # fmt: skip
@@ -751,8 +910,37 @@ def check_top_operator(
         return Check(False, f"{match} took {times[match]:,.1f} ms, but {top} took "
                             f"{times[top]:,.1f} ms ({column})", **fields)  # fmt: skip
 
-    question = "the name of the operator you expect at the top of the table"
-    return _judge(judge, answer, prediction, exercise, question)
+    question = "the name of the operator (or family) you expect at the top of the table"
+    return _judge(judge, answer, prediction, exercise, question,
+                  predict=lambda g: judge(g, family=True))  # fmt: skip
+
+
+FAMILY_SHARE = 0.25
+"""A family name may match at most a quarter of the profile table's operators (at least one):
+"convolution" or "batch_norm" pick two of fifteen, "backward" four, "aten" all of them. A name
+that matches more says too little about where the time goes to count as a prediction."""
+_NAMESPACES = ("aten", "autograd", "engine", "cuda", "cudnn", "profiler", "torch")
+
+
+def operator_family(name: str, operators: list[str]) -> list[str] | str:
+    """The operators whose names contain ``name`` (case-insensitive), or why ``name`` is not a
+    specific family: shorter than 3 letters, a namespace, or matching more than
+    ``FAMILY_SHARE`` of ``operators``."""
+    key = name.strip().lower()
+    key = key.removeprefix("aten::")
+    letters = sum(ch.isalpha() for ch in key)
+    if letters < 3 or key.strip(":_ .") in _NAMESPACES:
+        return (f"{name!r} names no operator family: give an operator's name, or a family of "
+                'at least 3 letters such as "convolution" or "batch_norm"')  # fmt: skip
+    found = [op for op in operators if key in op.lower()]
+    if not found:
+        return f"{name!r} is not in the table: no operator's name contains it"
+    allowed = max(1, int(FAMILY_SHARE * len(operators)))
+    if len(found) > allowed:
+        return (f"{name!r} is too broad: it matches {len(found)} of the {len(operators)} "
+                f"operators in the table (a family may match at most {allowed}); name one "
+                "operator or a narrower family")  # fmt: skip
+    return found
 
 
 @_never_raises

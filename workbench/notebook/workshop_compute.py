@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from workbench.engine import hardware
-from workbench.notebook.workshop import Check, _never_raises
+from workbench.notebook.workshop import Check, _judge_first, _never_raises
 
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
@@ -133,14 +133,18 @@ def check_break_even(prediction: Any, be: BreakEven, *, factor: float = GUESS_FA
     Right when it lies within ``factor`` of the range the noise allows, or is ``"never"`` where
     compiled steps were not measurably faster.
     """
-    verdict = _break_even_verdict(prediction, be, factor)
     measured = None if be.steps is None else ("never" if not be.pays else round(be.steps))
-    return replace(verdict, exercise=EXERCISES[0], prediction=prediction, measured=measured)
+    return _judge_first(lambda guess: _break_even_verdict(guess, be, factor), prediction,
+                        exercise=EXERCISES[0], what=_BREAK_EVEN_WHAT, measured=measured,
+                        note=False)  # fmt: skip
+
+
+_BREAK_EVEN_WHAT = 'the number of steps you expect compile to need to pay back, or "never"'
 
 
 def _break_even_verdict(prediction: Any, be: BreakEven, factor: float) -> Check:
     if prediction is None:
-        return _ask('the number of steps you expect compile to need to pay back, or "never"')
+        return _ask(_BREAK_EVEN_WHAT)
     never = isinstance(prediction, str) and prediction.strip().lower() == "never"
     number = None if never else _as_number(prediction)
     if not never and (number is None or number <= 0):
@@ -212,12 +216,15 @@ def check_layout(
     (``no_effect``) is "same" by construction, and the verdict says why. ``measured``: the
     speed ratio (changed over base), or None.
     """
-    verdict = _layout_verdict(prediction, base, changed, knob, tolerance)
     measured = None
     if _failed("baseline", base) is None and _failed(knob, changed) is None:
         measured = round(_band(base, changed, tolerance)[0], 3)  # type: ignore[arg-type]
     exercise = EXERCISES[1] if knob == "channels_last" else f"11-{knob.replace('_', '-')}"
-    return replace(verdict, exercise=exercise, prediction=prediction, measured=measured)
+    return _judge_first(
+        lambda guess: _layout_verdict(guess, base, changed, knob, tolerance), prediction,
+        exercise=exercise, what='"faster", "slower" or "same"', variable="prediction_layout",
+        measured=measured, note=False,
+    )  # fmt: skip
 
 
 def _layout_verdict(
@@ -298,12 +305,15 @@ def check_share_of_peak(
 ) -> Check:  # fmt: skip
     """Is ``prediction`` (a percentage) the share of the device's peak this burst's step used?
     Right within ``factor`` of the measured share, or within ``points`` percentage points."""
-    verdict = _share_verdict(prediction, result, ceiling_flops, factor, points)
     measured = None
     if _failed("measured", result) is None:
         share = busy_and_useful(result, ceiling_flops)["share_of_peak_pct"]  # type: ignore[arg-type]
         measured = None if share is None else round(share, 2)
-    return replace(verdict, exercise=EXERCISES[2], prediction=prediction, measured=measured)
+    return _judge_first(
+        lambda guess: _share_verdict(guess, result, ceiling_flops, factor, points), prediction,
+        exercise=EXERCISES[2], what="the percentage of this device's peak FLOP/s you expect "
+        "the step to use", variable="prediction_peak", measured=measured, note=False,
+    )  # fmt: skip
 
 
 def _share_verdict(

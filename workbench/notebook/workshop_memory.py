@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from workbench.core.cost import tune_saving
-from workbench.notebook.workshop import Check, _never_raises, _no_answer
+from workbench.notebook.workshop import Check, _judge_first, _never_raises, _no_answer
 
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
@@ -52,27 +52,46 @@ def memory_table(results: Mapping[str, BurstResult], baseline: str = "baseline")
 
 
 @_never_raises(exercise="10-frees-most")
-def check_frees_most(answer: str | None, table: pd.DataFrame, *, tolerance: float = 0.05) -> Check:
-    """Is ``answer`` the change that freed the most memory in ``table`` (``memory_table``)?
-    A change within ``tolerance`` of the baseline's memory of the best counts too."""
-    if answer is None:
-        return _no_answer("the change you predict frees the most memory, e.g. 'grad_accum'")
+def check_frees_most(
+    prediction: str | None, table: pd.DataFrame, *, answer: str | None = None,
+    tolerance: float = 0.05,
+) -> Check:  # fmt: skip
+    """Is the predicted change the one that freed the most memory in ``table``
+    (``memory_table``)? A change within ``tolerance`` of the baseline's memory of the best
+    counts too. The prediction judged is the first one committed before the measurement
+    (``workshop.commit_prediction``); ``answer``, read off the table, gets a sentence of its own.
+    """
     changes = [c for c in table["change"] if c != "baseline"]
-    if answer not in changes:
-        return Check(False, f"{answer!r} is not one of the changes measured: {', '.join(changes)}")
     freed = dict(zip(table["change"], table["freed_mib"], strict=True))
     held = dict(zip(table["change"], table["held_mib"], strict=True))
-    if freed.get(answer) is None:
-        raise ValueError(f"the burst of {answer!r} measured no memory breakdown")
-    best = max((c for c in changes if freed[c] is not None), key=freed.__getitem__)
-    words = f"{answer} freed {freed[answer]:,.1f} MiB of {held['baseline']:,.1f}"
-    if answer == best:
-        return Check(True, f"{words}, the most of the changes measured")
-    if freed[best] - freed[answer] <= tolerance * held["baseline"]:
-        return Check(True, f"{words}; {best} freed {freed[best]:,.1f}, as good within "
-                           f"{tolerance:.0%}")  # fmt: skip
-    hint = "compare the freed_mib column (and activations_mib: what grows with the batch)"
-    return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}")
+    measured = [c for c in changes if freed[c] is not None and not pd.isna(freed[c])]
+    if not measured:
+        raise ValueError("no change measured a memory breakdown: run the measuring cell again")
+    best = max(measured, key=freed.__getitem__)
+
+    def judge(guess: Any) -> Check:
+        if guess not in changes:
+            return Check(False, f"{guess!r} is not one of the changes measured: "
+                                f"{', '.join(changes)}", measured=best)  # fmt: skip
+        if guess not in measured:
+            raise ValueError(f"the burst of {guess!r} measured no memory breakdown")
+        words = f"{guess} freed {freed[guess]:,.1f} MiB of {held['baseline']:,.1f}"
+        if guess == best:
+            return Check(True, f"{words}, the most of the changes measured", measured=best)
+        if freed[best] - freed[guess] <= tolerance * held["baseline"]:
+            return Check(True, f"{words}; {best} freed {freed[best]:,.1f}, as good within "
+                               f"{tolerance:.0%}", measured=best)  # fmt: skip
+        hint = "compare the freed_mib column (and activations_mib: what grows with the batch)"
+        return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}",
+                     measured=best)  # fmt: skip
+
+    return _judge_first(judge, prediction, exercise=FREES_MOST,
+                        what="the change you predict frees the most memory, e.g. 'grad_accum'",
+                        answer=answer, read=judge)  # fmt: skip
+
+
+FREES_MOST = "10-frees-most"
+"""Exercise 1's name on the class board (and in ``commit_prediction``)."""
 
 
 @_never_raises(exercise="10-monthly-saving")
