@@ -35,7 +35,10 @@ lesson 4 reaches the OOM edge), into the lessons' data root.
 Each record: lesson, outcome (passed, failed, timeout, skipped: no time), error (the error's
 last line, or None), wall_s, timeout_s, device, expected_s, start_s (the kernel's start, before
 the first cell) and cells (per executed code cell: its index in the notebook, its first line,
-seconds, ok | error | stopped). ``--json`` is rewritten after every lesson. Lessons run in a
+seconds, ok | error | stopped) and unjudged. ``--json`` is rewritten after every lesson.
+The run plays a learner who predicts (``lesson_predictions``: the lessons ship with every
+prediction empty): each measuring cell must commit its prediction and each check judge it; a
+lesson where one did not (``unjudged`` lists where) has failed. Lessons run in a
 fresh folder each (their working directory); ``WORKBENCH_HOME`` defaults to a temporary
 folder. Exit code 0 when no lesson failed or timed out (skipped ones are listed, not failed).
 """
@@ -62,6 +65,7 @@ from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_record, run as a script
 import gpu_record  # noqa: E402
+import lesson_predictions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -103,6 +107,7 @@ class LessonRecord:
     expected_s: float | None = None  # what it was expected to take (GPU only), for planning
     start_s: float | None = None  # the kernel's start: from the run's start to the first cell
     cells: list[dict[str, Any]] = field(default_factory=list)  # ``cell_times``
+    unjudged: list[str] = field(default_factory=list)  # ``lesson_predictions.unjudged``
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,7 @@ class Executed:
     error: str | None
     cells: list[dict[str, Any]]
     start_s: float | None
+    unjudged: list[str] = field(default_factory=list)
 
 
 def run_lesson(path: Path, timeout_s: float, workdir: Path, env: dict[str, str]) -> Executed:
@@ -221,7 +227,7 @@ def run_lesson(path: Path, timeout_s: float, workdir: Path, env: dict[str, str])
     def cell_timeout(_cell: Any) -> int:  # the lesson's time left, so the lesson ends in time
         return max(1, math.ceil(deadline - time.monotonic()))
 
-    nb = nbformat.read(path, as_version=4)
+    nb = lesson_predictions.with_predictions(nbformat.read(path, as_version=4), path.stem)
     client = NotebookClient(nb, kernel_name=KERNEL, timeout_func=cell_timeout,
                             startup_timeout=60,  # a slow start is not the lesson's fault
                             shutdown_kernel="immediate",  # a cell stuck in CUDA may not listen
@@ -240,7 +246,10 @@ def run_lesson(path: Path, timeout_s: float, workdir: Path, env: dict[str, str])
     finally:  # a kernel that never started leaves nbclient's exit hook, which then fails loudly
         atexit.unregister(client._cleanup_kernel)
     cells, start_s = cell_times(nb.cells, started, datetime.now(timezone.utc))
-    return Executed(outcome, error, cells, start_s)
+    unjudged = lesson_predictions.unjudged(nb.cells) if outcome == "passed" else []
+    if unjudged:  # the commit and the check of an exercise do not meet: the lesson is broken
+        outcome, error = "failed", _one_line(f"predictions: {unjudged[0]}")
+    return Executed(outcome, error, cells, start_s, unjudged)
 
 
 def cell_times(
@@ -346,7 +355,7 @@ def _run_one(path: Path, limits: Limits, started: float, device: str, env: dict[
     done = run_lesson(path, timeout_s, workdir, env)
     return LessonRecord(path.stem, done.outcome, done.error, round(time.monotonic() - t0, 2),
                         round(timeout_s, 1), device, expected, done.start_s,
-                        done.cells)  # fmt: skip
+                        done.cells, done.unjudged)  # fmt: skip
 
 
 def slowest_cells(record: Mapping[str, Any], n: int = 3) -> list[dict[str, Any]]:

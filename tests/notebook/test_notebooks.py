@@ -7,16 +7,17 @@ than about the notebook. WORKBENCH_STRICT_TIMING=1 makes it a failure (for a qui
 Predictions: the notebooks ship with every prediction empty (``prediction = None``; checked
 on the files as stored). A learner who keeps it so gets "make a prediction first" from every
 check (tested per checker in test_checks_count_predictions.py). The run here plays a learner
-who predicts: the test adds one line after each prediction cell's own (``prediction = ...  #
-set by the test``), so the stored line still runs, and then requires each measuring cell to
-print that its prediction was committed and each check to judge it. That also proves each
+who predicts (``benchmarks/lesson_predictions.py``, which the lessons' GPU run uses too): one
+line is added after each prediction cell's own (``prediction = ...  # set by the rehearsal``),
+so the stored line still runs, and then each measuring cell must print that its prediction
+was committed and each check judge it. That also proves each
 notebook's commit and check name the same exercise. The values are ordinary guesses of the
 right kind, not the answers: a check may say "Not yet".
 """
 
+import importlib.util
 import json
 import os
-import re
 import time
 import warnings
 from pathlib import Path
@@ -41,21 +42,11 @@ def test_notebook_is_stored_without_outputs(path):
     assert not [c for c in nb["cells"] if c.get("outputs") or c.get("execution_count")]
 
 
-PREDICTED = {  # what the test predicts, per notebook and prediction variable
-    "01": {"prediction": 50},
-    "02": {"prediction": 1},
-    "03": {"prediction": 0.5},
-    "04": {"prediction": 16},
-    "05": {"prediction": "data-bound"},
-    "06": {"prediction": 64 * 1024, "prediction_nodes": "same"},
-    "07": {"prediction": "convolution"},
-    "08": {"prediction": 1.0},
-    "09": {"prediction": "lmdb"},
-    "10": {"prediction": "activation_checkpointing"},
-    "11": {"prediction": "never", "prediction_layout": "same", "prediction_peak": 10},
-}
-_ASSIGNED = re.compile(r"^(prediction\w*) = (.*?)(\s+#.*)?$", re.MULTILINE)
-_COMMIT = re.compile(r'commit_prediction\((\w+), exercise="([^"]+)"\)')
+_BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+_spec = importlib.util.spec_from_file_location("rehearsal", _BENCH / "lesson_predictions.py")
+rehearsal = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rehearsal)
+PREDICTED, _ASSIGNED, _COMMIT = rehearsal.PREDICTED, rehearsal.ASSIGNED, rehearsal.COMMITTED
 
 
 def _code(path):
@@ -77,42 +68,11 @@ def test_every_prediction_ships_empty_and_is_committed_where_its_burst_starts(pa
                    for line in cell.splitlines()[: cell.count("commit_prediction(")])  # fmt: skip
 
 
-def _predicting(nb, path):
-    """``nb`` with the test's predictions set after each prediction cell's own line."""
-    values = PREDICTED.get(path.name[:2], {})
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        names = [m.group(1) for m in _ASSIGNED.finditer(cell.source)]
-        extra = [f"{name} = {values[name]!r}  # set by the test" for name in names]
-        cell.source = "\n".join([cell.source, *extra])
-    return nb
-
-
-def _text(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
-    return "".join(parts)
-
-
-def _judged_every_prediction(nb):
-    """Each commit printed its prediction; each check judged one, none asks for one."""
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        said = _text(cell)
-        for _name, exercise in _COMMIT.findall(cell.source):
-            assert f"Prediction for {exercise} committed" in said, (exercise, said)
-        if re.search(r"(workshop|lesson)\.check_", cell.source):
-            assert "make a prediction first" not in said, said
-
-
 @pytest.mark.concurrent  # a kernel waiting on bursts of fixed length: two at a time in make test
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # the kernel inherits the env
-    nb = _predicting(nbformat.read(path, as_version=4), path)
+    nb = rehearsal.with_predictions(nbformat.read(path, as_version=4), path.name)
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})  # fmt: skip
     t0 = time.perf_counter()
@@ -120,7 +80,7 @@ def test_notebook_runs_top_to_bottom(path, tiny_data, tmp_path, monkeypatch):
     elapsed = time.perf_counter() - t0
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
-    _judged_every_prediction(nb)
+    assert not rehearsal.unjudged(nb.cells)
     limit_s = QUICKSTART_LIMIT_S if path.name == QUICKSTART else LIMIT_S
     if elapsed >= limit_s:  # wall time on a shared, loaded machine is a figure, not a verdict
         message = f"{path.name} took {elapsed:.0f} s on this CPU (target {limit_s:g} s)"
