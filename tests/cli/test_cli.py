@@ -438,7 +438,8 @@ def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monk
 def test_the_workload_help_says_how_to_name_a_factory(command, capsys):
     assert main([command, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert ("--workload NAME|MODULE:FUNCTION a built-in name (cnn, resnet50, gpt) or "
+    assert ("--workload NAME|MODULE:FUNCTION a built-in name (cnn, resnet50, gpt, gpt:124m, "
+            "hf:gpt2) or "
             "module:function that returns a Workload, importable from the current directory"
             ) in text  # fmt: skip
 
