@@ -116,21 +116,22 @@ class FileTokens:
     each process, as ``datasets.TokenWindows`` is."""
 
     def __init__(self, path: str | os.PathLike[str], vocab: int = 256) -> None:
-        from workbench.engine.datasets import check_token_file
+        from workbench.engine import datasets  # PIL: only when a token file is read
 
         self.path, self.vocab = Path(path), vocab
-        self.n_tokens = check_token_file(self.path, min_tokens=MIN_LENGTH)
+        self.n_tokens = datasets.check_token_file(self.path, min_tokens=MIN_LENGTH)
         self._bytes: np.memmap | None = None
 
     def ids(self, start: int, stop: int) -> torch.Tensor:
-        from workbench.engine.datasets import pair_ids
-
         if self._bytes is None:
             self._bytes = np.memmap(self.path, dtype=np.uint8, mode="r")
         chunk = torch.from_numpy(self._bytes[start:stop].astype(np.int64))
         if self.vocab == 256:
             return chunk
-        return pair_ids(int(self._bytes[start - 1]) if start > 0 else 0, chunk, self.vocab)
+        from workbench.engine import datasets  # PIL: only when a token file is read
+
+        before = int(self._bytes[start - 1]) if start > 0 else 0
+        return datasets.pair_ids(before, chunk, self.vocab)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_bytes": None}  # a memmap does not travel into workers
