@@ -118,3 +118,10 @@ def test_the_tuner_compares_pad_and_pack_from_a_start_that_reads_documents(small
     assert "packing" not in default_space(CPU, small_gpt, Knobs())  # off reads other data
     cnn = resolve_workload("cnn", tiny_data)
     assert packing_space(cnn, Knobs(packing="pad")) == {}
+
+
+def test_a_tune_over_packing_for_a_workload_without_documents_is_refused_before_a_burst():
+    from workbench.tuning.tuner import tune
+
+    with pytest.raises(KnobError, match="packing=\\['pad'\\] is not allowed: off for workload"):
+        tune(tensor_workload(), {"packing": ["off", "pad"]}, budget=2, record=False)

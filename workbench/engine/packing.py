@@ -96,6 +96,14 @@ def documents_view(wl: Workload, knobs: Knobs, device: torch.device) -> Workload
     )  # fmt: skip
 
 
+def check_packing_values(workload: Any, values: list[Any]) -> None:
+    """Refuse ``pad``/``pack`` among the values a search will try (a tuner's space) for a
+    workload without documents, before any burst: every one of them would be refused."""
+    asked = [v for v in values if v != "off"]
+    if asked and not has_documents(workload):
+        raise KnobError("packing", asked, no_documents(workload))
+
+
 def packing_space(workload: Any, base: Knobs) -> dict[str, list[str]]:
     """The tuner's values for ``packing``: ``pad`` and ``pack`` for a workload with documents
     whose start reads them. ``off`` reads other data (a stream with no documents), so a tune
@@ -165,6 +173,7 @@ def real_token_figures(
 __all__ = [
     "WITH_DOCUMENTS",
     "RealTokens",
+    "check_packing_values",
     "documents_view",
     "has_documents",
     "no_documents",

@@ -97,7 +97,7 @@ from workbench.engine import hardware
 from workbench.engine.attention import attention_space
 from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
-from workbench.engine.packing import packing_space
+from workbench.engine.packing import check_packing_values, packing_space
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 from workbench.history.store import Store, StoreWarning, keep_pending
@@ -174,6 +174,7 @@ def tune(
     run = _StoredBursts(wl, dev, stop, setup.store, setup.window, burst_progress, money)
     if checked is not None:
         _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
+        check_packing_values(wl, [*checked.get("packing", []), start.packing])
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
                     limit_mib=total * (1 - memory_margin) if total else None, device=dev,
                     workload=wl, cancel=stop)  # fmt: skip
