@@ -500,7 +500,8 @@ def _progress_to_stderr(p: Any) -> None:
 
 _SHOWN = [
     ("status", ""), ("error", ""), ("workload", ""), ("device", ""), ("device_name", ""),
-    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("step_ms_p50", "ms"),
+    ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"), ("pad_share_pct", "%"),
+    ("step_ms_p50", "ms"),
     ("step_ms_iqr", "ms"), ("step_ms_mean", "ms"), ("noisy", ""), ("steps", ""),
     ("samples_from", ""),
     ("measured_s", "s"), ("warmup_s", "s"),

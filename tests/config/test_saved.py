@@ -37,7 +37,7 @@ KNOBS = [
           cudnn_benchmark=True, grad_accum=4, attention="flash", loader="dali",
           dali_decode="mixed",
           dali_hw_decoder_load=0.9, decode="gpu", decode_overlap=False,
-          data_format="shards", cache="cold",
+          data_format="shards", cache="cold", packing="pack",
           world_size=8, nodes=2, bucket_cap_mb=100.5,
           gradient_as_bucket_view=True, static_graph=True,
           activation_checkpointing=True, optimizer_impl="fused",
@@ -45,7 +45,7 @@ KNOBS = [
           nccl={"NCCL_CROSS_NIC": "1", "NCCL_IB_TIMEOUT": "22", "NCCL_SOCKET_NTHREADS": "4",
                 "NCCL_SOCKET_IFNAME": "^docker,lo"}),  # every knob away from its default
     Knobs(batch_size=1, precision="fp16", compile="reduce-overhead", loader="synthetic",
-          optimizer_impl="for-loop", attention="cudnn"),
+          optimizer_impl="for-loop", attention="cudnn", packing="pad"),
     Knobs(precision="tf32", num_workers=1, bucket_cap_mb=0.1, nccl={"NCCL_DEBUG": "INFO"},
           dali_decode="cpu", dali_hw_decoder_load=0.0, data_format="predecoded"),
 ]  # fmt: skip

@@ -95,3 +95,22 @@ def test_show_says_how_to_keep_the_tuned_attention_kernel():
     )
     assert "with cfg.attention_context():" in shown
     assert "attention_context" not in _cfg().describe()
+
+
+def test_pack_feeds_a_scripts_documents_as_the_bursts_were_fed():
+    docs = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10, 11]]
+    packed = _cfg(packing="pack").pack(docs, 4)
+    inputs, targets = packed[0]
+    assert inputs["tokens"].tolist() == [1, 2, 3, 4] and inputs["docs"].tolist() == [0, 0, 0, 1]
+    assert targets.tolist() == [2, 3, -100, 5]  # the first document's end is not a target
+    padded = _cfg(packing="pad").pack(docs, 4)
+    assert len(padded) == 3 and padded[1][0]["tokens"].tolist() == [4, 5, 0, 0]
+    with pytest.raises(InputError, match="packing='off' is not allowed: pad or pack"):
+        _cfg().pack(docs, 4)
+
+
+def test_show_says_how_the_documents_were_fed():
+    shown = _cfg(packing="pack").describe()
+    assert "# packing: measured with documents packed into full rows" in shown
+    assert "dataset = cfg.pack(documents, seq_len)" in shown
+    assert "cfg.pack" not in _cfg().describe()

@@ -83,6 +83,7 @@ def test_contract_knob_names_are_fields():
         ({"compile": "fast"}, "compile", "reduce-overhead"),
         ({"loader": "ffcv"}, "loader", "torch, dali, synthetic"),
         ({"attention": "sdpa"}, "attention", "one of auto, flash, efficient, cudnn, math"),
+        ({"packing": "greedy"}, "packing", "one of off, pad, pack"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),
         ({"pin_memory": "yes"}, "pin_memory", "true or false"),
         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb", "number"),

@@ -774,3 +774,18 @@ def test_the_result_line_shows_the_ambient_environment_escaped():
     r.ambient_notes = ["OMP_NUM_THREADS=<4> came from the environment, not a knob"]
     html = result_html(r)
     assert "environment, not knobs" in html and "OMP_NUM_THREADS=&lt;4&gt;" in html
+
+
+def test_packing_is_greyed_for_a_workload_without_documents(tiny_data):
+    from workbench.core.knobs import knob_specs
+    from workbench.engine.workloads import resolve_workload
+    from workbench.notebook.ui import controls
+
+    spec = next(s for s in knob_specs() if s.name == "packing")
+    assert controls.make_control(spec, "pack", "cpu").options == ("off", "pad", "pack")
+    cnn = resolve_workload("cnn", tiny_data)
+    assert controls.disabled_reasons("cpu", cnn)["packing"].startswith(
+        "cnn: it has no documents to pad or pack"
+    )
+    assert "packing" in controls.disabled_reasons("cpu", tensor_workload())  # a user's own
+    assert "packing" not in controls.disabled_reasons("cpu", resolve_workload("gpt", tiny_data))

@@ -31,6 +31,7 @@ from workbench.core.results import Outcome, spread
 from workbench.engine.batches import Batch, SampleRule, SamplesOf, move_batch, sample_rule
 from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
+from workbench.engine.packing import RealTokens, documents_view, real_token_figures
 from workbench.engine.timing import synchronize
 from workbench.engine.window import BurstWindow, prefetched_batches, settled_warmup
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
@@ -100,8 +101,9 @@ def _measure(
     window: BurstWindow,
 ) -> None:
     t0 = clock()
+    wl = documents_view(wl, knobs, dev)  # packing: the rows a burst with these knobs reads
     stream = build_loader(wl, knobs, dev)
-    count = _Counter(wl.samples_of)
+    count = _Counter(wl.samples_of, RealTokens.of(wl, knobs), wl.tokens_per_sample)
     try:
         r.setup_s = clock() - t0
         t1 = clock()
@@ -129,6 +131,7 @@ def _window(
     count: _Counter,
 ) -> None:
     batch_ms: list[float] = []
+    count.reset()
     start = last = clock()
     while not stop.is_set():
         r.samples += _deliver(stream, knobs, dev, count)
@@ -144,6 +147,7 @@ def _window(
         r.status, r.error = "cancelled", "stopped before the window closed"
     if r.batches and r.measured_s > 0:
         r.samples_per_s = r.samples / r.measured_s
+        count.in_real_tokens(r)
         s = spread(batch_ms)
         r.batch_ms_p50, r.batch_ms_iqr, r.noisy = s.p50, s.iqr, s.noisy
 
@@ -151,6 +155,7 @@ def _window(
 def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device, count: _Counter) -> int:
     """One batch, put where the model would read it; returns its sample count."""
     batch = next(stream)
+    count.tokens(batch)  # on the host, before the copy
     if not stream.on_device:
         pinned = knobs.pin_memory and dev.type == "cuda"
         batch = move_batch(batch, dev, non_blocking=pinned)
@@ -160,11 +165,33 @@ def _deliver(stream: BatchStream, knobs: Knobs, dev: torch.device, count: _Count
 class _Counter:
     """Samples of each delivered batch, by the rule the first one decides, as a burst counts
     them (``sample_rule``): the loader's ceiling and the burst it is compared with must count
-    the same samples."""
+    the same samples. Documents (``packing``): samples of ``seq_len`` real tokens, as a
+    burst's (``engine.packing``)."""
 
-    def __init__(self, samples_of: SamplesOf | None):
+    def __init__(
+        self,
+        samples_of: SamplesOf | None,
+        real: RealTokens | None = None,
+        seq_len: int | None = None,
+    ):
         self._samples_of = samples_of
         self._rule: SampleRule | None = None
+        self._real, self._seq_len = real, seq_len
+
+    def tokens(self, batch: Batch) -> None:
+        if self._real is not None:
+            self._real.add(batch)
+
+    def reset(self) -> None:
+        if self._real is not None:
+            self._real.reset()
+
+    def in_real_tokens(self, r: LoaderResult) -> None:
+        """A document window's samples counted in real tokens (rows in ``r.samples``)."""
+        if self._real is None or not self._seq_len or not r.measured_s:
+            return
+        figures = real_token_figures(r.samples, self._real.total, self._seq_len, r.measured_s)
+        r.samples, r.samples_per_s = figures["samples"], figures["samples_per_s"]
 
     def __call__(self, batch: Batch) -> int:
         if self._rule is None:

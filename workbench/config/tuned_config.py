@@ -305,6 +305,27 @@ class TunedConfig:
 
         return production_scope(self.knobs, torch.device(_device_type(device_type)))
 
+    def pack(self, documents: Sequence[Any], seq_len: int) -> Any:
+        """``documents`` (each a sequence or 1-D tensor of token ids) as the tuned ``packing``
+        fed the bursts' model: a Dataset of ``(input, target)`` rows of ``seq_len``.
+        ``pad``: one document a row, padded (``input["lengths"]`` real tokens); ``pack``:
+        documents concatenated into full rows, ``input["docs"]`` the document of each
+        position. Targets are the next token of the same document, -100 (``F.cross_entropy``'s
+        ``ignore_index``) elsewhere. The model takes ``model(input["tokens"],
+        docs=input.get("docs"))`` and, given ``docs``, attends through
+        ``workbench.engine.documents.document_mask(docs)`` with positions from
+        ``document_positions(docs)``, as the built-in gpt does. ``off``: an InputError (the
+        bursts read no documents: nothing to pack)."""
+        if self.knobs.packing == "off":
+            raise InputError.not_allowed(
+                "packing", "off", "pad or pack in the config to pack documents (its bursts read "
+                "fixed windows of a token stream, no documents)",
+            )  # fmt: skip
+        # torch only when the script asks for it: load_config stays torch-free
+        from workbench.engine.documents import documents_dataset
+
+        return documents_dataset(documents, seq_len, self.knobs.packing)
+
     def grad_scaler(self, device_type: str | None = None) -> Any:
         """A ``torch.amp.GradScaler`` for fp16, whose narrow range underflows small gradients
         without loss scaling; None for every other precision."""
@@ -580,6 +601,7 @@ class TunedConfig:
                 *self._data_lines(),
                 *self._training_lines(),
                 *self._attention_lines(),
+                *self._packing_lines(),
                 "# one node",
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
@@ -625,6 +647,20 @@ class TunedConfig:
                 f"{self.knobs.attention} kernel alone (torch.nn.attention.sdpa_kernel)",
                 "with cfg.attention_context():  # around the training loop",
                 "    ..."]  # fmt: skip
+
+    def _packing_lines(self) -> list[str]:
+        """How the measured documents are fed in production, where they were."""
+        how = {
+            "pad": "one document a row, padded to the sequence length",
+            "pack": "documents packed into full rows, a document mask keeping them apart",
+        }
+        if self.knobs.packing not in how:
+            return []
+        return [f"# packing: measured with {how[self.knobs.packing]}; tokens_per_s counted "
+                "real tokens only",
+                "dataset = cfg.pack(documents, seq_len)  # rows (input, target) as measured",
+                "logits = model(input['tokens'], docs=input.get('docs'))  # mask: "
+                "workbench.engine.documents.document_mask"]  # fmt: skip
 
     def _data_lines(self) -> list[str]:
         """How the measured data was read, where that is not the plain folder of files."""

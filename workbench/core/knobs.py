@@ -48,6 +48,11 @@ ATTENTIONS = ("auto", "flash", "efficient", "cudnn", "math")
 """PyTorch's scaled-dot-product-attention backends (``torch.nn.attention.SDPBackend``), as
 ``torch.nn.attention.sdpa_kernel`` selects them for a burst: ``auto`` is PyTorch's own choice
 per call among all of them (``workbench.engine.attention`` says what each needs)."""
+PACKINGS = ("off", "pad", "pack")
+"""How a transformer workload's documents fill its sequences (``workbench.engine.packing``):
+``off`` (the workload's own fixed windows of one token stream, no documents), ``pad`` (one
+document a row, padded to the sequence length or truncated) or ``pack`` (documents
+concatenated into full rows, an attention mask keeping them apart)."""
 DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -301,6 +306,17 @@ class Knobs:
         "data",
         "choice",
         choices=CACHE_MODES,
+    )
+    packing: str = _knob(
+        "off",
+        "Transformer workloads with documents (gpt, gpt:124m): off (fixed windows of one token "
+        "stream), pad (one document a row, padded to the sequence length, truncated if longer) "
+        "or pack (documents concatenated into full rows; a block-diagonal causal mask keeps "
+        "them apart, positions restart per document). tokens_per_s counts real tokens, "
+        "pad_share_pct the padding.",
+        "data",
+        "choice",
+        choices=PACKINGS,
     )
     world_size: int = _knob(
         1,

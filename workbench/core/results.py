@@ -155,6 +155,10 @@ class BurstResult(Outcome):
     chose it for their inputs in set-up: "flash", "efficient", "cudnn" or "math" ("flash,
     math" where calls differed). None where the model made no such call or this torch cannot
     say. The ``attention`` knob asks (``auto``: PyTorch's choice); this says what ran."""
+    pad_share_pct: float | None = None
+    """With ``packing`` (pad or pack): the share of the window's token positions that were
+    padding, in %; ``tokens_per_s`` then counts real tokens only and ``samples_per_s``
+    samples of ``tokens_per_sample`` real tokens (``engine.packing``). None without."""
     h2d_bytes_per_sample: float | None = None
     """Bytes a sample sent from host memory to the device: its float32 crop and label with
     ``decode=cpu`` (602 KB at 224 px), its stored JPEG or uint8 square with ``decode=gpu``.

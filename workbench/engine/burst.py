@@ -71,6 +71,7 @@ from workbench.engine.failures import (
 from workbench.engine.lightning_fit import fit_with_trainer, trainer_no_effect
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.loaders.device_batches import decode_ran
+from workbench.engine.packing import RealTokens, documents_view, real_token_figures
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
@@ -143,6 +144,8 @@ class _Measured:
     decode: str | None = None
     h2d_bytes_per_sample: float | None = None
     attention_backend: str | None = None
+    real_tokens: int | None = None
+    """A document burst's real (non-pad) tokens in the window (``engine.packing``)."""
 
 
 def run_in_process(
@@ -295,9 +298,11 @@ def _measure(
 ) -> _Measured:
     t0 = plan.clock()
     _report(plan, "setup", 0.0, 0)
+    wl = documents_view(wl, knobs, dev)  # packing: its documents' rows (a KnobError if none)
     stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
     try:
         state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
+        state.real_tokens = RealTokens.of(wl, knobs)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
         batch, rule, host_bytes = _check_first_batch(state, stream, knobs, dev, wl, parts)
         setup_s = plan.clock() - t0
@@ -491,6 +496,8 @@ def _train_one_step(
         batch = next(stream)
         if timer is not None:
             timer.add_wait(time.perf_counter() - wait_start)
+        if state.real_tokens is not None:  # on the host, before the copy: no device sync
+            state.real_tokens.add(batch)
         marks = timer.copy_marks() if timer is not None and not stream.on_device else None
         if not stream.on_device:
             batch = to_device(batch, state, dev, pinned)
@@ -517,6 +524,8 @@ def _window(
     timer = StepTimer(dev, plan.clock)
     steps = samples = 0
     epochs_before = stream.epochs
+    if state.real_tokens is not None:
+        state.real_tokens.reset()  # the window's tokens, not the warm-up's
     synchronize(dev)
     plan.coord.barrier()
     start, wall_start = plan.clock(), time.perf_counter()
@@ -549,6 +558,7 @@ def _window(
         final_loss=float(loss) * state.grad_accum if loss is not None else None,
         epochs=stream.epochs,
         cancelled=plan.stop.is_set(),
+        real_tokens=state.real_tokens.total if state.real_tokens is not None else None,
         short_epochs=short_epochs_report(
             stream.epoch_handling,
             stream.batches_per_epoch,
@@ -584,6 +594,12 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.samples_per_s = m.samples / m.measured_s
     if wl.tokens_per_sample:
         r.tokens_per_s = r.samples_per_s * wl.tokens_per_sample
+    if m.real_tokens is not None and wl.tokens_per_sample:  # packing: real tokens only
+        figures = real_token_figures(m.samples, m.real_tokens, wl.tokens_per_sample,
+                                     m.measured_s)  # fmt: skip
+        r.samples, r.samples_per_s = figures["samples"], figures["samples_per_s"]
+        r.tokens_per_s, r.pad_share_pct = figures["tokens_per_s"], figures["pad_share_pct"]
+        r.samples_from = "real tokens"
     _fill_step_stats(r, m.timing, m.measured_s)
     _fill_flops(r, m.flops_per_sample, knobs)
 

@@ -721,6 +721,12 @@ class BigramTokenWindows(TokenWindows):
         x, y = super().__getitem__(index)  # the window's bytes, checked and in range
         start = (index % len(self)) * self.block_size
         first = int(self._tokens[start - 1]) if start > 0 else 0  # the byte before the window
-        chunk = torch.cat([torch.tensor([first]), x, y[-1:]])
-        ids = (256 * chunk[:-1] + chunk[1:]) % self.vocab
+        ids = pair_ids(first, torch.cat([x, y[-1:]]), self.vocab)
         return ids[:-1], ids[1:]
+
+
+def pair_ids(before: int, data: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The byte-pair ids of ``data`` (int64 bytes), ``before`` being the byte ahead of its
+    first: ``(256 * byte[j-1] + byte[j]) % vocab`` (:class:`BigramTokenWindows`)."""
+    previous = torch.cat([torch.tensor([before], dtype=data.dtype), data[:-1]])
+    return (256 * previous + data) % vocab

@@ -82,6 +82,8 @@ class TrainState:
     """The workload's learning-rate schedule (``step()`` after every optimizer step), or None."""
     attention_backend: str | None = None
     """The SDPA backend the set-up check saw PyTorch choose (``engine.attention``), or None."""
+    real_tokens: Any = None
+    """A document burst's counter of real tokens (``engine.packing.RealTokens``), or None."""
 
     def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""

@@ -97,6 +97,7 @@ from workbench.engine import hardware
 from workbench.engine.attention import attention_space
 from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
+from workbench.engine.packing import check_packing_values, packing_space
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 from workbench.history.store import Store, StoreWarning, keep_pending
@@ -173,6 +174,7 @@ def tune(
     run = _StoredBursts(wl, dev, stop, setup.store, setup.window, burst_progress, money)
     if checked is not None:
         _warn_oversubscribed(checked, hardware.device_info(dev).cpu_count)
+        check_packing_values(wl, [*checked.get("packing", []), start.packing])
     search = Search(run, space=checked or default_space(dev, wl, start), budget=budget,
                     limit_mib=total * (1 - memory_margin) if total else None, device=dev,
                     workload=wl, cancel=stop)  # fmt: skip
@@ -350,9 +352,11 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
     (``engine.attention.attention_space``: auto and the fused kernels, never math) and the data
     path (``data_paths.path_space``: ``decode`` where the device
     can decode, ``data_format`` over the converted copies already built, ``loader=dali``
-    where installed; nothing is built or installed for it). Precision starts from PyTorch's
-    own math (``default``); ``fp32-strict`` is not searched: IEEE everywhere is a numerics
-    choice, never faster than ``default``."""
+    where installed; nothing is built or installed for it). On any device, a workload with
+    documents started at ``packing`` pad or pack compares the two
+    (``engine.packing.packing_space``: never ``off``, which reads other data). Precision
+    starts from PyTorch's own math (``default``); ``fp32-strict`` is not searched: IEEE
+    everywhere is a numerics choice, never faster than ``default``."""
     b = base.batch_size
     sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
     cores = hardware.device_info(dev).cpu_count or 1
@@ -369,6 +373,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
             space["channels_last"] = [False, True]
         space |= attention_space(wl, dev)
         space |= path_space(wl, base, dev)
+    space |= packing_space(wl, base)
     return space
 
 

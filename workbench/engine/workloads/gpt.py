@@ -11,12 +11,18 @@ includes them. Its tokens are byte pairs of the same local text
 
 MFU counts their FLOPs from the shape (``transformer_flops``: 6N + 12 * layers * width *
 seq_len per token), the same convention for every size.
+
+Both also read their text as documents (``engine.documents``), padded or packed into rows by
+the ``packing`` knob: the model then takes each position's document (``forward(idx,
+docs=...)``), keeps documents apart with a block-diagonal causal mask through SDPA's
+``attn_mask`` and restarts positions at each document's start.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from workbench.engine.attention import SDPA_KEY
+from workbench.engine.documents import (
+    DOCUMENTS_KEY,
+    IGNORE_INDEX,
+    document_mask,
+    document_positions,
+    file_documents,
+)
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.workloads.base import Workload, logits_of, say_progress
 from workbench.engine.workloads.transformer_flops import train_flops_per_sample
@@ -65,11 +78,13 @@ class _Block(nn.Module):
             nn.Linear(s.width, 4 * s.width), nn.GELU(), nn.Linear(4 * s.width, s.width)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask``: a packed row's document mask (``documents.document_mask``); None: causal
+        over the whole row, which PyTorch's fused kernels run without a mask tensor."""
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp(self.ln2(x))
 
@@ -91,9 +106,18 @@ class TinyGPT(nn.Module):
         for block in self.blocks:  # GPT-2: scale residual projections by depth
             nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * s.layers))
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
+    def forward(self, idx: torch.Tensor, docs: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of every position. ``docs``: each position's document in a packed row
+        (``documents.PackedDocuments``): attention stays inside a document and positions
+        restart at its start; None: one sequence a row."""
+        if docs is None:
+            pos, mask = torch.arange(idx.shape[1], device=idx.device), None
+        else:
+            pos, mask = document_positions(docs), document_mask(docs)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln(x))
 
     def checkpoint_blocks(self) -> list[nn.Module]:
         """The transformer blocks: what ``activation_checkpointing`` recomputes."""
@@ -101,9 +125,11 @@ class TinyGPT(nn.Module):
 
 
 def token_loss(output: Any, targets: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy over every position (of ``output.logits`` for a model output
-    object, as Hugging Face's)."""
-    return F.cross_entropy(logits_of(output).flatten(0, 1), targets.flatten())
+    """Next-token cross-entropy over every position whose target is a token (of
+    ``output.logits`` for a model output object, as Hugging Face's): targets
+    ``IGNORE_INDEX`` (padding, a document's end) are left out of the mean."""
+    logits = logits_of(output).flatten(0, 1)
+    return F.cross_entropy(logits, targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
 def _adamw(params):
@@ -129,7 +155,8 @@ def gpt(
                                                 shape.layers, shape.width, shape.block),
         tokens_per_sample=shape.block,
         description=_describe(shape),
-        extras={"block": shape.block, SAMPLE_SET: data.is_sample_data(path), SDPA_KEY: "sdpa"},
+        extras={"block": shape.block, SAMPLE_SET: data.is_sample_data(path), SDPA_KEY: "sdpa",
+                DOCUMENTS_KEY: partial(file_documents, path, shape.block, shape.vocab)},
     )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import torch
 from workbench.core.knobs import KnobError, Knobs, KnobSpec, knob_specs
 from workbench.engine.attention import uses_sdpa
 from workbench.engine.loaders.dali import dali_available
+from workbench.engine.packing import has_documents, no_documents
 from workbench.engine.workloads import Workload
 
 POWERS_OF_TWO = tuple(2**i for i in range(13))  # 1 .. 4096
@@ -37,6 +38,8 @@ def disabled_reasons(device_type: str, workload: Workload | None = None) -> dict
     reasons = {}
     if workload is not None and uses_sdpa(workload) is False:
         reasons["attention"] = f"{workload.name} has no attention layers: no SDPA kernel to pick"
+    if workload is not None and not has_documents(workload):
+        reasons["packing"] = no_documents(workload).removeprefix("off for workload ")
     if device_type != "cuda":
         reasons["nccl"] = "NCCL acts only on GPUs: ranks on this CPU talk over gloo"
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
