@@ -74,6 +74,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from workbench.core.knobs import DDP_KNOBS, Knobs
 from workbench.engine.memory_knobs import checkpoint_blocks
@@ -167,8 +168,6 @@ def shard_model(
 
 def ddp_model(model: nn.Module, knobs: Knobs, device: torch.device) -> nn.Module:
     """``DistributedDataParallel`` with the DDP knobs, on ``device`` (its index for CUDA)."""
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
