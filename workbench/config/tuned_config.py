@@ -429,7 +429,7 @@ class TunedConfig:
         # torch only when the script asks for it: load_config stays torch-free
         import torch
 
-        from workbench.engine.sharding import ddp_model, shard_model
+        from workbench.engine.sharding import ddp_model, shard_model  # torch's FSDP and DDP
 
         if not torch.distributed.is_initialized():
             raise InputError("wrap_model: no process group: call "
