@@ -214,3 +214,18 @@ def test_the_tuner_searches_sharding_for_several_ranks_of_a_model_with_blocks(ti
     started = sharding.sharding_space(gpt, Knobs(world_size=2, sharding="fsdp"))
     assert started["reshard_after_forward"] == [True, False]
     assert sharding.sharding_space(tensor_workload(), Knobs(world_size=2)) == {}  # no blocks
+
+
+def test_a_hugging_face_models_blocks_are_its_decoder_layers():
+    transformers = pytest.importorskip("transformers")
+    configs = {
+        "GPT2Block": transformers.GPT2Config(n_layer=3, n_embd=64, n_head=2),
+        "LlamaDecoderLayer": transformers.LlamaConfig(
+            num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+            num_key_value_heads=2, vocab_size=128,
+        ),
+    }  # fmt: skip
+    for layer, config in configs.items():
+        with torch.device("meta"):  # shapes only: nothing downloaded, nothing allocated
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        assert [type(b).__name__ for b in sharding.shard_blocks(model)] == [layer] * 3
