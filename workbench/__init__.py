@@ -54,8 +54,8 @@ _EXPORTS = {
     "convert_dataset": "workbench.engine.convert",
     "storage_check": "workbench.engine.storage",
     "compare_formats": "workbench.analysis.format_bench",
-    "compare_sharding": "workbench.analysis.sharding",
-    "ShardingComparison": "workbench.analysis.sharding",
+    "compare_sharding": "workbench.analysis.sharding_compare",
+    "ShardingComparison": "workbench.analysis.sharding_compare",
 }
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from workbench.analysis.format_bench import compare_formats
     from workbench.analysis.memory_views import MemorySnapshot, memory_snapshot
     from workbench.analysis.profiling import ProfileResult, profile_burst
-    from workbench.analysis.sharding import ShardingComparison, compare_sharding
+    from workbench.analysis.sharding_compare import ShardingComparison, compare_sharding
     from workbench.analysis.sweeps import sweep
     from workbench.config.saved import TunedConfig, load_config, save_config
     from workbench.core.knobs import KnobError, Knobs, RenamedValueWarning, knob_specs

@@ -3,7 +3,7 @@ two-rank FSDP burst is tests/distributed/test_jobs.py's)."""
 
 import pytest
 
-from workbench.analysis.sharding import SHARDING_CASES, compare_sharding, held_mib
+from workbench.analysis.sharding_compare import SHARDING_CASES, compare_sharding, held_mib
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
