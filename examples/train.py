@@ -6,8 +6,11 @@
 
 What the tuning session chose comes from the config: DataLoader arguments, precision (autocast
 and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), channels_last,
-torch.compile, gradient accumulation, the DDP settings (bucket size, gradients as bucket views,
-static graph: ``cfg.ddp_kwargs()``), the optimizer's implementation (``cfg.optimizer_kwargs()``),
+torch.compile, gradient accumulation, how the ranks hold the model (``cfg.wrap_model(model)``:
+DDP with its settings, bucket size, gradients as bucket views, static graph, from
+``cfg.ddp_kwargs()``, or with ``sharding=fsdp`` FSDP2's ``fully_shard`` on each block of
+``SmallNet.checkpoint_blocks()`` and then the root), the optimizer's implementation
+(``cfg.optimizer_kwargs()``),
 activation checkpointing (``cfg.apply_activation_checkpointing(model)``, which recomputes the
 blocks ``SmallNet.checkpoint_blocks()`` names) and the NCCL/allocator environment
 (``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``), all set
@@ -80,9 +83,8 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
     cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
     if knobs.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        model = nn.parallel.DistributedDataParallel(model, device_ids=ids, **cfg.ddp_kwargs())
+    if world > 1:  # DDP, or FSDP2's shards: before the optimizer, whose parameters FSDP replaces
+        model = cfg.wrap_model(model, device)
     if knobs.compile != "off":
         model = torch.compile(model, mode=None if knobs.compile == "default" else knobs.compile)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **cfg.optimizer_kwargs())
@@ -112,8 +114,10 @@ def _step_function(cfg, model, optimizer, scaler, device, world):
     accum = cfg.knobs.grad_accum
     # DDP all-reduces gradients on every backward; no_sync skips that until the last
     # micro-batch. Not with static_graph: PyTorch's DDP fails an internal assert on a first
-    # backward under no_sync with a static graph (pytorch/pytorch#143580).
-    skip_sync = world > 1 and not cfg.ddp_kwargs()["static_graph"]
+    # backward under no_sync with a static graph (pytorch/pytorch#143580). FSDP reduce-scatters
+    # every micro-batch, which keeps its gradients sharded (as the bursts measured it).
+    ddp = world > 1 and cfg.knobs.sharding == "ddp"
+    skip_sync = ddp and not cfg.ddp_kwargs()["static_graph"]
 
     def step(batches) -> torch.Tensor:
         for i in range(accum):

@@ -100,6 +100,22 @@ def test_the_torchrun_line_launches_the_example_on_two_processes(tmp_path, tiny_
     assert m.group(2, 3, 4) == ("2", "4", "2") and "fp16" in p.stdout
 
 
+@pytest.mark.slow
+def test_the_example_shards_a_fsdp_config_over_two_processes(tmp_path, tiny_data):
+    """sharding=fsdp saved: train.py's cfg.wrap_model shards SmallNet's checkpointed blocks,
+    then the root, and trains two steps of two micro-batches on two gloo ranks."""
+    knobs = Knobs(batch_size=4, world_size=2, sharding="fsdp", reshard_after_forward=False,
+                  activation_checkpointing=True, grad_accum=2)  # fmt: skip
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    args = ["--config", str(path), "--data", str(tiny_data / "images"), "--steps", "2",
+            "--warmup", "1", "--device", "cpu"]  # fmt: skip
+    line = load_config(path).torchrun_command(str(TRAIN), script_args=args)
+    p = _run(["bash", "-c", line], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = LINE.search(p.stdout)
+    assert m and m.group(2, 3, 4) == ("2", "4", "2"), p.stdout
+
+
 # --- examples/huggingface.py: a real Hugging Face model, tokenized text, dynamic padding ---
 
 ROOT = Path(__file__).resolve().parents[1]

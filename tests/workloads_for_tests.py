@@ -413,3 +413,11 @@ def recommender_workload(**changes: typing.Any) -> Workload:
 def counted_recommender() -> Workload:
     """The recommender with a ``samples_of`` hook (for torchrun ranks, which build it by name)."""
     return recommender_workload(name="rec-counted", samples_of=count_users)
+
+
+def tiny_gpt(data_dir: typing.Any = None) -> Workload:
+    """``gpt``'s model and data at a test's size (2 blocks of 64, 2 heads, 32 byte tokens):
+    the built-in workload's code, blocks and all, a few ms a step."""
+    from workbench.engine.workloads.gpt import GPTShape, gpt
+
+    return gpt(data_dir, GPTShape(block=32, layers=2, heads=2, width=64), name="tiny-gpt")

@@ -54,6 +54,8 @@ _EXPORTS = {
     "convert_dataset": "workbench.engine.convert",
     "storage_check": "workbench.engine.storage",
     "compare_formats": "workbench.analysis.format_bench",
+    "compare_sharding": "workbench.analysis.sharding_compare",
+    "ShardingComparison": "workbench.analysis.sharding_compare",
 }
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from workbench.analysis.format_bench import compare_formats
     from workbench.analysis.memory_views import MemorySnapshot, memory_snapshot
     from workbench.analysis.profiling import ProfileResult, profile_burst
+    from workbench.analysis.sharding_compare import ShardingComparison, compare_sharding
     from workbench.analysis.sweeps import sweep
     from workbench.config.saved import TunedConfig, load_config, save_config
     from workbench.core.knobs import KnobError, Knobs, RenamedValueWarning, knob_specs
@@ -124,4 +127,5 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
     "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
     "MemorySnapshot", "convert_dataset", "storage_check", "compare_formats",
+    "compare_sharding", "ShardingComparison",
 ]  # fmt: skip

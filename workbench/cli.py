@@ -514,6 +514,20 @@ _SHOWN = [
 ]  # fmt: skip
 
 
+def _held_per_rank_lines(d: dict[str, Any]) -> list[str]:
+    """A job's memory at rest on its fullest rank (``param_mib_per_rank`` and the others):
+    the whole model with ddp, the rank's shards with sharding=fsdp. None for one process,
+    whose breakdown already says it."""
+    held = [d.get(f"{part}_mib_per_rank") for part in ("param", "grad", "optimizer_state")]
+    if len(d.get("ranks") or []) < 2 or None in held:
+        return []
+    knobs = d.get("knobs") or {}
+    how = "shards" if knobs.get("sharding") == "fsdp" else "whole replica"
+    text = ", ".join(f"{name} {_fmt(v)}" for name, v in zip(("params", "grads", "optimizer"),
+                                                            held, strict=True))  # fmt: skip
+    return [f"{'held per rank':<18} {text} MiB ({how}, {len(d['ranks'])} ranks)"]
+
+
 def _format_result(d: dict[str, Any], debug: bool = False) -> str:
     """A burst as text: every figure of a finished burst (``n/a`` where unknown); of a
     failed one only what is known, the error first, and its traceback with ``--debug``."""
@@ -526,6 +540,7 @@ def _format_result(d: dict[str, Any], debug: bool = False) -> str:
         if failed and value is None:
             continue
         lines.append(f"{'memory ' + name[:-4]:<18} {_fmt(value)} MiB")
+    lines += _held_per_rank_lines(d)
     for name, value in (d.get("cost") or {}).items():
         if name in _COST_SHOWN and value is not None:
             lines.append(f"{'cost ' + name:<18} {_fmt(value)}")

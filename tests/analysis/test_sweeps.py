@@ -165,3 +165,17 @@ def test_the_chart_leaves_out_the_extra_runs_and_draws_corrected_throughput(monk
         .to_dict()["hconcat"][0]["title"]["text"]
         .startswith("Throughput (samples/s) vs")
     )
+
+
+def test_a_sharding_sweep_on_one_rank_keeps_the_whole_model_and_says_why(tiny_data):
+    """fsdp on one rank cannot act: both rows hold the whole model, and the fsdp row says so
+    (on two ranks, tests/distributed/test_jobs.py: each holds half)."""
+    from workloads_for_tests import tiny_gpt
+
+    from workbench.engine.sharding import ONE_RANK
+
+    df = sweep(tiny_gpt(tiny_data), "sharding", ["ddp", "fsdp"], base=Knobs(batch_size=2),
+               record=False, reference_every=None, **FAST)  # fmt: skip
+    assert list(df["sharding"]) == ["ddp", "fsdp"] and set(df["status"]) == {"ok"}
+    assert df["param_mib_per_rank"].nunique() == 1 and df["param_mib_per_rank"].iloc[0] > 0
+    assert [n.get("sharding") for n in df["no_effect"]] == [None, ONE_RANK]

@@ -508,3 +508,20 @@ def test_bad_launcher_hosts_or_nodes_exit_2_naming_the_flag(command, args, words
     out, err = capsys.readouterr()
     assert out == "" and words in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_text_output_of_a_job_says_what_its_fullest_rank_holds():
+    from workbench.cli import _format_result
+    from workbench.core.knobs import Knobs
+    from workbench.core.results import BurstResult
+
+    row = {"step_ms_p50": 9.0, "data_wait_pct": 0.0, "peak_mem_mib": 400.0}
+    r = BurstResult(workload="gpt", knobs=Knobs(world_size=2, sharding="fsdp"),
+                    ranks=[{"rank": 0, **row}, {"rank": 1, **row}], param_mib_per_rank=0.226,
+                    grad_mib_per_rank=0.226, optimizer_state_mib_per_rank=0.452)  # fmt: skip
+    shown = [line for line in _format_result(r.to_dict()).splitlines() if "per rank" in line]
+    assert shown == ["held per rank      params 0.226, grads 0.226, optimizer 0.452 MiB "
+                     "(shards, 2 ranks)"]  # fmt: skip
+    alone = BurstResult(workload="gpt", param_mib_per_rank=0.452, grad_mib_per_rank=0.452,
+                        optimizer_state_mib_per_rank=0.904)  # fmt: skip
+    assert "held per rank" not in _format_result(alone.to_dict())  # the breakdown says it

@@ -46,3 +46,10 @@ def test_the_loader_knobs_are_the_dataloaders_not_the_trainers():
     cfg = TunedConfig(Knobs(batch_size=48, num_workers=2))
     assert not {"batch_size", "num_workers"} & set(cfg.lightning_trainer_kwargs())
     assert cfg.dataloader_kwargs("cpu")["batch_size"] == 48
+
+
+def test_fsdp_gets_lightnings_fsdp2_strategy_over_every_rank():
+    kwargs = TunedConfig(Knobs(world_size=4, nodes=2, sharding="fsdp")).lightning_trainer_kwargs()
+    strategy = kwargs["strategy"]
+    assert isinstance(strategy, L.pytorch.strategies.ModelParallelStrategy)
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (4, 1)

@@ -40,6 +40,7 @@ KNOBS = [
           data_format="shards", cache="cold", packing="pack",
           world_size=8, nodes=2, bucket_cap_mb=100.5,
           gradient_as_bucket_view=True, static_graph=True,
+          sharding="fsdp", reshard_after_forward=False,
           activation_checkpointing=True, optimizer_impl="fused",
           alloc_conf="expandable_segments:True,roundup_power2_divisions:[256:1,>:4]",
           nccl={"NCCL_CROSS_NIC": "1", "NCCL_IB_TIMEOUT": "22", "NCCL_SOCKET_NTHREADS": "4",
@@ -498,13 +499,15 @@ def test_ddp_kwargs_are_what_a_distributed_burst_passes_to_ddp(monkeypatch):
     from types import SimpleNamespace
 
     from workbench.distributed import rank as dist_worker
+    from workbench.engine import sharding
 
-    cfg = TunedConfig(KNOBS[1])
+    knobs = KNOBS[1].replace(sharding="ddp")
+    cfg = TunedConfig(knobs)
     assert cfg.ddp_kwargs() == {"bucket_cap_mb": 100.5, "gradient_as_bucket_view": True,
                                 "static_graph": True}  # fmt: skip
     seen = {}
-    monkeypatch.setattr(dist_worker, "DistributedDataParallel", lambda m, **kw: seen.update(kw))
-    rank = SimpleNamespace(knobs=KNOBS[1], dev=torch.device("cpu"), _on_phase=lambda p: None)
+    monkeypatch.setattr(sharding, "DistributedDataParallel", lambda m, **kw: seen.update(kw))
+    rank = SimpleNamespace(knobs=knobs, dev=torch.device("cpu"), _on_phase=lambda p: None)
     dist_worker.DdpCoordinator.wrap_model(rank, torch.nn.Linear(2, 2))
     assert {k: v for k, v in seen.items() if k != "device_ids"} == cfg.ddp_kwargs()
 

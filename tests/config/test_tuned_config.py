@@ -114,3 +114,39 @@ def test_show_says_how_the_documents_were_fed():
     assert "# packing: measured with documents packed into full rows" in shown
     assert "dataset = cfg.pack(documents, seq_len)" in shown
     assert "cfg.pack" not in _cfg().describe()
+
+
+def test_wrap_model_shards_each_block_then_the_root_as_the_bursts_did(tmp_path):
+    """One gloo rank in this process: production's call gives the bursts' FSDP2 model, or
+    DDP with the tuned DDP knobs; without a process group it says what to call first."""
+    from torch import distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from workbench.engine.sharding import sharded_units
+    from workbench.engine.workloads.gpt import GPTShape, TinyGPT
+
+    shape = GPTShape(block=16, layers=3, heads=2, width=32)
+    with pytest.raises(InputError, match="init_process_group"):
+        _cfg(sharding="fsdp").wrap_model(TinyGPT(shape))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        cfg = _cfg(sharding="fsdp", reshard_after_forward=False, precision="bf16")
+        model = cfg.wrap_model(TinyGPT(shape), "cpu")
+        assert sharded_units(model) == 4  # three blocks, then the root
+        assert type(model.blocks[0].qkv.weight).__name__ == "DTensor"
+        kwargs = cfg.fsdp_kwargs()
+        assert kwargs["reshard_after_forward"] is False
+        assert kwargs["mp_policy"].param_dtype == torch.bfloat16
+        ddp = _cfg(bucket_cap_mb=5.0).wrap_model(TinyGPT(shape), "cpu")
+        assert isinstance(ddp, DistributedDataParallel)
+        assert ddp.bucket_bytes_cap == 5 * 2**20
+    finally:
+        dist.destroy_process_group()
+
+
+def test_show_says_how_to_keep_the_tuned_sharding():
+    shown = _cfg(sharding="fsdp", world_size=2).describe()
+    assert "# sharding: measured with FSDP2 (fully_shard per block, then the root" in shown
+    assert "reshard_after_forward=True" in shown and "model = cfg.wrap_model(model)" in shown
+    assert "wrap_model" not in _cfg(world_size=2).describe()

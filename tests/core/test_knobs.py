@@ -67,6 +67,7 @@ def test_contract_knob_names_are_fields():
         "loader",
         "world_size",
         "bucket_cap_mb",
+        "sharding",
     ]
     assert set(contract) <= set(KNOB_NAMES)
 
@@ -84,6 +85,8 @@ def test_contract_knob_names_are_fields():
         ({"loader": "ffcv"}, "loader", "torch, dali, synthetic"),
         ({"attention": "sdpa"}, "attention", "one of auto, flash, efficient, cudnn, math"),
         ({"packing": "greedy"}, "packing", "one of off, pad, pack"),
+        ({"sharding": "zero3"}, "sharding", "one of ddp, fsdp"),
+        ({"reshard_after_forward": "yes"}, "reshard_after_forward", "true or false"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),
         ({"pin_memory": "yes"}, "pin_memory", "true or false"),
         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb", "number"),
@@ -143,6 +146,9 @@ def test_replace_and_text_assignments():
     )
     assert (k.batch_size, k.pin_memory, dict(k.nccl)) == (8, True, {"NCCL_ALGO": "Tree"})
     assert k.replace(NCCL_PROTO="LL").nccl == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}
+    fsdp = Knobs().with_text(["sharding=fsdp", "reshard_after_forward=off"])  # --set, as typed
+    assert (fsdp.sharding, fsdp.reshard_after_forward) == ("fsdp", False)
+    assert (Knobs().sharding, Knobs().reshard_after_forward) == ("ddp", True)  # torch's default
     with pytest.raises(KnobError, match="expected KNOB=VALUE"):
         Knobs().with_text(["batch_size"])
     with pytest.raises(KnobError, match="unknown knob"):

@@ -110,6 +110,29 @@ def test_gradient_accumulation_under_real_ddp_all_reduces_once_per_optimizer_ste
     assert _no_children_left() == []
 
 
+def test_an_fsdp_job_shards_the_model_and_each_rank_holds_half_of_it(tiny_data):
+    """sharding=fsdp through the real rank code on two gloo ranks: every rank's parameters,
+    gradients and optimizer state are half the whole model's (its fp32 bytes, Adam's two
+    moments); DDP's figures, and the numerics against it, are tests/engine/test_sharding.py's."""
+    from workbench.engine.workloads.gpt import GPTShape, TinyGPT
+
+    knobs = TWO.replace(sharding="fsdp", reshard_after_forward=False)
+    r = run_distributed_burst("workloads_for_tests:tiny_gpt", knobs, data_dir=tiny_data,
+                              record=False, port=_free_port(), window=WINDOW)  # fmt: skip
+    assert r.status == "ok", r.error
+    shape = GPTShape(block=32, layers=2, heads=2, width=64)  # tiny_gpt's
+    whole_mib = sum(p.numel() for p in TinyGPT(shape).parameters()) * 4 / 2**20
+    for row in r.ranks:
+        assert row["param_mib_per_rank"] == pytest.approx(whole_mib / 2, rel=0.01)
+        assert row["optimizer_state_mib_per_rank"] == pytest.approx(whole_mib, rel=0.01)
+    assert r.param_mib_per_rank == max(row["param_mib_per_rank"] for row in r.ranks)
+    assert r.grad_mib_per_rank == pytest.approx(whole_mib / 2, rel=0.01)
+    assert r.memory_breakdown["params_mib"] == pytest.approx(whole_mib / 2, rel=0.01)
+    assert r.no_effect == {} and r.notes == []  # it acted, on blocks of its own
+    assert r.final_loss is not None and r.final_loss == r.final_loss
+    assert _no_children_left() == []
+
+
 def test_a_failing_rank_ends_the_job_with_its_own_error():
     r = run_distributed_burst("workloads_for_tests:rank1_crashes", TWO, record=False,
                               timeout_s=120, window=WINDOW)  # fmt: skip

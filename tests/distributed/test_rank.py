@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from workbench.distributed.rank import is_alive, merge_ranks
+from workbench.distributed.rank import HELD_PER_RANK, is_alive, merge_ranks
 
 
 def _row(rank, samples, measured_s, mem, wait):
@@ -39,6 +39,21 @@ def test_cpu_ranks_share_the_host_so_memory_adds_up_and_tokens_follow_samples():
     assert out["peak_mem_mib"] == 610.0
     assert out["tokens_per_s"] == pytest.approx(160.0 * 256)
     assert out["mfu_pct"] is None
+
+
+def test_what_a_rank_holds_is_the_largest_ranks_even_on_a_shared_cpu():
+    """FSDP's shards differ by a row where a dimension does not divide: the rank that must fit
+    is the one holding more. Unlike the peak, nothing adds up: the fields are per rank."""
+    rows = [_row(0, 80, 1.0, 300.0, 0.0), _row(1, 80, 1.0, 310.0, 0.0)]
+    held = [(5.0, 5.0, 10.0), (5.25, 5.25, 10.5)]
+    for row, figures in zip(rows, held, strict=True):
+        row.update(zip(HELD_PER_RANK, figures, strict=True))
+    out = merge_ranks(dict(RANK0), rows, "gloo", "cpu")
+    assert [out[name] for name in HELD_PER_RANK] == [5.25, 5.25, 10.5]
+    assert out["peak_mem_mib"] == 610.0
+    for row in rows:
+        row.update(dict.fromkeys(HELD_PER_RANK))  # a rank that built no model knows none
+    assert all(merge_ranks(dict(RANK0), rows, "gloo", "cpu")[n] is None for n in HELD_PER_RANK)
 
 
 def test_a_ranks_failed_self_check_is_the_jobs_and_names_the_rank():

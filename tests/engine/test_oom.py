@@ -64,3 +64,35 @@ def test_an_oom_burst_gets_its_report_from_the_store(store_path):
     finish(r, (None, None), store_path)
     assert r.oom_report["largest_fitting_batch"]["batch_size"] == 64
     assert r.summary().count("\n") >= 3 and "saved 10,000 MiB" in r.summary()
+
+
+def test_a_ddp_job_is_offered_fsdp_ranked_by_its_measured_saving_and_a_sharded_one_its_shards():
+    two = {"batch_size": 64, "world_size": 2}
+    fsdp = {**two, "sharding": "fsdp"}
+    keep = {**fsdp, "reshard_after_forward": False}
+    rows = [
+        _row(20_000, 22_000, **two),
+        _row(12_000, 13_500, **fsdp),  # saves 8,500
+        _row(12_000, 13_500, **keep),  # the same: keeping the gathered blocks freed nothing
+        _row(11_000, 12_000, **keep, activation_checkpointing=True),
+    ]
+    report = oom.explain(_failed(batch_size=128, world_size=2), rows)
+    sharding = next(f for f in report["frees"] if f["knob"] == "sharding")
+    assert sharding["measured"] and sharding["saved_mib"] == 8_500
+    assert report["sharded_over"] == 1 and "on one rank" not in report["summary"]
+    assert "sharding=fsdp: saved 8,500 MiB" in report["summary"]
+    # one rank: fsdp cannot act there, so it is never offered
+    assert "sharding" not in [f["knob"] for f in oom.explain(_failed(batch_size=128), [])["frees"]]
+    sharded = _failed(batch_size=128, world_size=2, sharding="fsdp", reshard_after_forward=False)
+    kept = oom.explain(sharded, rows)
+    frees = {f["knob"]: f for f in kept["frees"]}
+    assert "sharding" not in frees  # already on
+    assert frees["reshard_after_forward"]["saved_mib"] == 0  # one pair, the same peak
+    assert frees["reshard_after_forward"]["expected"] == "measured here, it freed nothing"
+    untried = {f["knob"]: f for f in oom.explain(sharded, [])["frees"]}["reshard_after_forward"]
+    assert "one more all-gather a block" in untried["expected"]
+    assert untried["measure_with"].startswith('wb.sweep(wl, "reshard_after_forward", [False, True]')
+    assert kept["sharded_over"] == 2
+    assert (
+        "memory on one rank of 2, its shards (sharding=fsdp) (MiB): params 100" in (kept["summary"])
+    )

@@ -99,6 +99,24 @@ def test_nodes_is_greyed_with_the_reason_where_no_launcher_reaches_a_second_node
     assert controls.max_nodes("cuda") == 4
 
 
+def test_sharding_is_greyed_with_the_reason_where_the_machine_runs_one_rank(monkeypatch):
+    from workbench.core.knobs import knob_specs
+    from workbench.notebook.ui import controls
+
+    spec = next(s for s in knob_specs() if s.name == "sharding")
+    assert controls.make_control(spec, "fsdp", "cpu").options == ("ddp", "fsdp")
+    monkeypatch.setattr(controls.torch.cuda, "device_count", lambda: 1)
+    reasons = controls.disabled_reasons("cuda")
+    assert reasons["sharding"] == reasons["reshard_after_forward"]
+    assert "one GPU here runs one rank" in reasons["sharding"]
+    monkeypatch.setattr(controls.torch.cuda, "device_count", lambda: 8)
+    assert "sharding" not in controls.disabled_reasons("cuda")
+    monkeypatch.setattr(controls.os, "cpu_count", lambda: 1)
+    assert "one CPU core" in controls.disabled_reasons("cpu")["reshard_after_forward"]
+    monkeypatch.setattr(controls.os, "cpu_count", lambda: 2)  # two gloo ranks, as the tests run
+    assert "sharding" not in controls.disabled_reasons("cpu")
+
+
 def test_a_multi_node_result_lists_its_nodes_and_marks_the_slowest():
     from workbench.notebook.ui.status import nodes_html
 

@@ -356,6 +356,15 @@ def test_the_default_space_on_a_cpu_searches_batch_and_loader_knobs(monkeypatch)
                      "prefetch_factor": [2, 4]}  # fmt: skip
 
 
+def test_a_job_of_several_ranks_searches_sharding_where_its_model_has_blocks(tiny_data):
+    from workloads_for_tests import tiny_gpt
+
+    cpu, two = torch.device("cpu"), Knobs(world_size=2)
+    assert default_space(cpu, tiny_gpt(tiny_data), two)["sharding"] == ["ddp", "fsdp"]
+    assert "sharding" not in default_space(cpu, tiny_gpt(tiny_data), Knobs())  # one rank
+    assert "sharding" not in default_space(cpu, tensor_workload(), two)  # no blocks to shard
+
+
 def test_the_default_space_on_a_gpu_starts_from_pytorchs_own_math(monkeypatch):
     real = hardware.device_info
     monkeypatch.setattr(hardware, "device_info", lambda d=None: real(torch.device("cpu")))

@@ -417,6 +417,50 @@ class TunedConfig:
         """
         return {name: getattr(self.knobs, name) for name in DDP_KNOBS}
 
+    def fsdp_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for FSDP2's ``fully_shard(block, **cfg.fsdp_kwargs())`` on each
+        block, as the bursts sharded them: ``reshard_after_forward`` as tuned and ``mp_policy``
+        (16-bit gathered parameters with fp32 gradient reduction for bf16/fp16, keep
+        :meth:`autocast` around the forward; nothing for the fp32 precisions). The root takes
+        ``reshard_after_forward=False``, PyTorch's default for it. :meth:`wrap_model` does
+        all of it; ``workbench.engine.sharding`` says why each choice."""
+        # torch only when the script asks for it: load_config stays torch-free
+        from workbench.engine.sharding import mixed_precision
+
+        return {
+            "reshard_after_forward": self.knobs.reshard_after_forward,
+            "mp_policy": mixed_precision(self.knobs.precision),
+        }
+
+    def wrap_model(self, model: Any, device: Any = None, *, mesh: Any = None) -> Any:
+        """The model as the bursts trained it on several ranks, after
+        ``torch.distributed.init_process_group``: with ``sharding=fsdp`` FSDP2's
+        ``fully_shard`` on each block (the model's ``checkpoint_blocks()``, or its ResNet or
+        transformer blocks found by shape, as Hugging Face models' decoder layers), then on
+        the root, in place, returning the model; with ``ddp``
+        ``DistributedDataParallel(model, **cfg.ddp_kwargs())``. ``device``: the rank's
+        (default: CUDA's current device, else the CPU). ``mesh``: FSDP's data-parallel
+        DeviceMesh (default: every rank of the default group).
+
+        The order the bursts used: :meth:`apply_activation_checkpointing`, then this, then
+        the optimizer (FSDP replaces the parameters: build it on ``model.parameters()``
+        after), then ``torch.compile``. FSDP broadcasts nothing: build the model under the
+        same seed on every rank, or load its weights, first. Under gradient accumulation
+        FSDP reduce-scatters every micro-batch, as the bursts measured it (no ``no_sync``)."""
+        # torch only when the script asks for it: load_config stays torch-free
+        import torch
+
+        from workbench.engine.sharding import ddp_model, shard_model  # torch's FSDP and DDP
+
+        if not torch.distributed.is_initialized():
+            raise InputError("wrap_model: no process group: call "
+                             "torch.distributed.init_process_group() first (torchrun sets "
+                             "its variables)")  # fmt: skip
+        dev = _current_device(device)
+        if self.knobs.sharding == "fsdp":
+            return shard_model(model, self.knobs, dev, mesh)
+        return ddp_model(model, self.knobs, dev)
+
     # -- Lightning ------------------------------------------------------------------------
     def lightning_trainer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``lightning.Trainer(**cfg.lightning_trainer_kwargs(), ...)``.
@@ -431,7 +475,10 @@ class TunedConfig:
         ``accumulate_grad_batches``: ``grad_accum``. ``benchmark``: ``cudnn_benchmark``.
         ``devices`` and ``num_nodes``: ``world_size`` split over ``nodes`` (one device when
         tuned on one: the Trainer's default would take every GPU), with a ``DDPStrategy``
-        carrying the DDP knobs when there are several ranks.
+        carrying the DDP knobs when there are several ranks, or with ``sharding=fsdp``
+        Lightning's ``ModelParallelStrategy`` (FSDP2, no tensor parallelism), whose module
+        shards itself in ``configure_model``: ``cfg.wrap_model(self.model,
+        mesh=self.device_mesh["data_parallel"])``.
 
         The DataLoader knobs are not Trainer arguments: the DataModule builds the loader, so
         its ``train_dataloader`` takes them, ``cfg.dataloader(self.train_set, shuffle=True)``
@@ -447,7 +494,9 @@ class TunedConfig:
             "devices": knobs.world_size // knobs.nodes,
             "num_nodes": knobs.nodes,
         }
-        if knobs.world_size > 1:
+        if knobs.world_size > 1 and knobs.sharding == "fsdp":
+            kwargs["strategy"] = _fsdp_strategy(knobs.world_size)
+        elif knobs.world_size > 1:
             kwargs["strategy"] = _ddp_strategy(self.ddp_kwargs())
         return kwargs
 
@@ -602,6 +651,7 @@ class TunedConfig:
                 *self._training_lines(),
                 *self._attention_lines(),
                 *self._packing_lines(),
+                *self._sharding_lines(),
                 "# one node",
                 launch["single_node"],
                 "# several nodes: run on every node with NNODES, MASTER_ADDR and JOB_ID set",
@@ -662,6 +712,18 @@ class TunedConfig:
                 "logits = model(input['tokens'], docs=input.get('docs'))  # mask: "
                 "workbench.engine.documents.document_mask"]  # fmt: skip
 
+    def _sharding_lines(self) -> list[str]:
+        """How the measured sharding is kept in production, where it was FSDP's."""
+        k = self.knobs
+        if k.sharding != "fsdp":
+            return []
+        kept = "freed after each block's forward" if k.reshard_after_forward else (
+            "kept from each block's forward to its backward")  # fmt: skip
+        return [f"# sharding: measured with FSDP2 (fully_shard per block, then the root; "
+                f"gathered parameters {kept}: reshard_after_forward={k.reshard_after_forward})",
+                "model = cfg.wrap_model(model)  # after init_process_group and activation "
+                "checkpointing; build the optimizer after it"]  # fmt: skip
+
     def _data_lines(self) -> list[str]:
         """How the measured data was read, where that is not the plain folder of files."""
         k, lines = self.knobs, []
@@ -714,6 +776,17 @@ def _ddp_strategy(ddp_kwargs: dict[str, Any]) -> Any:
     return DDPStrategy(**ddp_kwargs)
 
 
+def _fsdp_strategy(world_size: int) -> Any:
+    """Lightning's ``ModelParallelStrategy`` (FSDP2) over every rank, no tensor parallelism:
+    the module's ``configure_model`` shards itself, ``cfg.wrap_model(self.model,
+    mesh=self.device_mesh["data_parallel"])``, as the bursts sharded it."""
+    try:
+        from lightning.pytorch.strategies import ModelParallelStrategy  # asked for: stays light
+    except ImportError:
+        from pytorch_lightning.strategies import ModelParallelStrategy  # the older package name
+    return ModelParallelStrategy(data_parallel_size=world_size, tensor_parallel_size=1)
+
+
 def _rendezvous_words(
     nnodes: int | str, nproc: int, backend: str, endpoint: str, rdzv_id: str
 ) -> list[str]:
@@ -743,6 +816,18 @@ def _rendezvous_words(
 def _nodes(knobs: Knobs) -> int:
     """The ``nodes`` knob; 1 where this workbench has none yet."""
     return int(getattr(knobs, "nodes", 1) or 1)
+
+
+def _current_device(device: Any) -> Any:
+    """A rank's torch device: ``device`` as given, else CUDA's current device, else the CPU."""
+    # torch only when the script asks for it: load_config stays torch-free
+    import torch
+
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _device_type(device: str | None) -> str:

@@ -53,6 +53,11 @@ PACKINGS = ("off", "pad", "pack")
 ``off`` (the workload's own fixed windows of one token stream, no documents), ``pad`` (one
 document a row, padded to the sequence length or truncated) or ``pack`` (documents
 concatenated into full rows, an attention mask keeping them apart)."""
+SHARDINGS = ("ddp", "fsdp")
+"""How the ranks of a distributed job hold the model: ``ddp`` (DistributedDataParallel: every
+rank a whole replica, gradients all-reduced) or ``fsdp`` (FSDP2's ``fully_shard`` per block,
+then the root: each rank keeps 1/world_size of the parameters, gradients and optimizer state;
+``workbench.engine.sharding`` says how)."""
 DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -354,6 +359,24 @@ class Knobs:
         False,
         "DDP: the model uses the same parameters every step, so DDP can skip re-discovering "
         "unused ones and overlap communication better.",
+        "dist",
+        "bool",
+    )
+    sharding: str = _knob(
+        "ddp",
+        "How the ranks hold the model (world_size > 1): ddp (DistributedDataParallel: a whole "
+        "replica on every rank, gradients all-reduced) or fsdp (FSDP2 fully_shard per block, "
+        "then the root: each rank keeps 1/world_size of the parameters, gradients and optimizer "
+        "state, and all-gathers a block's parameters when it runs).",
+        "dist",
+        "choice",
+        choices=SHARDINGS,
+    )
+    reshard_after_forward: bool = _knob(
+        True,
+        "sharding=fsdp: free each block's gathered parameters after its forward and gather them "
+        "again for its backward (on: less memory, one more all-gather a block; PyTorch's default) "
+        "or keep them until the backward (off).",
         "dist",
         "bool",
     )

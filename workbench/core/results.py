@@ -229,7 +229,19 @@ class BurstResult(Outcome):
     memory_breakdown: dict[str, Any] | None = None
     """The peak's parts in MiB: params, grads, optimizer state, activations (saved for
     backward), the rest (CUDA: activations and workspace), the peak
-    (``workbench.engine.memory``)."""
+    (``workbench.engine.memory``). In a distributed burst, rank 0's; a sharded model's parts
+    are the rank's shards."""
+    param_mib_per_rank: float | None = None
+    """MiB of parameters one rank holds at rest: the whole model on every rank with ``ddp`` (or
+    in one process), about 1/world_size of it with ``sharding=fsdp`` (FSDP2's local shards;
+    the block it gathers while it runs is in the peak, not here). A job's figure is its
+    largest rank's; each rank's is in ``ranks``. None where no model was built."""
+    grad_mib_per_rank: float | None = None
+    """MiB of gradients one rank holds after a backward (one per trainable parameter, sharded
+    like them with ``fsdp``); as ``param_mib_per_rank`` for a job."""
+    optimizer_state_mib_per_rank: float | None = None
+    """MiB of optimizer state one rank holds (Adam's two moments and step counts; built on the
+    shards with ``fsdp``, so split like them); as ``param_mib_per_rank`` for a job."""
     fragmentation_pct: float | None = None
     """CUDA: (peak reserved - peak allocated) / peak reserved, in %: mostly free blocks the
     allocator keeps cached, an upper bound on fragmentation (``workbench.engine.memory``); None

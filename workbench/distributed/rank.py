@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from workbench.core.allocconf import ENV_VARS as ALLOC_ENV_VARS
-from workbench.core.knobs import DDP_KNOBS, Knobs
+from workbench.core.knobs import Knobs
 from workbench.distributed import allreduce
 from workbench.distributed.launchers import NODE_ENV, NODE_INDEX_ENV
 from workbench.distributed.storejob import StoreJob, is_job_url
@@ -49,9 +49,13 @@ from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
 from workbench.engine.burst import BurstPlan, BurstProgress, measure_here
 from workbench.engine.failures import describe_error, is_oom_error, traceback_text
+from workbench.engine.sharding import ddp_model, shard_model, shards
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_workload
 
+HELD_PER_RANK = ("param_mib_per_rank", "grad_mib_per_rank", "optimizer_state_mib_per_rank")
+"""What a rank holds at rest (``BurstResult``'s fields of these names): in each rank's row,
+and the job's largest in the merged result."""
 _PROGRESS_EVERY_S = 0.25
 _WATCH_EVERY_S = 1.0
 COUNT_GRAD_SYNCS_ENV = "WORKBENCH_COUNT_GRAD_SYNCS"
@@ -68,7 +72,8 @@ class RankFailed(RuntimeError):
 
 
 class DdpCoordinator:
-    """The ranks of a DDP job, agreeing through a gloo group of their own.
+    """The ranks of a data-parallel job (DDP, or FSDP2 with ``sharding=fsdp``), agreeing
+    through a gloo group of their own.
 
     The control group is separate from the training group: decisions (stop now?) go over
     gloo between the hosts and never wait for the GPU, and they cannot interleave with the
@@ -86,14 +91,15 @@ class DdpCoordinator:
         return self.rank, self.world_size
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
+        """DDP around the model, or FSDP2's shards with ``sharding=fsdp`` on several ranks
+        (``workbench.engine.sharding``); the model itself for a one-rank job without NCCL."""
         if not needs_ddp(self.knobs):
             return model  # one rank only for a fresh allocator: train it as the kernel would
+        if shards(self.knobs):
+            self._on_phase("fsdp")
+            return shard_model(model, self.knobs, self.dev)
         self._on_phase("ddp")  # DDP's constructor broadcasts the weights: a wait for all ranks
-        ddp = DistributedDataParallel(
-            model,
-            device_ids=[self.dev.index] if self.dev.type == "cuda" else None,
-            **{name: getattr(self.knobs, name) for name in DDP_KNOBS},  # as ddp_kwargs() says
-        )
+        ddp = ddp_model(model, self.knobs, self.dev)
         if os.environ.get(COUNT_GRAD_SYNCS_ENV) == "1":
             self.sync_counts = count_grad_syncs(ddp)
         return ddp
@@ -269,6 +275,7 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
         "data_wait_pct": r.data_wait_pct,
         "peak_mem_mib": r.peak_mem_mib,
         "peak_reserved_mib": r.peak_reserved_mib,
+        **{name: getattr(r, name) for name in HELD_PER_RANK},
         "gpu_util_pct": r.gpu_util_pct,
         "power_w": r.power_w,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
@@ -284,7 +291,9 @@ def merge_ranks(
 
     Samples count all ranks; the window is the longest rank's (they start and end together,
     so this is the job's wall time). Memory: on GPUs the largest rank's (each GPU has its own
-    limit); on a CPU the sum (the ranks share the host's memory).
+    limit); on a CPU the sum (the ranks share the host's memory). What one rank holds at rest
+    (``param_mib_per_rank`` and the others of :data:`HELD_PER_RANK`): the largest rank's,
+    the one that must fit (FSDP's shards differ by a row where a dimension does not divide).
     """
     out = dict(rank0)
     samples = sum(row["samples"] for row in rows)
@@ -297,6 +306,9 @@ def merge_ranks(
     mems = [row["peak_mem_mib"] for row in rows if row["peak_mem_mib"] is not None]
     if mems:
         out["peak_mem_mib"] = max(mems) if device_type == "cuda" else sum(mems)
+    for name in HELD_PER_RANK:
+        held = [row[name] for row in rows if row.get(name) is not None]
+        out[name] = max(held) if held else None
     waits = [row["data_wait_pct"] for row in rows if row["data_wait_pct"] is not None]
     out["data_wait_pct"] = sum(waits) / len(waits) if waits else None
     _merge_flops(out, len(rows))

@@ -52,7 +52,9 @@ from workbench.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
-PHASES = ("start", "init", "setup", "ddp", "warmup", "measuring", "comm", "done")
+PHASES = ("start", "init", "setup", "ddp", "fsdp", "warmup", "measuring", "comm", "done")
+"""A rank's phases in order; ``ddp`` or ``fsdp`` is the wrapping of its model (DDP's
+broadcasts rank 0's weights: a wait for every rank)."""
 STOP_GRACE_S = 5.0
 _POLL_S = 0.05
 

@@ -660,14 +660,18 @@ def _fill_memory_and_telemetry(r: BurstResult, dev: torch.device, t: TelemetrySu
 def _fill_breakdown(
     r: BurstResult, dev: torch.device, parts: dict[str, Any], t: TelemetrySummary
 ) -> None:
-    """The peak's parts (``workbench.engine.memory``), fragmentation, and on a CPU the memory
-    timeline."""
+    """The peak's parts (``workbench.engine.memory``), what one rank holds at rest (its
+    shards, under FSDP), fragmentation, and on a CPU the memory timeline."""
     cuda = dev.type == "cuda"
     peak = r.peak_mem_mib
     if cuda and r.status == "oom":  # the failed allocation is not in the peak: the state is
         peak = torch.cuda.max_memory_allocated(dev) / 2**20
-    r.memory_breakdown = memory.breakdown(parts.get("static"), parts.get("activations_mib"),
-                                          peak, cuda)  # fmt: skip
+    static = parts.get("static")
+    r.memory_breakdown = memory.breakdown(static, parts.get("activations_mib"), peak, cuda)
+    if static is not None:
+        r.param_mib_per_rank = static["params_mib"]
+        r.grad_mib_per_rank = static["grads_mib"]
+        r.optimizer_state_mib_per_rank = static["optimizer_mib"]
     if cuda:
         r.fragmentation_pct = memory.fragmentation_pct(r.peak_mem_mib, r.peak_reserved_mib)
     else:

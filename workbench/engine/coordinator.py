@@ -5,7 +5,9 @@ worker. What differs is gathered here, behind four small methods, so the loop ne
 "am I distributed?":
 
 - ``shard``: which part of the dataset this process reads (each rank its own slice);
-- ``wrap_model``: DDP around the model, before ``torch.compile`` (the order PyTorch documents);
+- ``wrap_model``: DDP around the model, or FSDP2's shards of it (``sharding=fsdp``,
+  ``workbench.engine.sharding``), before the optimizer and ``torch.compile`` (the order
+  PyTorch documents);
 - ``agree_stop``: the measured window must end on the *same* step on every rank, or the next
   gradient all-reduce waits forever for a rank that already left;
 - ``barrier``: the window starts and ends together on every rank.

@@ -7,6 +7,11 @@ Every burst reports ``memory_breakdown`` (MiB):
   with ``zero_grad(set_to_none=True)`` they are freed between steps, so at a peak in the
   forward pass fewer may be resident) and of the optimizer's state tensors (momentum, Adam's
   two moments and step counters), summed over distinct storages. These are exact on any device.
+  They are what lives on *this* rank: a model sharded with FSDP2 (``sharding=fsdp``) holds
+  DTensor parameters, and its gradients and optimizer state are DTensors too, of which a rank
+  keeps its local shard, about 1/world_size; those shards are what is counted
+  (:func:`local_part`). The parameters FSDP gathers for a block while it runs are not in
+  ``params_mib``: they come and go inside the step, in the peak's rest.
 - ``activations_mib``: what one micro-batch's forward keeps for the backward pass, counted
   with autograd's saved-tensor hooks on the burst's first batch (parameters left out; with
   activation checkpointing, the inputs kept by each recomputed block instead of its insides).
@@ -31,6 +36,7 @@ it does not measure it.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -45,10 +51,21 @@ MIB = 2**20
 _KEPT = threading.local()
 
 
+def local_part(t: Any) -> Any:
+    """What of ``t`` lives on this rank: a DTensor's local shard (FSDP2's parameters, their
+    gradients and the optimizer state built on them), any other value itself. DTensor's module
+    is never imported here (about 0.7 s with FSDP): no DTensor exists before it is loaded."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is not None and isinstance(t, dtensor.DTensor):
+        return t.to_local()
+    return t
+
+
 def tensor_bytes(tensors: Iterable[Any]) -> int:
-    """Bytes of the distinct storages behind ``tensors`` (tensors sharing one count once)."""
+    """Bytes of the distinct storages behind ``tensors`` (tensors sharing one count once; a
+    DTensor by its local shard)."""
     seen: dict[tuple[str, int], int] = {}
-    for t in tensors:
+    for t in map(local_part, tensors):
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
         storage = t.untyped_storage()
@@ -57,10 +74,11 @@ def tensor_bytes(tensors: Iterable[Any]) -> int:
 
 
 def static_parts(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """Parameters, gradients (one per trainable parameter) and optimizer state, in MiB."""
+    """Parameters, gradients (one per trainable parameter) and optimizer state, in MiB, on
+    this rank (a sharded model's local shards)."""
     params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
-    grads = sum(p.numel() * p.element_size() for p in {id(p): p for p in trainable}.values())
+    trainable = [local_part(p) for p in {id(p): p for p in params if p.requires_grad}.values()]
+    grads = sum(p.numel() * p.element_size() for p in trainable)
     state = [v for s in optimizer.state.values() for v in s.values()]
     return {
         "params_mib": tensor_bytes(params) / MIB,
@@ -72,13 +90,16 @@ def static_parts(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str
 class SavedTensorProbe:
     """Counts what autograd keeps for the backward pass while it is active (this thread).
 
-    Parameters are left out (they are memory of their own, not activations). A block under
+    Parameters are left out (they are memory of their own, not activations), and so are the
+    parameters FSDP gathers for a block while it runs (``nn.Parameter`` objects of their own,
+    registered on the block for its forward and backward). A block under
     activation checkpointing saves nothing through these hooks (checkpoint's own hooks take
     over inside it); the inputs it keeps to recompute from are counted by ``note_kept``.
     """
 
     def __init__(self, params: Iterable[torch.Tensor] = ()) -> None:
-        self._skip = {(str(p.device), p.untyped_storage().data_ptr()) for p in params}
+        local = (local_part(p) for p in params)
+        self._skip = {(str(p.device), p.untyped_storage().data_ptr()) for p in local}
         self._seen: dict[tuple[str, int], int] = {}
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
@@ -90,7 +111,7 @@ class SavedTensorProbe:
         return t.detach()
 
     def add(self, t: Any) -> None:
-        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or _of_a_parameter(t):
             return
         key = (str(t.device), t.untyped_storage().data_ptr())
         if key not in self._skip:
@@ -108,6 +129,13 @@ class SavedTensorProbe:
     def __exit__(self, *exc: object) -> None:
         self._hooks.__exit__(*exc)
         _KEPT.probe = None
+
+
+def _of_a_parameter(t: torch.Tensor) -> bool:
+    """A parameter, or a view of one (a matmul saves ``weight.t()``): FSDP's gathered
+    parameters are ``nn.Parameter`` objects that the probe's list of storages never saw."""
+    base = t._base if t._base is not None else t
+    return isinstance(base, nn.Parameter)
 
 
 def note_kept(args: Iterable[Any]) -> None:

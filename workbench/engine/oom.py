@@ -7,12 +7,16 @@ An OOM burst gets ``oom_report``:
   same other knobs (same workload and device), with its peak; None when none did;
 - ``breakdown``: the memory breakdown at the failure (``workbench.memory``): what the
   parameters, gradients and optimizer state hold, and what one micro-batch's forward saves;
+  with ``sharding=fsdp`` on several ranks these are one rank's shards, and ``sharded_over``
+  says over how many ranks (1 where nothing is sharded);
 - ``frees``: the knobs that would free memory here, ranked by what they *saved in measured
   bursts* of this workload on this device: pairs of ok bursts whose knobs differ only in that
   change (for ``grad_accum``: a smaller batch times more micro-batches, the same effective
   batch). The saving is the median over the pairs, of the peak (reserved memory on CUDA, what
   an allocation has to fit in). Changes never measured here follow, unranked, with what they
   are expected to do and the sweep that would measure them. Advice is only ever about knobs.
+  ``sharding=fsdp`` is offered to a job of several ranks that runs DDP, and
+  ``reshard_after_forward=True`` to one that shards and keeps its gathered parameters.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from workbench.core.knobs import FP32_PRECISIONS
+from workbench.engine.sharding import shards
 from workbench.history.store import open_store
 
 # (knob, the change in words, is this row's knobs the "before", is it the "after")
@@ -39,6 +44,12 @@ _CHANGES: tuple[_Change, ...] = (
     ("optimizer_impl", "optimizer_impl=fused",
      lambda k: k.get("optimizer_impl", "foreach") != "fused",
      lambda k: k.get("optimizer_impl") == "fused"),
+    ("sharding", "sharding=fsdp",
+     lambda k: k.get("sharding", "ddp") == "ddp" and k.get("world_size", 1) > 1,
+     lambda k: k.get("sharding") == "fsdp"),
+    ("reshard_after_forward", "reshard_after_forward=True",
+     lambda k: k.get("sharding") == "fsdp" and k.get("reshard_after_forward") is False,
+     lambda k: k.get("reshard_after_forward", True) is True),
 )  # fmt: skip
 _EXPECTED = {
     "grad_accum": "a half batch over twice the micro-batches trains the same effective batch "
@@ -50,6 +61,12 @@ _EXPECTED = {
     "alloc_conf": "expandable_segments:True cuts fragmentation on CUDA, the part of the "
     "reserved-but-unused share (fragmentation_pct) that cannot serve the next request",
     "optimizer_impl": "fused updates in one kernel, without foreach's temporary copies",
+    "sharding": "FSDP2 keeps 1/world_size of the parameters, gradients and optimizer state on "
+    "each rank (with fp32 AdamW, 12 of the 16 bytes a parameter costs at rest are gradient and "
+    "state), plus the one block it gathers while that block runs; activations do not shrink",
+    "reshard_after_forward": "frees each block's gathered parameters after its forward and "
+    "gathers them again for its backward: the unsharded blocks no longer wait in memory "
+    "between forward and backward, for one more all-gather a block",
 }
 _IGNORED = {"nccl"}
 
@@ -64,6 +81,7 @@ def explain(result: Any, history: list[Mapping[str, Any]]) -> dict[str, Any]:
                   "batch_size": knobs["batch_size"], "knobs": result.knobs.changes()},
         "largest_fitting_batch": largest_fitting(knobs, here),
         "breakdown": result.memory_breakdown,
+        "sharded_over": result.knobs.world_size if shards(result.knobs) else 1,
         "frees": measured_savings(knobs, here, str(result.device).startswith("cuda")),
     }  # fmt: skip
     report["summary"] = _summary(report)
@@ -119,7 +137,8 @@ def _how(name: str) -> str:
         return "wb.run_burst(wl, k.replace(batch_size=k.batch_size // 2, grad_accum=2))"
     values = {"activation_checkpointing": "[False, True]", "precision": '["default", "bf16"]',
               "alloc_conf": '["", "expandable_segments:True"]',
-              "optimizer_impl": '["foreach", "fused"]'}[name]  # fmt: skip
+              "optimizer_impl": '["foreach", "fused"]', "sharding": '["ddp", "fsdp"]',
+              "reshard_after_forward": "[False, True]"}[name]  # fmt: skip
     return f'wb.sweep(wl, "{name}", {values}, base=k.replace(batch_size=<one that fits>))'
 
 
@@ -168,7 +187,9 @@ def _summary(report: Mapping[str, Any]) -> str:
     parts = report["breakdown"] or {}
     if parts:
         shown = [f"{k[:-4]} {_mib(v)}" for k, v in parts.items() if v is not None]
-        lines.append("memory (MiB): " + ", ".join(shown))
+        over = report.get("sharded_over", 1)
+        where = f" on one rank of {over}, its shards (sharding=fsdp)" if over > 1 else ""
+        lines.append(f"memory{where} (MiB): " + ", ".join(shown))
     for f in report["frees"]:
         if f.get("measured") and f.get("saved_mib", 0) > 0:
             lines.append(f"  {f['change']}: saved {f['saved_mib']:,.0f} MiB "

@@ -41,6 +41,7 @@ from workbench.engine.failures import describe_error, is_oom_error
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
+from workbench.engine.sharding import is_sharded, sharded_notes, sharding_no_effect
 from workbench.engine.workloads import Workload
 from workbench.engine.workloads.base import call_model, default_loss, logits_of
 from workbench.engine.workloads.checks import WorkloadWarning, default_loss_misfit
@@ -61,14 +62,16 @@ class TrainState:
     grad_accum: int
     last_loss: torch.Tensor | None = None
     no_sync: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
-    """DDP's ``no_sync`` when micro-batches should skip the gradient all-reduce, else None."""
+    """DDP's ``no_sync`` when micro-batches should skip the gradient all-reduce, else None
+    (always None under FSDP, which reduce-scatters every micro-batch: ``engine.sharding``)."""
     forward: Callable[[nn.Module, Any], Any] = call_model
     """The workload's forward hook: how the model takes the batch's input."""
     plain: nn.Module | None = None
     """The user's module itself, under the DDP wrapper and torch.compile (the early check and
     the live FLOP count run it: no compiled inference graph, no DDP iteration)."""
     wrapped: bool = False
-    """Whether ``model`` is wrapped for a distributed job (DDP)."""
+    """Whether ``model`` is wrapped for a distributed job: in DDP, or sharded in place by
+    FSDP2 (``plain`` is then the sharded module itself, whose calls are collectives)."""
     no_effect: dict[str, str] | None = None
     """Knobs found unable to act once the model and optimizer exist (no blocks to recompute,
     an optimizer without foreach/fused), each with the reason."""
@@ -107,8 +110,11 @@ def build_train_state(
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] | None = None,
 ) -> TrainState:
-    """Model, optimizer and step helpers. ``wrap`` (DDP in a distributed burst) goes around
-    the model after the layout change and before ``torch.compile``, as PyTorch documents."""
+    """Model, optimizer and step helpers. ``wrap`` (DDP or FSDP2 in a distributed burst)
+    goes around the model after the layout change and activation checkpointing and before
+    the optimizer and ``torch.compile``, as PyTorch documents: FSDP2 replaces the parameters
+    with sharded ones, which the optimizer must hold (DDP keeps them, so the order is DDP's
+    too)."""
     model = workload.model().to(device)
     use_nhwc = knobs.channels_last and _has_conv(model)
     if use_nhwc:
@@ -118,13 +124,15 @@ def build_train_state(
     notes: dict[str, str] = {}
     if knobs.activation_checkpointing and apply_activation_checkpointing(model) == 0:
         notes["activation_checkpointing"] = NO_BLOCKS
-    optimizer, scheduler, why = _optimizer_and_schedule(workload, model, knobs.optimizer_impl)
-    if why:
-        notes["optimizer_impl"] = why
-    no_sync = None
+    no_sync, found = None, []
     if wrap is not None:
         model = wrap(model)  # a burst in this process passes Solo's, which returns the model
         no_sync = _accumulation_no_sync(model, knobs)
+        cannot, found = sharded_notes(plain, knobs)  # a sharded model without blocks says so
+        notes.update(cannot)
+    optimizer, scheduler, why = _optimizer_and_schedule(workload, plain, knobs.optimizer_impl)
+    if why:
+        notes["optimizer_impl"] = why
     if knobs.compile != "off":
         mode = None if knobs.compile == "default" else knobs.compile
         model = torch.compile(model, mode=mode)
@@ -139,8 +147,9 @@ def build_train_state(
         no_sync=no_sync,
         forward=workload.forward or call_model,
         plain=plain,
-        wrapped=model is not plain and not _is_compiled_plain(model, plain),
+        wrapped=is_sharded(plain) or (model is not plain and not _is_compiled_plain(model, plain)),
         no_effect=notes,
+        notes=found,
         step=workload.step,
         scheduler=scheduler,
     )
@@ -170,8 +179,9 @@ def _accumulation_no_sync(model: nn.Module, knobs: Knobs):
     """The wrapped model's ``no_sync`` for accumulation, or None. Not with ``static_graph``:
     PyTorch's DDP fails an internal assert on a first backward under ``no_sync`` with a static
     graph (pytorch/pytorch#143580). Such a burst all-reduces every micro-batch, a real cost
-    that production pays too (examples/train.py does the same)."""
-    if knobs.grad_accum < 2 or knobs.static_graph:
+    that production pays too (examples/train.py does the same). Never under FSDP, which
+    reduce-scatters every micro-batch to keep its gradients sharded (``engine.sharding``)."""
+    if knobs.grad_accum < 2 or knobs.static_graph or is_sharded(model):
         return None
     return getattr(model, "no_sync", None)
 
@@ -582,6 +592,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
     reasons.update(decode_no_effect(knobs, device, workload))
     reasons.update(attention_no_effect(knobs, device))
+    reasons.update(sharding_no_effect(knobs))
     reasons.update(_dist_reasons(knobs, device))
     reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons

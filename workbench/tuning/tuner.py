@@ -98,6 +98,7 @@ from workbench.engine.attention import attention_space
 from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
 from workbench.engine.packing import check_packing_values, packing_space
+from workbench.engine.sharding import sharding_space
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 from workbench.history.store import Store, StoreWarning, keep_pending
@@ -356,7 +357,10 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
     documents started at ``packing`` pad or pack compares the two
     (``engine.packing.packing_space``: never ``off``, which reads other data). Precision
     starts from PyTorch's own math (``default``); ``fp32-strict`` is not searched: IEEE
-    everywhere is a numerics choice, never faster than ``default``."""
+    everywhere is a numerics choice, never faster than ``default``. A job of several ranks
+    whose model has blocks also searches ``sharding`` (``engine.sharding.sharding_space``: ddp
+    and fsdp, and ``reshard_after_forward`` when the start already shards), on any device:
+    what FSDP costs or saves is measured where it runs."""
     b = base.batch_size
     sizes = sorted({s for s in (max(1, b // 2), b, b * 2, b * 4, b * 8) if s <= 65536})
     cores = hardware.device_info(dev).cpu_count or 1
@@ -374,6 +378,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
         space |= attention_space(wl, dev)
         space |= path_space(wl, base, dev)
     space |= packing_space(wl, base)
+    space |= sharding_space(wl, base)
     return space
 
 

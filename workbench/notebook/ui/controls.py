@@ -49,6 +49,9 @@ def disabled_reasons(device_type: str, workload: Workload | None = None) -> dict
     no_nodes = nodes_unavailable(device_type)
     if no_nodes:
         reasons["nodes"] = no_nodes
+    no_shards = sharding_unavailable(device_type)
+    if no_shards:
+        reasons["sharding"] = reasons["reshard_after_forward"] = no_shards
     no_dali = dali_available()  # loader=dali stays selectable: its burst error says the same
     if no_dali:
         reasons["dali_decode"] = reasons["dali_hw_decoder_load"] = no_dali
@@ -89,6 +92,18 @@ def nodes_unavailable(device_type: str) -> str:
         return ("one GPU and no SLURM allocation: local nodes need a GPU each; run inside "
                 "salloc, or run_burst(..., launcher='ssh', hosts=[...])")  # fmt: skip
     return "one CPU core: local nodes need a core each"
+
+
+def sharding_unavailable(device_type: str) -> str:
+    """Why ``sharding`` (and ``reshard_after_forward``) cannot act here ("" when it can): FSDP
+    shards over the ranks of a job, and this machine runs one (one GPU, one core). Where it
+    can, a burst at world_size=1 still says in ``no_effect`` that fsdp had nothing to do."""
+    if not torch.distributed.is_available():
+        return "this torch was built without torch.distributed: no ranks to shard the model over"
+    if max_ranks(device_type) > 1:
+        return ""
+    one = "one GPU" if device_type == "cuda" else "one CPU core"
+    return f"fsdp shards the model over the ranks of a job; {one} here runs one rank"
 
 
 def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.ValueWidget:
