@@ -83,6 +83,8 @@ def test_contract_knob_names_are_fields():
         ({"compile": "fast"}, "compile", "reduce-overhead"),
         ({"loader": "ffcv"}, "loader", "torch, dali, synthetic"),
         ({"attention": "sdpa"}, "attention", "one of auto, flash, efficient, cudnn, math"),
+        ({"fp8": "e4m3"}, "fp8", "one of off, tensorwise, rowwise, rowwise_with_gw_hp"),
+        ({"fp8": "rowwise", "precision": "fp16"}, "fp8", "needs precision=bf16 (not fp16)"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),
         ({"pin_memory": "yes"}, "pin_memory", "true or false"),
         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb", "number"),
