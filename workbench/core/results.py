@@ -155,6 +155,11 @@ class BurstResult(Outcome):
     chose it for their inputs in set-up: "flash", "efficient", "cudnn" or "math" ("flash,
     math" where calls differed). None where the model made no such call or this torch cannot
     say. The ``attention`` knob asks (``auto``: PyTorch's choice); this says what ran."""
+    fp8_linears: int | None = None
+    """Linear layers that trained in float8 (torchao's ``Float8Linear``, ``engine.fp8``): all
+    but the output head and those with a dimension not a multiple of 16. None where ``fp8``
+    is off or could not act (``no_effect`` says why). The ``fp8`` knob asks; this says what
+    ran."""
     h2d_bytes_per_sample: float | None = None
     """Bytes a sample sent from host memory to the device: its float32 crop and label with
     ``decode=cpu`` (602 KB at 224 px), its stored JPEG or uint8 square with ``decode=gpu``.

@@ -38,6 +38,7 @@ from workbench.engine.batches import (
     split_batch,
 )
 from workbench.engine.failures import describe_error, is_oom_error
+from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, fp8_no_effect
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
@@ -82,6 +83,8 @@ class TrainState:
     """The workload's learning-rate schedule (``step()`` after every optimizer step), or None."""
     attention_backend: str | None = None
     """The SDPA backend the set-up check saw PyTorch choose (``engine.attention``), or None."""
+    fp8_linears: int | None = None
+    """Linear layers converted to float8 training (``engine.fp8``); None: fp8 did not act."""
 
     def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""
@@ -105,15 +108,20 @@ def build_train_state(
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] | None = None,
 ) -> TrainState:
-    """Model, optimizer and step helpers. ``wrap`` (DDP in a distributed burst) goes around
-    the model after the layout change and before ``torch.compile``, as PyTorch documents."""
+    """Model, optimizer and step helpers. ``fp8`` converts the Linear layers first
+    (``engine.fp8``); ``wrap`` (DDP in a distributed burst) goes around the model after the
+    layout change and before ``torch.compile``, as PyTorch documents."""
     model = workload.model().to(device)
     use_nhwc = knobs.channels_last and _has_conv(model)
     if use_nhwc:
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    plain = model
     notes: dict[str, str] = {}
+    # float8 first, as torchtitan converts: before checkpointing, DDP and compile wrap it
+    model, fp8_linears, fp8_idle = convert_for_burst(model, knobs, device, workload.name)
+    if fp8_idle:
+        notes["fp8"] = fp8_idle
+    plain = model
     if knobs.activation_checkpointing and apply_activation_checkpointing(model) == 0:
         notes["activation_checkpointing"] = NO_BLOCKS
     optimizer, scheduler, why = _optimizer_and_schedule(workload, model, knobs.optimizer_impl)
@@ -141,6 +149,8 @@ def build_train_state(
         no_effect=notes,
         step=workload.step,
         scheduler=scheduler,
+        fp8_linears=fp8_linears,
+        notes=[COMPILE_NOTE] if fp8_linears and knobs.compile == "off" else [],
     )
 
 
@@ -580,6 +590,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
     reasons.update(decode_no_effect(knobs, device, workload))
     reasons.update(attention_no_effect(knobs, device))
+    reasons.update(fp8_no_effect(knobs, device))
     reasons.update(_dist_reasons(knobs, device))
     reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons
