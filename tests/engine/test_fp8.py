@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from workloads_for_tests import tensor_workload
 
-from workbench import Knobs, run_burst
+from workbench import Knobs, run_burst, sweep
 from workbench.core.errors import KnobError
 from workbench.engine import fp8
 from workbench.engine.workloads.gpt import GPT_SIZES, GPTShape, TinyGPT, gpt, gpt_124m
@@ -182,6 +182,16 @@ def test_a_model_without_an_eligible_layer_says_what_it_skipped(float8_cores):
                                   "dimension is not a multiple of 16; 2: the output head "
                                   "stays in bf16)")  # fmt: skip
     assert r.fp8_linears is None and fp8.COMPILE_NOTE not in r.notes
+
+
+def test_a_sweep_over_fp8_starts_from_bf16_and_each_row_says_what_ran(small_gpt, float8_cores):
+    _torchao()
+    with pytest.raises(KnobError, match="fp8='tensorwise' is not allowed: needs precision=bf16"):
+        sweep(small_gpt, "fp8", ["off", "tensorwise"], **FAST)  # refused before any burst
+    df = sweep(small_gpt, "fp8", ["off", "tensorwise"], base=FP8.replace(fp8="off"),
+               reference_every=None, **FAST)  # fmt: skip
+    assert list(df["fp8"]) == ["off", "tensorwise"] and list(df["status"]) == ["ok", "ok"]
+    assert df["fp8_linears"].isna().iloc[0] and df["fp8_linears"].iloc[1] == 4
 
 
 def test_the_tuner_searches_fp8_only_where_it_can_act(small_gpt, monkeypatch):
