@@ -153,6 +153,7 @@ def _train(model: nn.Module, steps: int = 3) -> list[float]:
 def test_conversion_on_the_cpu_swaps_the_planned_layers_and_trains_close(recipe):
     _torchao()
     from torchao.float8.float8_linear import Float8Linear
+
     torch.manual_seed(0)
     plain = TinyGPT(SMALL)
     model, plan = fp8.convert(copy.deepcopy(plain), recipe)
@@ -172,6 +173,20 @@ def test_a_burst_that_converts_counts_the_layers_and_notes_compile(small_gpt, fl
     assert r.ok, r.error
     assert r.fp8_linears == 4 and "fp8" not in r.no_effect
     assert fp8.COMPILE_NOTE in r.notes
+
+
+def test_a_recipe_the_kernels_refuse_fails_in_set_up_naming_fp8(small_gpt, float8_cores,
+                                                                 monkeypatch):  # fmt: skip
+    _torchao()
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("rowwise scaling is not supported on this device")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)  # what torchao's float8 matmul calls
+    r = run_burst(small_gpt, FP8.replace(fp8="rowwise"), **FAST)
+    assert r.status == "error" and r.bad_knob == "fp8", r.error
+    assert "rowwise failed in set-up (RuntimeError: rowwise scaling is not supported" in r.error
+    assert fp8.refusal_of(RuntimeError("elsewhere"), "rowwise") is None  # not torchao's
 
 
 def test_a_model_without_an_eligible_layer_says_what_it_skipped(float8_cores):

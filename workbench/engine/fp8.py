@@ -48,6 +48,8 @@ would be the ceiling of no part of the model.
 from __future__ import annotations
 
 import importlib.util
+import os
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,7 @@ from torch import nn
 
 from workbench.core.errors import KnobError
 from workbench.core.knobs import Knobs
+from workbench.engine.failures import describe_error
 
 MIN_CAPABILITY = (8, 9)
 """Float8 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.0, 12.0)."""
@@ -190,6 +193,20 @@ def convert_for_burst(
     return model, (len(plan.converted) if why is None else None), why
 
 
+def refusal_of(exc: BaseException, recipe: str | None) -> KnobError | None:
+    """A failure raised inside torchao's float8 code (a recipe this GPU's kernels refuse, a
+    shape they cannot take) as the KnobError that names ``fp8``: the burst's set-up check then
+    fails with ``bad_knob`` fp8, not as a batch the model cannot take. None for any other
+    failure, or where no layer was converted (``recipe`` None)."""
+    if recipe is None:
+        return None
+    where = (frame.filename for frame in traceback.extract_tb(exc.__traceback__))
+    if not any(f"{os.sep}torchao{os.sep}" in name for name in where):
+        return None
+    said = f"off, or a recipe this model and GPU can train: {recipe} failed in set-up"
+    return KnobError("fp8", recipe, f"{said} ({describe_error(exc)})")
+
+
 def eligible_layers(workload: Any) -> int | None:
     """How many Linear layers float8 would convert in ``workload``'s model (``meta_plan``);
     None where the model cannot be built on the meta device."""
@@ -259,6 +276,7 @@ __all__ = [
     "meta_plan",
     "plan_linears",
     "production_convert",
+    "refusal_of",
     "torchao_missing",
     "unavailable",
 ]

@@ -38,7 +38,7 @@ from workbench.engine.batches import (
     split_batch,
 )
 from workbench.engine.failures import describe_error, is_oom_error
-from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, fp8_no_effect
+from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, fp8_no_effect, refusal_of
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
@@ -85,6 +85,8 @@ class TrainState:
     """The SDPA backend the set-up check saw PyTorch choose (``engine.attention``), or None."""
     fp8_linears: int | None = None
     """Linear layers converted to float8 training (``engine.fp8``); None: fp8 did not act."""
+    fp8_recipe: str | None = None
+    """The float8 recipe those layers train with; None where none was converted."""
 
     def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""
@@ -150,6 +152,7 @@ def build_train_state(
         step=workload.step,
         scheduler=scheduler,
         fp8_linears=fp8_linears,
+        fp8_recipe=knobs.fp8 if fp8_linears else None,
         notes=[COMPILE_NOTE] if fp8_linears and knobs.compile == "off" else [],
     )
 
@@ -249,6 +252,7 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
     except Exception as exc:
         if is_oom_error(exc) or isinstance(exc, KnobError):  # a knob this model cannot take
             raise
+        _raise_fp8_refusal(exc, state)
         hint = _forward_hint(inputs, workload) if stage == "forward" else None
         hint = hint or (_loss_hint(output, target, workload) if stage == "loss" else None)
         raise BatchMismatch(_mismatch_message(batch, stage, exc, hint)) from exc
@@ -256,6 +260,13 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
         model.train(was_training)
     if state.loss_fn is default_loss:
         _check_default_loss(state, logits_of(output), target)
+
+
+def _raise_fp8_refusal(exc: Exception, state: TrainState) -> None:
+    """A failure inside torchao's float8 layers is the ``fp8`` knob's, not the batch's."""
+    refused = refusal_of(exc, state.fp8_recipe)
+    if refused is not None:
+        raise refused from exc
 
 
 def _check_default_loss(state: TrainState, logits: Any, target: Any) -> None:
@@ -279,6 +290,7 @@ def _check_step_takes(state: TrainState, batch: Batch) -> None:
     except Exception as exc:
         if is_oom_error(exc) or isinstance(exc, KnobError):
             raise
+        _raise_fp8_refusal(exc, state)
         shape = f"the batch is {describe_batch(batch)}"
         raise BatchMismatch(f"the step cannot take this batch ({describe_error(exc)}); "
                             f"{shape}") from exc  # fmt: skip
