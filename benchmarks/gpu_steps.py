@@ -24,6 +24,8 @@ the session runs them (the open questions of the first GPU session, 2026-12-04):
   tune of 8 bursts whose start and "start again" show drift in place.
 - ``check``: ``gpu_check.py``'s rows within the time the session gives it.
 - ``pytest-gpu``: the tests marked ``gpu`` (DALI's listed as not run where DALI is absent).
+- ``fp8``: gpt:124m compiled in bf16, then with float8 training (tensorwise, rowwise), then
+  bf16 again (``gpu_fp8.py``): tokens/s, MFU and memory of each recipe against the bf16 pair.
 - ``lessons`` and ``lessons-optional``: the half day's lessons, then the optional ones and the
   instructor's board, executed on the GPU (``run_lessons.py``), each with its time, outcome
   and per-cell times; each a call of its own (``--steps lessons --budget-s 570``), what does
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_record, run as a script
+import gpu_fp8
 import gpu_record
 
 HERE = Path(__file__).resolve().parent
@@ -738,6 +741,7 @@ def _lesson_runner(site: Path) -> Any:
 STEPS: dict[str, Callable[..., None]] = {
     "environment": environment, "drift": drift, "loader": loader, "paths": paths, "tune": tune,
     "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons, "lessons-optional": lessons,
+    "fp8": gpu_fp8.fp8_vs_bf16,
 }  # fmt: skip
 TIMED = frozenset({"check", "pytest-gpu", *LESSON_GROUPS})
 """Steps that are given their time (the rest of the budget), not just a timeout."""

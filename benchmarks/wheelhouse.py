@@ -5,7 +5,8 @@ The box (``python3`` is CPython 3.12 on x86_64 Linux) has torch, pandas, numpy, 
 narwhals, attrs... but no kernel, no notebook client and no UI packages. The lessons need those
 to run headless: ipykernel (the kernel nbclient starts), nbclient and nbformat, jupyter_client,
 ipywidgets, anywidget, altair and vl-convert-python (``workshop.start()`` draws charts as SVG
-through it), and webdataset and lmdb (the storage lesson). ``wheelhouse.txt`` beside this file
+through it), webdataset and lmdb (the storage lesson), and torchao (the ``fp8`` knob: float8
+training; 0.18 is built for torch 2.11+, the box's torch). ``wheelhouse.txt`` beside this file
 pins every wheel of their closure that the box lacks, so two builds fetch the same versions.
 
     make wheelhouse                              # .wheelhouse/, checked and sized
@@ -61,6 +62,7 @@ ROOTS = (
     "vl-convert-python",
     "webdataset",
     "lmdb",
+    "torchao",  # the fp8 knob's float8 training (0.18 needs torch 2.11+, the box's; no deps)
 )
 
 # The box's packages that the closure and the lessons rely on (device/KINDS.md, "Python

@@ -80,6 +80,7 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
                             autotune=args.autotune, device=device)  # fmt: skip
 
     model = SmallNet(classes).to(device)
+    model = cfg.convert_fp8(model, device.type)  # float8 Linear layers (torchao), if tuned so
     cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
     if knobs.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -55,6 +55,17 @@ def test_the_example_trains_a_decode_gpu_config_and_says_why_the_cpu_decoded(tmp
     assert m and m.group(2, 3) == ("1", "8"), p.stdout
 
 
+def test_the_example_trains_an_fp8_config_unconverted_on_a_cpu_and_says_why(tmp_path):
+    knobs = Knobs(batch_size=8, precision="bf16", fp8="tensorwise")
+    path = save_config(knobs, tmp_path / "tuned.yaml")
+    p = _run([sys.executable, str(TRAIN), "--config", str(path), "--steps", "1", "--warmup", "1",
+              "--samples", "32", "--device", "cpu"])  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "fp8=tensorwise: float8 training needs float8 tensor cores" in p.stderr
+    assert "this is a CPU: the model is returned unconverted" in p.stderr
+    assert LINE.search(p.stdout), p.stdout
+
+
 @pytest.mark.slow
 def test_the_example_reads_the_tuned_data_format_split_across_ranks(tmp_path, tiny_data):
     """data_format=shards saved: train.py reads the shards copy (cfg.dataset), each of two

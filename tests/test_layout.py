@@ -34,8 +34,10 @@ HEAVY = (
     "psycopg",
     "torchcodec",
     "transformers",
+    "torchao",
 )  # fmt: skip  (psycopg: the class extra's driver, absent without it; torchcodec: decode's;
-#                transformers: the hf extra's, for Hugging Face workloads)
+#                transformers: the hf extra's, for Hugging Face workloads; torchao: the fp8
+#                extra's, for float8 training)
 # Modules whose own function-level imports of the package keep a light path light: the CLI's
 # commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
 # production side's ``workbench.config`` (no torch until a method needs it).

@@ -57,6 +57,7 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
         (["--set", "batch_size=abc"], "batch_size='abc' is not allowed: an integer"),
         (["--set", "prefetch_factor=4"], "prefetch_factor=4 is not allowed: needs num_workers"),
         (["--set", "precision=fp8"], "precision='fp8' is not allowed: one of default, fp32-strict"),
+        (["--set", "fp8=tensorwise"], "fp8='tensorwise' is not allowed: needs precision=bf16"),
         (["--set", "warp=9"], "warp='9' is not allowed: unknown knob; known: batch_size"),
         (
             ["--set", "batch_sise=64"],

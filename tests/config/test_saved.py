@@ -34,7 +34,7 @@ KNOBS = [
     Knobs(),
     Knobs(batch_size=256, num_workers=8, prefetch_factor=4, pin_memory=True,
           persistent_workers=True, precision="bf16", channels_last=True, compile="max-autotune",
-          cudnn_benchmark=True, grad_accum=4, attention="flash", loader="dali",
+          cudnn_benchmark=True, grad_accum=4, attention="flash", fp8="rowwise", loader="dali",
           dali_decode="mixed",
           dali_hw_decoder_load=0.9, decode="gpu", decode_overlap=False,
           data_format="shards", cache="cold", packing="pack",

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 import torch
+from torch import nn
 from torch.utils.data import IterableDataset
 
 from workbench.config.tuned_config import TunedConfig
@@ -150,3 +151,29 @@ def test_show_says_how_to_keep_the_tuned_sharding():
     assert "# sharding: measured with FSDP2 (fully_shard per block, then the root" in shown
     assert "reshard_after_forward=True" in shown and "model = cfg.wrap_model(model)" in shown
     assert "wrap_model" not in _cfg(world_size=2).describe()
+
+
+def test_convert_fp8_leaves_the_model_where_the_device_has_no_float8_cores():
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    said = "fp8=tensorwise: float8 training needs float8 tensor cores .*; this is a CPU: the model"
+    with pytest.warns(RuntimeWarning, match=said + " is returned unconverted"):
+        out = _cfg(precision="bf16", fp8="tensorwise").convert_fp8(model, "cpu")
+    assert out is model and type(model[0]) is nn.Linear
+    assert _cfg().convert_fp8(model, "cpu") is model  # fp8=off: nothing to do
+
+
+def test_convert_fp8_converts_the_layers_the_bursts_converted(monkeypatch):
+    pytest.importorskip("torchao")  # the dev extra installs it
+    from torchao.float8.float8_linear import Float8Linear
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    out = _cfg(precision="bf16", fp8="rowwise").convert_fp8(model, "cuda")  # needs no GPU
+    assert isinstance(out[0], Float8Linear) and type(out[2]) is nn.Linear  # the head stays
+
+
+def test_show_says_how_to_keep_float8_training():
+    shown = _cfg(precision="bf16", fp8="tensorwise").describe()
+    assert "# fp8: measured with the Linear layers in float8 (torchao, tensorwise recipe" in shown
+    assert "model = cfg.convert_fp8(model)  # before DDP and torch.compile" in shown
+    assert "convert_fp8" not in _cfg().describe()

@@ -87,6 +87,8 @@ def test_contract_knob_names_are_fields():
         ({"packing": "greedy"}, "packing", "one of off, pad, pack"),
         ({"sharding": "zero3"}, "sharding", "one of ddp, fsdp"),
         ({"reshard_after_forward": "yes"}, "reshard_after_forward", "true or false"),
+        ({"fp8": "e4m3"}, "fp8", "one of off, tensorwise, rowwise, rowwise_with_gw_hp"),
+        ({"fp8": "rowwise", "precision": "fp16"}, "fp8", "needs precision=bf16 (not fp16)"),
         ({"grad_accum": 0}, "grad_accum", "from 1"),
         ({"pin_memory": "yes"}, "pin_memory", "true or false"),
         ({"bucket_cap_mb": float("nan")}, "bucket_cap_mb", "number"),

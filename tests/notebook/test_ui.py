@@ -4,6 +4,7 @@ import os
 import time
 
 import pytest
+import torch
 from workloads_for_tests import hungry_workload, sleepy_workload, tensor_workload
 
 from workbench import Knobs
@@ -807,3 +808,21 @@ def test_packing_is_greyed_for_a_workload_without_documents(tiny_data):
     )
     assert "packing" in controls.disabled_reasons("cpu", tensor_workload())  # a user's own
     assert "packing" not in controls.disabled_reasons("cpu", resolve_workload("gpt", tiny_data))
+
+
+def test_fp8_is_a_dropdown_greyed_where_float8_cannot_act(tiny_data, monkeypatch):
+    from workbench.core.knobs import FP8_RECIPES, knob_specs
+    from workbench.engine.workloads import resolve_workload
+    from workbench.notebook.ui import controls
+
+    spec = next(s for s in knob_specs() if s.name == "fp8")
+    dropdown = controls.make_control(spec, "off", "cpu")
+    assert dropdown.options == FP8_RECIPES and "convert_to_float8_training" in dropdown.tooltip
+    gpt = resolve_workload("gpt", tiny_data)
+    assert controls.disabled_reasons("cpu", gpt)["fp8"].endswith("this is a CPU")
+    pytest.importorskip("torchao")  # the dev extra installs it
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert "fp8" not in controls.disabled_reasons("cuda", gpt)
+    cnn = resolve_workload("cnn", tiny_data)  # its one Linear is its classifier
+    said = "no Linear layer of cnn can train in float8 (head: the output head stays in bf16)"
+    assert controls.disabled_reasons("cuda", cnn)["fp8"] == said

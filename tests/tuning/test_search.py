@@ -631,3 +631,25 @@ def test_the_bisection_goes_straight_to_the_edge_the_walks_peaks_point_at(fake):
     assert sizes[:4] == [32, 64, 128, 256]  # 256 peaks at 1124 MiB: over the limit
     assert sizes[4] == 200 and max(s for s in sizes if s != 256) == 200
     assert t.best.batch_size == 200
+
+
+def test_the_default_space_on_cuda_holds_fp8_where_float8_can_act(fake_cuda, monkeypatch):
+    pytest.importorskip("torchao")  # the dev extra installs it
+    fp8 = ["off", "tensorwise", "rowwise"]
+    assert default_space(fake_cuda, tensor_workload(), Knobs())["fp8"] == fp8  # a 16x32 Linear
+    assert "fp8" not in default_space(fake_cuda, tensor_workload(features=10), Knobs())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
+    assert "fp8" not in default_space(fake_cuda, tensor_workload(), Knobs())  # no float8 cores
+
+
+def test_the_tuner_tries_fp8_once_precision_is_bf16(fake, monkeypatch):
+    from workbench.engine import fp8
+
+    monkeypatch.setattr(fp8, "device_refusal", lambda device: None)  # as if it had float8 cores
+    gains = {("default", "off"): 100.0, ("bf16", "off"): 200.0, ("bf16", "tensorwise"): 260.0,
+             ("bf16", "rowwise"): 240.0}  # fmt: skip
+    f = fake(lambda k, n: gains[(k.precision, k.fp8)])
+    t = _tune({"precision": ["default", "bf16"], "fp8": ["off", "tensorwise", "rowwise"]},
+              budget=10)  # fmt: skip
+    assert (t.best.precision, t.best.fp8) == ("bf16", "tensorwise")
+    assert ("bf16", "rowwise") in {(k.precision, k.fp8) for k in f.calls}  # each recipe measured

@@ -10,7 +10,8 @@ measured. Beside the knobs, the workload's own code by name: its collate_fn (in
 :meth:`dataloader`), its loss (:meth:`loss`) and its optimizer (:meth:`optimizer`).
 With ``decode=gpu``, :meth:`dataloader` reads the stored bytes and :meth:`device_batches`
 is the training loop's one call that decodes and augments them on the device, as the bursts
-did (``workbench.config.device_decode`` says what was decided and why).
+did (``workbench.config.device_decode`` says what was decided and why). With ``fp8``,
+:meth:`convert_fp8` converts the model's Linear layers to float8 training as the bursts did.
 ``workbench.config.saved`` reads and writes the file.
 
 Light imports: torch is imported inside the methods that need it, never at import time.
@@ -325,6 +326,24 @@ class TunedConfig:
         from workbench.engine.documents import documents_dataset
 
         return documents_dataset(documents, seq_len, self.knobs.packing)
+
+    def convert_fp8(self, model: Any, device_type: str | None = None) -> Any:
+        """``model`` with its Linear layers converted to float8 training as the bursts
+        converted them (torchao's ``convert_to_float8_training`` with the tuned recipe, the
+        same layers: all but the output head and those with a dimension not a multiple of 16),
+        or ``model`` untouched with ``fp8=off``: ``model = cfg.convert_fp8(model)``, once, on
+        its device, before DDP or FSDP and ``torch.compile`` wrap it; train under
+        :meth:`autocast` (fp8 comes with ``precision=bf16``). In place, yet use what it returns
+        (torchao replaces a bare Linear). Where the GPU has no float8 tensor cores (compute
+        capability below 8.9, or no GPU) a RuntimeWarning says so and the model comes back as
+        it was; without torchao a KnobError names ``fp8`` and the pip command. ``device_type``:
+        default CUDA when this machine has it."""
+        # torch only when the script asks for it: load_config stays torch-free
+        import torch
+
+        from workbench.engine.fp8 import production_convert  # torchao, where it converts
+
+        return production_convert(model, self.knobs, torch.device(_device_type(device_type)))
 
     def grad_scaler(self, device_type: str | None = None) -> Any:
         """A ``torch.amp.GradScaler`` for fp16, whose narrow range underflows small gradients
@@ -651,6 +670,7 @@ class TunedConfig:
                 *self._training_lines(),
                 *self._attention_lines(),
                 *self._packing_lines(),
+                *self._fp8_lines(),
                 *self._sharding_lines(),
                 "# one node",
                 launch["single_node"],
@@ -723,6 +743,14 @@ class TunedConfig:
                 f"gathered parameters {kept}: reshard_after_forward={k.reshard_after_forward})",
                 "model = cfg.wrap_model(model)  # after init_process_group and activation "
                 "checkpointing; build the optimizer after it"]  # fmt: skip
+
+    def _fp8_lines(self) -> list[str]:
+        """How the tuned float8 training is kept in production, where it was on."""
+        if self.knobs.fp8 == "off":
+            return []
+        return [f"# fp8: measured with the Linear layers in float8 (torchao, {self.knobs.fp8} "
+                "recipe; not the output head), under bf16 autocast",
+                "model = cfg.convert_fp8(model)  # before DDP and torch.compile"]  # fmt: skip
 
     def _data_lines(self) -> list[str]:
         """How the measured data was read, where that is not the plain folder of files."""

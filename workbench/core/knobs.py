@@ -58,6 +58,12 @@ SHARDINGS = ("ddp", "fsdp")
 rank a whole replica, gradients all-reduced) or ``fsdp`` (FSDP2's ``fully_shard`` per block,
 then the root: each rank keeps 1/world_size of the parameters, gradients and optimizer state;
 ``workbench.engine.sharding`` says how)."""
+FP8_RECIPES = ("off", "tensorwise", "rowwise", "rowwise_with_gw_hp")
+"""Float8 training of the Linear layers: ``off``, or one of torchao's recipes
+(``torchao.float8.Float8LinearConfig.from_recipe_name``), fastest first: ``tensorwise`` (one
+dynamic scale per tensor, cuBLAS), ``rowwise`` (a scale per row, CUTLASS; scales rounded to
+powers of two), ``rowwise_with_gw_hp`` (rowwise, the weight gradient kept in high precision:
+the most accurate). ``workbench.engine.fp8`` says where it acts."""
 DALI_FORMATS = ("files", "shards")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -251,6 +257,18 @@ class Knobs:
         "compute",
         "choice",
         choices=ATTENTIONS,
+    )
+    fp8: str = _knob(
+        "off",
+        "Float8 training of the Linear layers (torchao's convert_to_float8_training): off, "
+        "tensorwise (one scale a tensor: the fastest), rowwise (a scale a row: more accurate) "
+        "or rowwise_with_gw_hp (rowwise, weight gradients in bf16: the most accurate). Needs "
+        "precision=bf16, CUDA compute capability 8.9+ (Ada, Hopper, Blackwell) and torchao; "
+        "layers with a dimension not divisible by 16 and the output head stay in bf16. Fast "
+        "only with torch.compile, which fuses its casts.",
+        "compute",
+        "choice",
+        choices=FP8_RECIPES,
     )
     loader: str = _knob(
         "torch",
@@ -599,6 +617,21 @@ def _check_combinations(k: Knobs) -> None:
             f"over the nodes (e.g. world_size={k.nodes * max(1, k.world_size // k.nodes)})",
         )
     _check_dali_format(k)
+    _check_fp8(k)
+
+
+def _check_fp8(k: Knobs) -> None:
+    """Float8 is a step past bf16 autocast, not a replacement for it: torchao's recipes are
+    built and benchmarked with everything outside the converted matmuls (attention, norms,
+    the output head) in bf16, and the question fp8 answers is whether it beats that."""
+    if k.fp8 != "off" and k.precision != "bf16":
+        raise KnobError(
+            "fp8",
+            k.fp8,
+            f"needs precision=bf16 (not {k.precision}): torchao's float8 recipes convert the "
+            "Linear layers' matmuls and keep the rest of the model in bf16 autocast; set "
+            "precision=bf16, or fp8=off",
+        )
 
 
 def _check_dali_format(k: Knobs) -> None:

@@ -159,6 +159,11 @@ class BurstResult(Outcome):
     """With ``packing`` (pad or pack): the share of the window's token positions that were
     padding, in %; ``tokens_per_s`` then counts real tokens only and ``samples_per_s``
     samples of ``tokens_per_sample`` real tokens (``engine.packing``). None without."""
+    fp8_linears: int | None = None
+    """Linear layers that trained in float8 (torchao's ``Float8Linear``, ``engine.fp8``): all
+    but the output head and those with a dimension not a multiple of 16. None where ``fp8``
+    is off or could not act (``no_effect`` says why). The ``fp8`` knob asks; this says what
+    ran."""
     h2d_bytes_per_sample: float | None = None
     """Bytes a sample sent from host memory to the device: its float32 crop and label with
     ``decode=cpu`` (602 KB at 224 px), its stored JPEG or uint8 square with ``decode=gpu``.

@@ -146,6 +146,7 @@ class _Measured:
     attention_backend: str | None = None
     real_tokens: int | None = None
     """A document burst's real (non-pad) tokens in the window (``engine.packing``)."""
+    fp8_linears: int | None = None
 
 
 def run_in_process(
@@ -321,6 +322,7 @@ def _measure(
     measured.loader_device_mem_mib = _loader_device_mem(stream)  # DALI's is final once closed
     measured.decode = decode_ran(stream, wl)
     measured.attention_backend = state.attention_backend
+    measured.fp8_linears = state.fp8_linears
     if getattr(stream, "note", None):  # decode=gpu: which decoder ran, and how
         measured.notes.append(stream.note)
     measured.h2d_bytes_per_sample = getattr(stream, "h2d_bytes_per_sample", h2d_first)
@@ -586,6 +588,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.loader_device_mem_mib = m.loader_device_mem_mib
     r.decode, r.h2d_bytes_per_sample = m.decode, m.h2d_bytes_per_sample
     r.attention_backend = m.attention_backend
+    r.fp8_linears = m.fp8_linears
     r.no_effect.update(m.no_effect)
     r.notes = list(m.notes)
     _fill_compile(r, m.compile_report)

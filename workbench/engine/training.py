@@ -38,6 +38,7 @@ from workbench.engine.batches import (
     split_batch,
 )
 from workbench.engine.failures import describe_error, is_oom_error
+from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, fp8_no_effect, refusal_of
 from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
 from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
@@ -87,6 +88,10 @@ class TrainState:
     """The SDPA backend the set-up check saw PyTorch choose (``engine.attention``), or None."""
     real_tokens: Any = None
     """A document burst's counter of real tokens (``engine.packing.RealTokens``), or None."""
+    fp8_linears: int | None = None
+    """Linear layers converted to float8 training (``engine.fp8``); None: fp8 did not act."""
+    fp8_recipe: str | None = None
+    """The float8 recipe those layers train with; None where none was converted."""
 
     def loss_of(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """One micro-batch's loss on ``model`` (the burst's, or the plain module for a probe)."""
@@ -110,18 +115,22 @@ def build_train_state(
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] | None = None,
 ) -> TrainState:
-    """Model, optimizer and step helpers. ``wrap`` (DDP or FSDP2 in a distributed burst)
-    goes around the model after the layout change and activation checkpointing and before
-    the optimizer and ``torch.compile``, as PyTorch documents: FSDP2 replaces the parameters
-    with sharded ones, which the optimizer must hold (DDP keeps them, so the order is DDP's
-    too)."""
+    """Model, optimizer and step helpers. ``fp8`` converts the Linear layers first
+    (``engine.fp8``); ``wrap`` (DDP or FSDP2 in a distributed burst) goes around the model
+    after the layout change and activation checkpointing and before the optimizer and
+    ``torch.compile``, as PyTorch documents: FSDP2 replaces the parameters with sharded ones,
+    which the optimizer must hold (DDP keeps them, so the order is DDP's too)."""
     model = workload.model().to(device)
     use_nhwc = knobs.channels_last and _has_conv(model)
     if use_nhwc:
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    plain = model
     notes: dict[str, str] = {}
+    # float8 first, as torchtitan converts: before checkpointing, DDP and compile wrap it
+    model, fp8_linears, fp8_idle = convert_for_burst(model, knobs, device, workload.name)
+    if fp8_idle:
+        notes["fp8"] = fp8_idle
+    plain = model
     if knobs.activation_checkpointing and apply_activation_checkpointing(model) == 0:
         notes["activation_checkpointing"] = NO_BLOCKS
     no_sync, found = None, []
@@ -149,9 +158,11 @@ def build_train_state(
         plain=plain,
         wrapped=is_sharded(plain) or (model is not plain and not _is_compiled_plain(model, plain)),
         no_effect=notes,
-        notes=found,
+        notes=found + ([COMPILE_NOTE] if fp8_linears and knobs.compile == "off" else []),
         step=workload.step,
         scheduler=scheduler,
+        fp8_linears=fp8_linears,
+        fp8_recipe=knobs.fp8 if fp8_linears else None,
     )
 
 
@@ -251,6 +262,7 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
     except Exception as exc:
         if is_oom_error(exc) or isinstance(exc, KnobError):  # a knob this model cannot take
             raise
+        _raise_fp8_refusal(exc, state)
         hint = _forward_hint(inputs, workload) if stage == "forward" else None
         hint = hint or (_loss_hint(output, target, workload) if stage == "loss" else None)
         raise BatchMismatch(_mismatch_message(batch, stage, exc, hint)) from exc
@@ -258,6 +270,13 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
         model.train(was_training)
     if state.loss_fn is default_loss:
         _check_default_loss(state, logits_of(output), target)
+
+
+def _raise_fp8_refusal(exc: Exception, state: TrainState) -> None:
+    """A failure inside torchao's float8 layers is the ``fp8`` knob's, not the batch's."""
+    refused = refusal_of(exc, state.fp8_recipe)
+    if refused is not None:
+        raise refused from exc
 
 
 def _check_default_loss(state: TrainState, logits: Any, target: Any) -> None:
@@ -281,6 +300,7 @@ def _check_step_takes(state: TrainState, batch: Batch) -> None:
     except Exception as exc:
         if is_oom_error(exc) or isinstance(exc, KnobError):
             raise
+        _raise_fp8_refusal(exc, state)
         shape = f"the batch is {describe_batch(batch)}"
         raise BatchMismatch(f"the step cannot take this batch ({describe_error(exc)}); "
                             f"{shape}") from exc  # fmt: skip
@@ -593,6 +613,7 @@ def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[st
     reasons.update(decode_no_effect(knobs, device, workload))
     reasons.update(attention_no_effect(knobs, device))
     reasons.update(sharding_no_effect(knobs))
+    reasons.update(fp8_no_effect(knobs, device))
     reasons.update(_dist_reasons(knobs, device))
     reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
     return reasons

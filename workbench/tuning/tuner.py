@@ -97,6 +97,7 @@ from workbench.engine import hardware
 from workbench.engine.attention import attention_space
 from workbench.engine.burst import BurstInterrupted, BurstProgress
 from workbench.engine.failures import describe_error
+from workbench.engine.fp8 import fp8_space
 from workbench.engine.packing import check_packing_values, packing_space
 from workbench.engine.sharding import sharding_space
 from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
@@ -350,8 +351,10 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
     this process may run on (never more: an oversubscribed loader competes with the training
     loop), prefetch depth; on CUDA also pinned memory, precision, (image models)
     channels_last, (models whose attention is SDPA) the attention kernel
-    (``engine.attention.attention_space``: auto and the fused kernels, never math) and the data
-    path (``data_paths.path_space``: ``decode`` where the device
+    (``engine.attention.attention_space``: auto and the fused kernels, never math), (models
+    with Linear layers, on a GPU with float8 tensor cores and torchao installed) float8
+    training (``engine.fp8.fp8_space``: off, tensorwise, rowwise; tried once precision is
+    bf16) and the data path (``data_paths.path_space``: ``decode`` where the device
     can decode, ``data_format`` over the converted copies already built, ``loader=dali``
     where installed; nothing is built or installed for it). On any device, a workload with
     documents started at ``packing`` pad or pack compares the two
@@ -376,6 +379,7 @@ def default_space(dev: torch.device, wl: Workload, base: Knobs) -> dict[str, lis
         if wl.image_dir is not None:
             space["channels_last"] = [False, True]
         space |= attention_space(wl, dev)
+        space |= fp8_space(wl, dev)
         space |= path_space(wl, base, dev)
     space |= packing_space(wl, base)
     space |= sharding_space(wl, base)

@@ -21,6 +21,7 @@ import torch
 
 from workbench.core.knobs import KnobError, Knobs, KnobSpec, knob_specs
 from workbench.engine.attention import uses_sdpa
+from workbench.engine.fp8 import unavailable as fp8_unavailable
 from workbench.engine.loaders.dali import dali_available
 from workbench.engine.packing import has_documents, no_documents
 from workbench.engine.workloads import Workload
@@ -40,6 +41,9 @@ def disabled_reasons(device_type: str, workload: Workload | None = None) -> dict
         reasons["attention"] = f"{workload.name} has no attention layers: no SDPA kernel to pick"
     if workload is not None and not has_documents(workload):
         reasons["packing"] = no_documents(workload).removeprefix("off for workload ")
+    fp8_why = fp8_unavailable(torch.device(device_type), workload)
+    if fp8_why is not None:
+        reasons["fp8"] = fp8_why
     if device_type != "cuda":
         reasons["nccl"] = "NCCL acts only on GPUs: ranks on this CPU talk over gloo"
         reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies: needs CUDA"
