@@ -103,6 +103,8 @@ DO_WITHOUT = {
     "nvidia.dali": "DALI: the lessons and the data-path table say 'not installed' without it",
     "psycopg": "the class store's PostgreSQL driver: a room's server, not the box (SQLite here)",
     "torchcodec": "decode=gpu decodes with torchvision.io where TorchCodec is absent",
+    "transformers": "hf:gpt2 and wb.hf_causal_lm only: no lesson builds a Hugging Face model, "
+    "and the library with its tokenizers is far past the carry's 48 MiB",
 }
 # What the lessons run besides the notebooks and the workbench (lesson 8 runs the script).
 LESSON_SCRIPTS = ("examples/train.py",)
