@@ -15,6 +15,8 @@ own, and what it skips for time runs in a later session:
     bash benchmarks/gpu_session.sh --steps lessons --lessons unmeasured --budget-s 570
 
 (``--lessons``: numbers, core, optional, all or unmeasured: ``run_lessons.select``.)
+The transformer step (``gpt:124m``: bf16 eager, compiled, CUDA graphs, the attention
+backends) is a call of its own too: ``--steps transformer --budget-s 570``.
 After every step the kept run (``gpu_record``: one JSON file named by date and device) is
 rewritten under ``--results-dir`` (default ``benchmarks/results``) and copied to OUT_DIR, so
 a run stopped anywhere keeps every step that ended. Commit that file; ``publish_gpu.py``
@@ -46,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_record
+import gpu_transformer
 import run_lessons
 
 HERE = Path(__file__).resolve().parent
@@ -86,6 +89,17 @@ def _lessons_step(name: str, group: str) -> Step:
                 min_s=LESSONS_SETUP_S + est[0])  # fmt: skip
 
 
+def _transformer_step() -> Step:
+    """The transformer step: its rows' estimates (``gpu_transformer.plan``: the compile rows
+    from the kept runs' cold compiles); it starts when its set-up and first row fit."""
+    est, first, why = gpu_transformer.plan()
+    return Step("transformer", est, TRANSFORMER_CALL_S, why, timed=True, min_s=first)
+
+
+TRANSFORMER_CALL_S = 480.0
+"""The transformer step's timeout: about twice its estimate, inside a call of its own."""
+
+
 PLAN: tuple[Step, ...] = (
     Step("environment", 8, 60, "nvidia-smi -q ~1 s; Python, torch, CUDA and NVML start ~6 s"),
     Step("drift", 110, 200, "14 resnet50 bursts on a resident batch at ~7 s (the first "
@@ -107,6 +121,7 @@ PLAN: tuple[Step, ...] = (
          "in the time left, else in a second call (--steps tune,pytest-gpu)",
          timed=True),
     Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
+    _transformer_step(),
     *(_lessons_step(name, group) for name, group in (("lessons", "core"),
                                                      ("lessons-optional", "optional"))),
 )  # fmt: skip
