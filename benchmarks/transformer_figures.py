@@ -1,6 +1,6 @@
 """The transformer knobs' effects on a CPU, measured interleaved: the CPU side of issue 32.
 
-    python benchmarks/transformer_figures.py [--batch 1] [--seconds 2] [--repeats 2] [--out F]
+    python benchmarks/transformer_figures.py [--batch 1] [--threads 1] [--repeats 2] [--out F]
     python benchmarks/transformer_figures.py --table benchmarks/results/transformer-cpu-*.json
 
 The tiny ``gpt`` (6 layers x 384, 256 byte tokens: the size a CPU trains) in fp32 (bf16
@@ -11,7 +11,11 @@ pairs of rounds, the rows in order then reversed (A B C, C B A: every pair of ro
 drift linear in time hits every row alike. Per row: the median tokens/s of its bursts, and its
 ratio to the first row as the median (and range) of the per-round ratios, each against the
 same round's first row. The load average before each burst is kept beside it: on a shared
-machine it says how much of the two cores the bursts had.
+machine it says how much of the two cores the bursts had. ``--threads`` (default 1) sets
+PyTorch's intra-op threads: on a 2-core machine that other jobs share, two OpenMP threads wait
+for each other at every barrier, and a neighbour's time slice stalls both (steps of one config
+were seen to spread 10x); one thread shares the machine more evenly, and a kernel's effect
+relative to another is what is measured here, not the machine's peak.
 
 Writes one JSON (``--out``, default ``benchmarks/results/transformer-cpu-YYYYMMDD.json``):
 the command, commit, machine, settings, every burst and the rows. ``--table`` prints the
@@ -92,6 +96,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from workbench import Knobs, run_burst
 
+    torch.set_num_threads(args.threads)
     base = Knobs(batch_size=args.batch, loader="synthetic")
     window = {"seconds": args.seconds, "min_steps": args.min_steps,
               "warmup_steps": args.warmup_steps}  # fmt: skip
@@ -103,7 +108,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
         "settings": {"workload": WORKLOAD, "batch_size": args.batch,
                      "precision": base.precision, "loader": base.loader,
-                     "tokens_per_sample": 256, "repeats": args.repeats, **window},
+                     "tokens_per_sample": 256, "repeats": args.repeats,
+                     "threads": torch.get_num_threads(), **window},
         "warmup_burst": None, "bursts": [], "rows": [],
     }  # fmt: skip
     out = Path(args.out)
@@ -155,7 +161,8 @@ def table(path: Path) -> str:
     rounds = 2 * s["repeats"]
     lines += ["", f"`benchmarks/results/{Path(path).name}` ({(doc['git_commit'] or '?')[:7]}"
               f"{' + changes' if doc.get('git_dirty') else ''}, {doc['started_at'][:10]}, torch "
-              f"{doc['versions']['torch']}, {doc['cores']['usable']} usable cores): {rounds} "
+              f"{doc['versions']['torch']}, {doc['cores']['usable']} usable cores, "
+              f"{s.get('threads', '?')} PyTorch thread(s)): {rounds} "
               f"rounds, the rows in order then reversed, {s['seconds']:g} s windows; load "
               f"average before the bursts {min(loads):.1f}-{max(loads):.1f}."]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -168,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--min-steps", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="PyTorch's intra-op threads")
     ap.add_argument("--repeats", type=int, default=2, help="pairs of rounds (forward, reversed)")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d")
     ap.add_argument("--out", default=str(gpu_record.RESULTS / f"transformer-cpu-{stamp}.json"))
