@@ -13,9 +13,9 @@ ratio to the first row as the median (and range) of the per-round ratios, each a
 same round's first row. The load average before each burst is kept beside it: on a shared
 machine it says how much of the two cores the bursts had. ``--threads`` (default 1) sets
 PyTorch's intra-op threads: on a 2-core machine that other jobs share, two OpenMP threads wait
-for each other at every barrier, and a neighbour's time slice stalls both (steps of one config
-were seen to spread 10x); one thread shares the machine more evenly, and a kernel's effect
-relative to another is what is measured here, not the machine's peak.
+for each other at every barrier, and a neighbour's time slice stalls both (step medians of
+one config from 143 to 1,397 ms in one such run); one thread shares the machine more evenly,
+and a kernel's effect relative to another is what is measured here, not the machine's peak.
 
 Writes one JSON (``--out``, default ``benchmarks/results/transformer-cpu-YYYYMMDD.json``):
 the command, commit, machine, settings, every burst and the rows. ``--table`` prints the
