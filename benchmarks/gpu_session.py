@@ -6,9 +6,9 @@
 Runs the steps of ``gpu_steps.py`` in order, each in its own process under its own timeout
 (a step that hangs or segfaults costs only itself), within ``--budget-s`` (default 480 s: 8
 minutes on one GPU). Before a step starts, one whose estimate does not fit what is left is
-skipped and says so; ``check``, ``pytest-gpu`` and the lessons steps are given the time that
-is left. The lessons take longer than a call to the box, so each lessons step is a call of its
-own, and what it skips for time runs in a later session:
+skipped and says so; ``check``, ``pytest-gpu``, ``transformer`` and the lessons steps are
+given the time that is left. The lessons take longer than a call to the box, so each lessons
+step is a call of its own, and what it skips for time runs in a later session:
 
     bash benchmarks/gpu_session.sh --steps lessons --budget-s 570
     bash benchmarks/gpu_session.sh --steps lessons-optional --budget-s 570
@@ -63,7 +63,7 @@ class Step:
     est_s: float  # wall seconds on one H200, start-up included
     timeout_s: float  # a step past this is killed (its process group)
     why: str  # how est_s was reached
-    timed: bool = False  # given the time left (check, pytest-gpu, lessons)
+    timed: bool = False  # given the time left (check, pytest-gpu, transformer, lessons)
     min_s: float | None = None  # a timed step that skips its own parts for time starts with
     # this much left (its first part), not its whole estimate (the lessons: one call each)
 
