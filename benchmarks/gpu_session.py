@@ -6,15 +6,17 @@
 Runs the steps of ``gpu_steps.py`` in order, each in its own process under its own timeout
 (a step that hangs or segfaults costs only itself), within ``--budget-s`` (default 480 s: 8
 minutes on one GPU). Before a step starts, one whose estimate does not fit what is left is
-skipped and says so; ``check``, ``pytest-gpu`` and the lessons steps are given the time that
-is left. The lessons take longer than a call to the box, so each lessons step is a call of its
-own, and what it skips for time runs in a later session:
+skipped and says so; ``check``, ``pytest-gpu``, ``transformer`` and the lessons steps are
+given the time that is left. The lessons take longer than a call to the box, so each lessons
+step is a call of its own, and what it skips for time runs in a later session:
 
     bash benchmarks/gpu_session.sh --steps lessons --budget-s 570
     bash benchmarks/gpu_session.sh --steps lessons-optional --budget-s 570
     bash benchmarks/gpu_session.sh --steps lessons --lessons unmeasured --budget-s 570
 
 (``--lessons``: numbers, core, optional, all or unmeasured: ``run_lessons.select``.)
+The transformer step (``gpt:124m``: bf16 eager, compiled, CUDA graphs, the attention
+backends) is a call of its own too: ``--steps transformer --budget-s 570``.
 After every step the kept run (``gpu_record``: one JSON file named by date and device) is
 rewritten under ``--results-dir`` (default ``benchmarks/results``) and copied to OUT_DIR, so
 a run stopped anywhere keeps every step that ended. Commit that file; ``publish_gpu.py``
@@ -46,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_record
+import gpu_transformer
 import run_lessons
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +63,7 @@ class Step:
     est_s: float  # wall seconds on one H200, start-up included
     timeout_s: float  # a step past this is killed (its process group)
     why: str  # how est_s was reached
-    timed: bool = False  # given the time left (check, pytest-gpu, lessons)
+    timed: bool = False  # given the time left (check, pytest-gpu, transformer, lessons)
     min_s: float | None = None  # a timed step that skips its own parts for time starts with
     # this much left (its first part), not its whole estimate (the lessons: one call each)
 
@@ -86,6 +89,17 @@ def _lessons_step(name: str, group: str) -> Step:
                 min_s=LESSONS_SETUP_S + est[0])  # fmt: skip
 
 
+def _transformer_step() -> Step:
+    """The transformer step: its rows' estimates (``gpu_transformer.plan``: the compile rows
+    from the kept runs' cold compiles); it starts when its set-up and first row fit."""
+    est, first, why = gpu_transformer.plan()
+    return Step("transformer", est, TRANSFORMER_CALL_S, why, timed=True, min_s=first)
+
+
+TRANSFORMER_CALL_S = 480.0
+"""The transformer step's timeout: about twice its estimate, inside a call of its own."""
+
+
 PLAN: tuple[Step, ...] = (
     Step("environment", 8, 60, "nvidia-smi -q ~1 s; Python, torch, CUDA and NVML start ~6 s"),
     Step("drift", 110, 200, "14 resnet50 bursts on a resident batch at ~7 s (the first "
@@ -107,6 +121,7 @@ PLAN: tuple[Step, ...] = (
          "in the time left, else in a second call (--steps tune,pytest-gpu)",
          timed=True),
     Step("pytest-gpu", 90, 150, "87 s measured in the first session", timed=True),
+    _transformer_step(),
     *(_lessons_step(name, group) for name, group in (("lessons", "core"),
                                                      ("lessons-optional", "optional"))),
 )  # fmt: skip

@@ -4,6 +4,8 @@
 # The lessons, each set a call of its own (what a call has no time for: a later session):
 #   bash benchmarks/gpu_session.sh --steps lessons --budget-s 570   (then lessons-optional;
 #   --lessons unmeasured: the lessons no kept run has run yet)
+# gpt:124m's rows (bf16 eager, compiled, CUDA graphs, attention backends), a call of its own:
+#   bash benchmarks/gpu_session.sh --steps transformer --budget-s 570
 # OUT_DIR defaults to $OUT, else /tmp/gpu-session: logs, summary.txt and a copy of the kept
 # run, which goes to benchmarks/results/gpu-<date>-<device>.json (commit it; then
 # `python benchmarks/publish_gpu.py` regenerates the published tables from it).

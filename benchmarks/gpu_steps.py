@@ -23,6 +23,10 @@ the session runs them (the open questions of the first GPU session, 2026-12-04):
   a pinned dict batch, ``memory_snapshot``, ``alloc_conf`` (a fresh one-rank process), and a
   tune of 8 bursts whose start and "start again" show drift in place.
 - ``check``: ``gpu_check.py``'s rows within the time the session gives it.
+- ``transformer``: ``gpt:124m`` (GPT-2 small at 1,024 tokens) on one resident batch, one burst
+  a row of ``gpu_transformer.ROWS``: bf16 eager, compiled, compiled with CUDA graphs, and each
+  attention backend (a backend refused for these shapes keeps its refusal); a call of its own
+  (``--steps transformer --budget-s 570``), rows that do not fit skipped and said.
 - ``pytest-gpu``: the tests marked ``gpu`` (DALI's listed as not run where DALI is absent).
 - ``fp8``: gpt:124m compiled in bf16, then with float8 training (tensorwise, rowwise), then
   bf16 again (``gpu_fp8.py``): tokens/s, MFU and memory of each recipe against the bf16 pair.
@@ -55,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_record, run as a script
 import gpu_fp8
 import gpu_record
+import gpu_transformer
 
 HERE = Path(__file__).resolve().parent
 IDENTICAL = 6
@@ -740,14 +745,14 @@ def _lesson_runner(site: Path) -> Any:
 
 STEPS: dict[str, Callable[..., None]] = {
     "environment": environment, "drift": drift, "loader": loader, "paths": paths, "tune": tune,
-    "check": check, "pytest-gpu": pytest_gpu, "lessons": lessons, "lessons-optional": lessons,
-    "fp8": gpu_fp8.fp8_vs_bf16,
+    "check": check, "pytest-gpu": pytest_gpu, "transformer": gpu_transformer.transformer,
+    "lessons": lessons, "lessons-optional": lessons, "fp8": gpu_fp8.fp8_vs_bf16,
 }  # fmt: skip
-TIMED = frozenset({"check", "pytest-gpu", *LESSON_GROUPS})
+TIMED = frozenset({"check", "pytest-gpu", "transformer", *LESSON_GROUPS})
 """Steps that are given their time (the rest of the budget), not just a timeout."""
 BUDGETED = TIMED | {"loader"}
 """Steps that read their budget (``--budget-s``): the loader builds its predecoded copy only
-when it fits."""
+when it fits; the transformer step runs the rows that fit."""
 
 
 def one_burst(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_record
+import gpu_transformer
 
 ROOT = gpu_record.ROOT
 REFERENCE = ROOT / "notebooks" / "reference" / "gpu_runs.json"
@@ -48,9 +49,8 @@ def _precision(p: str) -> Where:
 
 
 JPEG_8: Where = (("loader", "jpeg, 8 workers"), ("check", "NVML, real data: real data, 8 workers"))
-COMPILE_DEFAULT: Where = (("check", "compile default (tf32): compile=default"),
-                          ("compile", "compile default (tf32)"))  # fmt: skip
-COMPILE_RO: Where = (("compile", "compile reduce-overhead (tf32)"),)
+COMPILE_DEFAULT: Where = gpu_transformer.TINY_GPT_COMPILE["default"]
+COMPILE_RO: Where = gpu_transformer.TINY_GPT_COMPILE["reduce-overhead"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ class Table:
     rows: tuple[Row, ...]
 
 
-FORMATS: dict[str, str] = {"samples_per_s": "{:,.0f}", "step_ms_p50": "{:.1f}",
+FORMATS: dict[str, str] = {"samples_per_s": "{:,.0f}", "tokens_per_s": "{:,.0f}",
+                           "step_ms_p50": "{:.1f}",
                            "step_ms_mean": "{:.1f}", "peak_mem_mib": "{:,.0f}",
                            "mfu_pct": "{:.1f}", "compile_s": "{:.1f}",
                            "gpu_util_pct": "{:.0f}", "sm_clock_mhz": "{:,.0f}"}  # fmt: skip
@@ -295,6 +296,114 @@ def _goal_sentence(paths: dict[str, Any]) -> str:
     return f"Goal ({goal}): {verdict} {text} ({best['over_ceiling']:.0%})."
 
 
+TRANSFORMER_CALL = "bash benchmarks/gpu_session.sh --steps transformer --budget-s 570"
+CALL_MD = f"`{TRANSFORMER_CALL}`"
+TRANSFORMER_WAITING = (
+    f"Waiting for the first GPU run: no kept run has the `gpt:124m` rows yet (`{TRANSFORMER_CALL}`"
+    " measures them: bf16 eager, compiled, compiled with CUDA graphs, and each attention backend)."
+)
+TRANSFORMER_COLUMNS = (("tokens/s", "tokens_per_s"), ("MFU %", "mfu_pct"),
+                       ("step ms p50", "step_ms_p50"), ("peak MiB", "peak_mem_mib"),
+                       ("compile s", "compile_s"))  # fmt: skip
+
+
+def render_transformer(runs: Sequence[tuple[Path, dict[str, Any]]],
+                       anchor: gpu_transformer.Anchor | None = None) -> str:  # fmt: skip
+    """The transformer block (issue 32): llm.c's published run as the anchor, each row of
+    ``gpu_transformer.ROWS`` from the newest kept run that ran it (or the sentence that says
+    it waits), and the goal judged from the kept runs (``gpu_transformer.goal``)."""
+    a = gpu_transformer.anchor() if anchor is None else anchor
+    lines = [_anchor_text(a), ""]
+    found = {row.key: _tx_row(runs, row.key) for row in gpu_transformer.ROWS}
+    sources: list[Path] = []
+    by_path: dict[Path, dict[str, Any]] = {}
+    if not any(found.values()):
+        lines += [TRANSFORMER_WAITING, ""]
+    else:
+        lines += [f"| {gpu_transformer.WORKLOAD}, bf16, batch {gpu_transformer.BATCH} x 1,024 "
+                  "tokens, one resident batch | " + " | ".join(h for h, _ in TRANSFORMER_COLUMNS)
+                  + " | attention kernel | over eager | run |",
+                  "| --- | " + "---: | " * len(TRANSFORMER_COLUMNS)
+                  + "--- | ---: | --- |"]  # fmt: skip
+        for row in gpu_transformer.ROWS:
+            hit = found[row.key]
+            if hit is None:
+                lines.append(f"| {row.label} | " + "- | " * len(TRANSFORMER_COLUMNS)
+                             + "- | - | not measured yet |")  # fmt: skip
+                continue
+            path, run, res = hit
+            if path not in sources:
+                sources.append(path)
+                by_path[path] = run
+            lines.append(_tx_line(row, res, sources.index(path) + 1))
+        lines.append("")
+    g = gpu_transformer.goal(runs, a.per_gpu)
+    if g.run is not None and g.run not in sources:
+        sources.append(g.run)
+        by_path[g.run] = dict(next(r for p, r in runs if p == g.run))
+    lines += [_goal_text(g, a, sources), ""]
+    lines += [f"[{i + 1}] {provenance(p, by_path[p])}" for i, p in enumerate(sources)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _tx_row(runs: Sequence[tuple[Path, dict[str, Any]]],
+            key: str) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:  # fmt: skip
+    """The newest kept run that ran row ``key`` (ok, or refused with the reason)."""
+    for path, run in runs:
+        step = gpu_transformer.step_of(run)
+        if step is None:
+            continue
+        res = gpu_transformer.row_results(step)[key]
+        if res["status"] in ("ok", "refused"):
+            return path, run, res
+    return None
+
+
+def _tx_line(row: gpu_transformer.Row, res: dict[str, Any], source: int) -> str:
+    text = row.label
+    if res["status"] == "refused":
+        text += f" (refused: {_escape(res['note'] or '')[:240]})"
+    values = [cell(res.get(f), f) for _, f in TRANSFORMER_COLUMNS]
+    over = "-" if res.get("over_eager") is None else f"{res['over_eager']:.2f}x"
+    return (f"| {text} | " + " | ".join(values)
+            + f" | {res.get('attention_backend') or '-'} | {over} | [{source}] |")  # fmt: skip
+
+
+def _anchor_text(a: gpu_transformer.Anchor) -> str:
+    """llm.c's run and what follows from it, every figure computed from the reference files."""
+    peak = a.peaks
+    return (
+        f"The anchor, published (not measured here): llm.c's GPT-2 (124M) reproduction trained "
+        f"{a.tokens:,.0f} tokens in about {a.minutes:.0f} minutes on {a.hardware} "
+        f"([llm.c discussion #481]({a.url}), Andrej Karpathy, {a.published}; read {a.read_on}): "
+        f"**{a.per_gpu:,.0f} tokens/s per GPU** (tokens / ({a.minutes:.0f} x 60 s) / {a.gpus}). "
+        f"By this workbench's FLOP count for `{gpu_transformer.WORKLOAD}` (6N + attention: "
+        f"{a.flops_per_token / 1e6:,.0f} MFLOP a token) that is {a.mfu_pct:.0f}% MFU of the "
+        f"A100's {peak['a100']:,.0f} TFLOP/s dense bf16 (llm.c said ~{a.mfu_said:.0f}% by its "
+        f"own count). An H100 SXM and an H200 SXM have the same dense bf16 peak, "
+        f"{peak['h200']:,.1f} TFLOP/s ({peak['h200'] / peak['a100']:.1f}x the A100's); the "
+        f"H200's memory is the faster, {a.bandwidth['h200']:,.0f} GB/s against the H100's "
+        f"{a.bandwidth['h100']:,.0f} and the A100's {a.bandwidth['a100']:,.0f} (NVIDIA's "
+        f"datasheets: `notebooks/reference/datasheets.json`). One H200 or H100 matches llm.c's "
+        f"per-GPU rate at {a.mfu_needed_pct('h200'):.0f}% MFU."
+    )  # fmt: skip
+
+
+def _goal_text(g: gpu_transformer.Goal, a: gpu_transformer.Anchor, sources: list[Path]) -> str:
+    goal = (f"Goal: `{gpu_transformer.WORKLOAD}` on one H200 at or above llm.c's per-GPU rate "
+            f"({a.per_gpu:,.0f} tokens/s) in bf16 with compile")  # fmt: skip
+    if g.verdict == "waiting":
+        return f"{goal}: **waiting** for a kept run of these rows on an H200 ({CALL_MD})."
+    mark = f"[{sources.index(g.run) + 1}]" if g.run in sources else ""
+    if g.key is None:
+        return f"{goal}: **not met**: {g.note} {mark}."
+    label = next(r.label for r in gpu_transformer.ROWS if r.key == g.key)
+    said = f"{label}, {g.tokens_per_s:,.0f} tokens/s, {g.over_anchor:.2f}x the anchor on {g.device}"
+    if g.verdict == "met":
+        return f"{goal}: **met** by {said} {mark}."
+    return f"{goal}: **not met**: the best compiled row was {said} {mark}."
+
+
 LESSONS_WAITING = "waiting for the first GPU run of the lessons"
 LESSONS_HOW = (
     "Generated by `python benchmarks/publish_gpu.py` from the kept runs: each lesson from the "
@@ -366,6 +475,7 @@ def blocks(runs: Sequence[tuple[Path, dict[str, Any]]], root: Path = ROOT) -> di
 
     out = {t.name: render(t, runs) for t in TABLES}
     out["data-paths"] = render_data_paths(runs)
+    out["transformer"] = render_transformer(runs)
     out["lessons"] = render_lessons(runs, root / "notebooks")
     out["development-runs"] = "\n".join(runs_table(p, r) for p, r in runs)
     out["session-plan"] = gpu_session.plan_table() + "\n"

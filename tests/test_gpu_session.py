@@ -508,3 +508,113 @@ def test_the_lessons_steps_say_why_they_do_not_run(steps, tmp_path):
     dry = steps.Context(dry=True, seconds=0.1, out=tmp_path / "y.json", workdir=tmp_path)
     with pytest.raises(steps.StepSkipped, match="no CUDA device"):
         steps.lessons(steps.StepLog("lessons-optional", dry), 100)
+
+
+# -- the transformer step (issue 32) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tx(steps):
+    return sys.modules["gpu_transformer"]
+
+
+def test_the_dry_runs_transformer_step_runs_the_eager_rows_and_says_why_not_the_rest(dry_run, tx):
+    doc = json.loads(dry_run[2][0].read_text())
+    step = next(s for s in doc["steps"] if s["name"] == "transformer")
+    assert step["status"] == "passed", step["checks"]
+    eager = [r for r in tx.ROWS if r.compile == "off"]
+    assert [(b["label"], b["row"]) for b in step["bursts"]] == [(r.label, r.key) for r in eager]
+    assert [b["knobs"].get("attention", "auto") for b in step["bursts"][1:]] == [
+        "auto", "flash", "efficient", "cudnn", "math"]  # fmt: skip
+    assert all(b["tokens_per_s"] > 0 and b["workload"].startswith("gpt (2 layers")
+               for b in step["bursts"])  # fmt: skip
+    skipped = {s["what"]: s["reason"] for s in step["skipped"]}
+    assert set(skipped) == {"compile-default", "compile-reduce-overhead"}
+    assert all(r.startswith("no CUDA: a cold compile") for r in skipped.values())
+    rows = step["facts"]["rows"]
+    ran = {k: rows[k]["attention_backend"] for k in ("attention-flash", "attention-math")}
+    assert ran == {"attention-flash": "flash", "attention-math": "math"}
+    for key in ("attention-efficient", "attention-cudnn"):  # no kernel on a CPU: said, and ran
+        assert rows[key]["status"] == "ok" and "CUDA kernels only" in rows[key]["note"]
+    assert rows["compile-default"] == {"status": "skipped", "note": skipped["compile-default"]}
+    assert rows["eager"]["over_eager"] == 1.0 and rows["attention-math"]["over_eager"] > 0
+
+
+def test_the_transformer_step_is_planned_from_the_kept_compiles_as_a_call_of_its_own(
+    session, tx, record
+):  # fmt: skip
+    step = next(s for s in session.PLAN if s.name == "transformer")
+    runs = record.load_kept()
+    kept = record.find_burst(runs[-1][1], "compile", "compile default (tf32)")
+    default = next(r for r in tx.ROWS if r.key == "compile-default")
+    assert tx.estimate(default, runs).seconds == tx.EAGER_S + tx.COMPILE_FACTOR * kept["compile_s"]
+    assert step.est_s == tx.SETUP_S + sum(tx.estimate(r, runs).seconds for r in tx.ROWS)
+    assert step.timed and step.min_s == tx.SETUP_S + tx.EAGER_S
+    assert step.timeout_s <= 600 - 30 and step.timeout_s >= step.est_s
+    assert "--steps transformer --budget-s 570" in step.why and runs[-1][0].name in step.why
+    assert session.time_for(step, 20, dry=False)[0] is None
+    assert session.time_for(step, 300, dry=False) == (300, None)
+
+
+def test_a_kept_gpt124m_compile_replaces_the_tiny_gpts_in_the_estimate(tx):
+    own = {"steps": [{"name": "transformer", "bursts": [
+        {"row": "compile-default", "status": "ok", "compile_s": 40.0, "knobs": {}}]}]}  # fmt: skip
+    default = next(r for r in tx.ROWS if r.key == "compile-default")
+    est = tx.estimate(default, [(Path("gpu-20270101-nvidia-h200.json"), own)])
+    assert est.seconds == tx.EAGER_S + 50.0 and "1.25x its own" in est.why
+    assert tx.estimate(default, []).seconds == tx.EAGER_S + tx.COMPILE_FALLBACK_S
+
+
+def test_row_results_read_each_row_from_the_record(tx):
+    step = {"bursts": [
+        {"row": "eager", "status": "ok", "tokens_per_s": 200.0, "mfu_pct": 20.0,
+         "knobs": {"precision": "bf16"}, "attention_backend": "flash"},
+        {"row": "compile-default", "status": "ok", "tokens_per_s": 300.0, "compile_s": 9.0,
+         "knobs": {"precision": "bf16", "compile": "default"}},
+        {"row": "attention-cudnn", "status": "error", "error": "KnobError: attention=...",
+         "refused": "attention='cudnn' is not allowed: ..."},
+        {"row": "attention-math", "status": "oom", "error": "CUDA out of memory"}],
+        "skipped": [{"what": "compile-reduce-overhead", "reason": "would not fit"}]}  # fmt: skip
+    rows = tx.row_results(step)
+    assert list(rows) == [r.key for r in tx.ROWS]
+    assert (rows["compile-default"]["over_eager"], rows["compile-default"]["compile_s"]) == (1.5, 9)
+    assert rows["attention-cudnn"] == {**rows["attention-cudnn"], "status": "refused",
+                                       "note": "attention='cudnn' is not allowed: ...",
+                                       "tokens_per_s": None}  # fmt: skip
+    assert rows["attention-math"]["status"] == "failed"
+    assert rows["attention-math"]["note"] == "oom: CUDA out of memory"
+    assert rows["compile-reduce-overhead"] == {"status": "skipped", "note": "would not fit"}
+    assert rows["attention-flash"] == {"status": "not measured", "note": tx.NOT_MEASURED}
+
+
+def test_a_transformer_row_that_does_not_fit_is_skipped_and_said(steps, tx, tmp_path):
+    ctx = steps.Context(dry=False, seconds=0.1, out=tmp_path / "tx.json", workdir=tmp_path)
+    log = steps.StepLog("transformer", ctx)
+    tx.transformer(log, 20)  # less than any row's estimate and the margin: nothing runs
+    doc = json.loads((tmp_path / "tx.json").read_text())
+    assert doc["bursts"] == [] and [s["what"] for s in doc["skipped"]] == [r.key for r in tx.ROWS]
+    assert all(s["reason"].startswith("would not fit (est ") and "--steps transformer" in
+               s["reason"] for s in doc["skipped"])  # fmt: skip
+    assert doc["facts"]["workload"] == "gpt:124m" and doc["facts"]["precision"] == "bf16"
+
+
+def test_a_refused_attention_kernel_is_the_rows_answer_not_a_failure(steps, tx, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    """On a GPU a backend that cannot run these shapes fails the burst in set-up with a
+    KnobError naming ``attention``: the row keeps the refusal; any other failure fails it."""
+    import workbench
+    from workbench import Knobs
+    from workbench.core.results import BurstResult
+
+    said = "attention='cudnn' is not allowed: one that runs this model's attention here: auto"
+    outcome = {"error": f"KnobError: {said}"}
+    monkeypatch.setattr(workbench, "run_burst", lambda wl, knobs, **kw: BurstResult(
+        status="error", workload="gpt:124m", knobs=knobs, **outcome))  # fmt: skip
+    ctx = steps.Context(dry=False, seconds=0.1, out=tmp_path / "tx.json", workdir=tmp_path)
+    log = steps.StepLog("transformer", ctx)
+    cudnn = next(r for r in tx.ROWS if r.key == "attention-cudnn")
+    tx._run_row(log, cudnn, "gpt:124m", Knobs(attention="cudnn"))
+    assert log.bursts[-1]["refused"] == said and log.doc()["status"] == "passed"
+    outcome["error"] = "RuntimeError: CUDA error: an illegal memory access"
+    tx._run_row(log, cudnn, "gpt:124m", Knobs(attention="cudnn"))
+    assert "refused" not in log.bursts[-1] and log.doc()["status"] == "failed"

@@ -218,7 +218,7 @@ def test_the_mfu_note_computes_the_gap_from_the_entries():
 def test_the_datasheet_entries_are_the_peaks_the_workbench_computes_mfu_with():
     from workbench.engine import hardware
 
-    for ref_id in ("nvidia-a100-bf16-dense", "nvidia-h200-bf16-dense"):
+    for ref_id in ("nvidia-a100-bf16-dense", "nvidia-h100-bf16-dense", "nvidia-h200-bf16-dense"):
         r = reference.find(ref_id)
         assert r.value * 1e12 == pytest.approx(hardware.peak_flops(r.hardware, "bf16")), ref_id
         assert r.batch_size is None and r.url.startswith("https://www.nvidia.com/")
