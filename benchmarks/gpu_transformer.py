@@ -72,11 +72,15 @@ ROWS: tuple[Row, ...] = (
     *(Row(f"attention-{a}", f"eager, attention={a}"
           + (" (the first row again)" if a == "auto" else ""), {"attention": a})
       for a in ATTENTIONS),
-    # The knobs issue 32 adds next each get their rows here, one line each, when they are
-    # fields of Knobs: float8 linears beside the bf16 compile row (the same compile mode),
-    # packed sequences beside padded ones (the share of padded tokens in the result), and
-    # FSDP's memory per rank (a sharded job needs two ranks: on one GPU a one-rank job shows
-    # the path, its peak per rank beside DDP's).
+    # Documents padded one to a row against packed into full rows (``packing``): tokens/s
+    # counts real tokens only, so the two compare useful work; the result's pad_share_pct.
+    Row("packing-pad", "eager, packing=pad (a document a row)", {"packing": "pad"}),
+    Row("packing-pack", "eager, packing=pack (documents packed, masked apart)",
+        {"packing": "pack"}),
+    # float8 is the ``fp8`` step's (gpu_fp8.py: compiled, bracketed by bf16, torchao installed
+    # from the wheelhouse); FSDP's memory per rank needs two ranks, which one GPU cannot hold
+    # (``wb.compare_sharding`` skips there): the CPU's two gloo ranks measure it
+    # (docs/figures.md).
 )  # fmt: skip
 
 
@@ -265,6 +269,7 @@ def _row_result(b: Mapping[str, Any] | None, skipped: str | None,
             "peak_mem_mib": b.get("peak_mem_mib") if ok else None,
             "compile_s": b.get("compile_s") if ok else None,
             "attention_backend": b.get("attention_backend") if ok else None,
+            "pad_share_pct": b.get("pad_share_pct") if ok else None,
             "precision": (b.get("knobs") or {}).get("precision"),
             "over_eager": tps / base if tps and base else None}  # fmt: skip
 

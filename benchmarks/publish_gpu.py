@@ -304,7 +304,7 @@ TRANSFORMER_WAITING = (
 )
 TRANSFORMER_COLUMNS = (("tokens/s", "tokens_per_s"), ("MFU %", "mfu_pct"),
                        ("step ms p50", "step_ms_p50"), ("peak MiB", "peak_mem_mib"),
-                       ("compile s", "compile_s"))  # fmt: skip
+                       ("compile s", "compile_s"), ("pad %", "pad_share_pct"))  # fmt: skip
 
 
 def render_transformer(runs: Sequence[tuple[Path, dict[str, Any]]],
@@ -337,6 +337,9 @@ def render_transformer(runs: Sequence[tuple[Path, dict[str, Any]]],
                 by_path[path] = run
             lines.append(_tx_line(row, res, sources.index(path) + 1))
         lines.append("")
+    fp8 = _fp8_text(runs, sources, by_path)
+    if fp8:
+        lines += [fp8, ""]
     g = gpu_transformer.goal(runs, a.per_gpu)
     if g.run is not None and g.run not in sources:
         sources.append(g.run)
@@ -344,6 +347,42 @@ def render_transformer(runs: Sequence[tuple[Path, dict[str, Any]]],
     lines += [_goal_text(g, a, sources), ""]
     lines += [f"[{i + 1}] {provenance(p, by_path[p])}" for i, p in enumerate(sources)]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+FP8_WAITING = (
+    "float8 (`fp8`): waiting for the first GPU run of the `fp8` step (`bash "
+    "benchmarks/gpu_session.sh --steps fp8`: gpt:124m compiled in bf16, then each float8 "
+    "recipe, then bf16 again)."
+)
+
+
+def _fp8_text(runs: Sequence[tuple[Path, dict[str, Any]]], sources: list[Path],
+              by_path: dict[Path, dict[str, Any]]) -> str:  # fmt: skip
+    """The ``fp8`` step's figures (``gpu_fp8.fp8_facts``) from the newest kept run that ran
+    it, as one sentence under the table; the sentence that says it waits where none has."""
+    for path, run in runs:
+        step = next((s for s in reversed(run.get("steps") or []) if s.get("name") == "fp8"
+                     and (s.get("facts") or {}).get("fp8", {}).get("bf16_tokens_per_s")),
+                    None)  # fmt: skip
+        if step is None:
+            continue
+        if path not in sources:
+            sources.append(path)
+            by_path[path] = run
+        f = step["facts"]["fp8"]
+        said = [f"{name} {cell(r.get('tokens_per_s'), 'tokens_per_s')} tokens/s ("
+                + (f"{r['vs_bf16']:.2f}x bf16" if r.get("vs_bf16") else "no ratio")
+                + (f", {r['fp8_linears']} Linear layers in float8" if r.get("fp8_linears")
+                   else f", did not act: {_escape(r.get('no_effect') or '')}") + ")"
+                for name, r in (f.get("recipes") or {}).items()]  # fmt: skip
+        spread = f.get("bf16_spread_pct")
+        return (f"float8 (`fp8`, the `fp8` step: {f.get('workload')}, batch "
+                f"{f.get('batch_size')}, compiled, bf16 before and after): bf16 "
+                f"{cell(f['bf16_tokens_per_s'], 'tokens_per_s')} tokens/s (the two bf16 "
+                f"bursts {spread if spread is not None else '-'}% apart); "
+                + ("; ".join(said) or "no float8 recipe ran")
+                + f" [{sources.index(path) + 1}].")  # fmt: skip
+    return FP8_WAITING
 
 
 def _tx_row(runs: Sequence[tuple[Path, dict[str, Any]]],

@@ -524,8 +524,9 @@ def test_the_dry_runs_transformer_step_runs_the_eager_rows_and_says_why_not_the_
     assert step["status"] == "passed", step["checks"]
     eager = [r for r in tx.ROWS if r.compile == "off"]
     assert [(b["label"], b["row"]) for b in step["bursts"]] == [(r.label, r.key) for r in eager]
-    assert [b["knobs"].get("attention", "auto") for b in step["bursts"][1:]] == [
+    assert [b["knobs"].get("attention", "auto") for b in step["bursts"][1:6]] == [
         "auto", "flash", "efficient", "cudnn", "math"]  # fmt: skip
+    assert [b["knobs"].get("packing") for b in step["bursts"][6:]] == ["pad", "pack"]
     assert all(b["tokens_per_s"] > 0 and b["workload"].startswith("gpt (2 layers")
                for b in step["bursts"])  # fmt: skip
     skipped = {s["what"]: s["reason"] for s in step["skipped"]}
@@ -538,6 +539,8 @@ def test_the_dry_runs_transformer_step_runs_the_eager_rows_and_says_why_not_the_
         assert rows[key]["status"] == "ok" and "CUDA kernels only" in rows[key]["note"]
     assert rows["compile-default"] == {"status": "skipped", "note": skipped["compile-default"]}
     assert rows["eager"]["over_eager"] == 1.0 and rows["attention-math"]["over_eager"] > 0
+    # one document a row leaves most positions padding; packed rows leave none
+    assert rows["packing-pad"]["pad_share_pct"] > 30 and rows["packing-pack"]["pad_share_pct"] == 0
 
 
 def test_the_transformer_step_is_planned_from_the_kept_compiles_as_a_call_of_its_own(

@@ -423,6 +423,7 @@ def _tx_run(results: Path, stamp: str, device: str, *, eager=210_000.0, default=
         burst("attention-auto", eager * 0.99),
         burst("attention-flash", eager),
         burst("attention-efficient", eager * 0.8, attention_backend="efficient"),
+        burst("packing-pad", 120_000.0, pad_share_pct=65.0),
     ]
     if refused:
         bursts.append({"label": "eager, attention=cudnn", "row": "attention-cudnn",
@@ -480,15 +481,18 @@ def test_a_kept_h200_run_tables_every_row_and_meets_the_goal(publish, copy):
     lines = publish.render_transformer(runs).splitlines()
     assert (
         "| gpt:124m, bf16, batch 32 x 1,024 tokens, one resident batch | tokens/s | MFU % | "
-        "step ms p50 | peak MiB | compile s | attention kernel | over eager | run |"
+        "step ms p50 | peak MiB | compile s | pad % | attention kernel | over eager | run |"
     ) in lines
-    assert "| eager | 210,000 | 18.1 | 156.0 | 30,000 | - | flash | 1.00x | [1] |" in lines
+    assert "| eager | 210,000 | 18.1 | 156.0 | 30,000 | - | - | flash | 1.00x | [1] |" in lines
     assert ("| compile=reduce-overhead (CUDA graphs) | 300,000 | 25.9 | 109.2 | 30,000 | 52.0 | "
-            "flash | 1.43x | [1] |") in lines  # fmt: skip
+            "- | flash | 1.43x | [1] |") in lines  # fmt: skip
+    assert ("| eager, packing=pad (a document a row) | 120,000 | 10.4 | 273.1 | 30,000 | - | "
+            "65.0 | flash | 0.57x | [1] |") in lines  # fmt: skip
+    assert publish.FP8_WAITING in lines
     assert any(line.startswith("| eager, attention=cudnn (refused: attention=cudnn is not "
                                "allowed: ") and line.endswith("| - | - | - | [1] |")
                for line in lines)  # fmt: skip
-    assert "| eager, attention=math | - | - | - | - | - | - | - | not measured yet |" in lines
+    assert "| eager, attention=math | - | - | - | - | - | - | - | - | not measured yet |" in lines
     goal = next(line for line in lines if line.startswith("Goal: "))
     assert goal.endswith(": **met** by compile=reduce-overhead (CUDA graphs), 300,000 "
                          "tokens/s, 1.30x the anchor on NVIDIA H200 [1].")  # fmt: skip
@@ -538,4 +542,26 @@ def test_no_compiled_row_on_an_h200_misses_the_goal_with_the_reasons(publish, co
     assert (
         "**not met**: no compiled bf16 row ran (compile-default: would not fit; "
         "compile-reduce-overhead: would not fit) [1]."
+    ) in body
+
+
+def test_the_fp8_steps_figures_are_a_sentence_under_the_table(publish, copy):
+    results = copy / "benchmarks/results"
+    path = _tx_run(results, "20270105", "NVIDIA H200")
+    doc = json.loads(path.read_text())
+    facts = {"workload": "gpt:124m", "batch_size": 16, "bf16_tokens_per_s": 250_000.0,
+             "bf16_spread_pct": 1.2, "recipes": {
+                 "tensorwise": {"tokens_per_s": 300_000.0, "vs_bf16": 1.2, "fp8_linears": 48},
+                 "rowwise": {"tokens_per_s": None, "vs_bf16": None, "fp8_linears": None,
+                             "no_effect": "torchao is not installed"}}}  # fmt: skip
+    doc["steps"].append({"name": "fp8", "status": "passed", "bursts": [],
+                         "facts": {"fp8": facts}})  # fmt: skip
+    path.write_text(json.dumps(doc))
+    body = publish.render_transformer(publish.load_runs(results))
+    assert publish.FP8_WAITING not in body
+    assert (
+        "float8 (`fp8`, the `fp8` step: gpt:124m, batch 16, compiled, bf16 before and after): "
+        "bf16 250,000 tokens/s (the two bf16 bursts 1.2% apart); tensorwise 300,000 tokens/s "
+        "(1.20x bf16, 48 Linear layers in float8); rowwise - tokens/s (no ratio, did not act: "
+        "torchao is not installed) [1]."
     ) in body
