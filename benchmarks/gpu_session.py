@@ -124,7 +124,8 @@ PLAN: tuple[Step, ...] = (
     _transformer_step(),
     Step("fp8", 240, 420, "gpt:124m compiled at batch 16, four bursts (bf16, two float8 "
          "recipes, bf16), each with a cold compile: no kept run has compiled gpt:124m, so "
-         "~50 s a burst is a guess; a call of its own (--steps fp8)"),
+         "~50 s a burst is a guess; in the time left, else a call of its own (--steps fp8)",
+         timed=True),
     *(_lessons_step(name, group) for name, group in (("lessons", "core"),
                                                      ("lessons-optional", "optional"))),
 )  # fmt: skip
