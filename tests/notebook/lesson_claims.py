@@ -239,6 +239,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("11", "5%", SAME_BAND, near="within"),
     Claim("11", "5%", Given("a low MFU, an example"), near="MFU"),
     Claim("11", "100%", Given("NVML's GPU-Util when any kernel runs: its definition, quoted")),
+    # 12 a transformer on a GPU
+    Claim("12", "0.92x", Written("docs/figures.md", "read 0.92 (0.90-0.96)")),
     # the guide: "What to expect on a CPU and on a GPU", "Common questions"
     Claim("guide", "4.7x", Ratio("wb-gpu-r50-bf16", "wb-gpu-r50-fp32")),
     Claim("guide", "5.0x", Ratio("wb-gpu-r50-fp16", "wb-gpu-r50-fp32")),
