@@ -180,6 +180,9 @@ def test_fp8_against_the_compiled_bf16_burst(monkeypatch):
     result = lesson.measure_fp8("gpt:124m", against, run=run, seconds=2.0)
     assert seen == [against.knobs.replace(fp8="tensorwise")]
     assert result.ratio == pytest.approx(1.3) and "1.30x" in result.summary()
+    failed = lesson.Fp8Run(BurstResult(status="oom", error="out of memory"), result.fp8)
+    assert failed.ratio is None and "ended oom" in failed.summary()
+    assert "cannot be checked" in str(lesson.check_fp8(1.3, failed))
     with pytest.raises(ValueError, match="precision=default"):
         lesson.measure_fp8("gpt:124m", _burst(1000.0, device="cuda:0"), run=run)
 

@@ -54,8 +54,8 @@ MEMORY = "12-memory"
 
 def window(gpu: bool) -> dict[str, Any]:
     """The lesson's burst window: 2 s on a GPU (several ``gpt:124m`` steps, even in the default
-    math). On a CPU a few steps: the tiny gpt's step takes a few hundred milliseconds on two
-    quiet cores and seconds on loaded ones, and the lesson runs eight bursts and a two-rank
+    math). On a CPU a few steps: the tiny gpt's step takes a fraction of a second on two quiet
+    cores and seconds on loaded ones, and the lesson runs eight bursts and a two-rank
     job there; its checks judge what these bursts measured, noise included."""
     if gpu:
         return {"seconds": 2.0, "warmup_steps": 3, "min_steps": 5}
@@ -314,11 +314,14 @@ class Fp8Run:
         return self.fp8.tokens_per_s / self.against.tokens_per_s
 
     def summary(self) -> str:
-        if self.refused:
-            return f"fp8 did not run here: {self.refused}."
-        assert self.fp8 is not None
+        """One line: the ratio and what it compares, or why there is none."""
+        if self.refused or self.fp8 is None:
+            return f"fp8 did not run here: {self.refused or 'no burst'}."
         if not self.fp8.ok:
             return f"the fp8 burst ended {self.fp8.status}: {self.fp8.error}"
+        if self.ratio is None:
+            return (f"the compiled bf16 burst fp8 is compared with ended "
+                    f"{self.against.status}: {self.against.error}")  # fmt: skip
         return (f"fp8={self.fp8.knobs.fp8} ({self.fp8.fp8_linears} Linear layers in float8): "
                 f"{self.fp8.tokens_per_s:,.0f} tokens/s against bf16's "
                 f"{self.against.tokens_per_s:,.0f}, both compile={self.against.knobs.compile}: "
@@ -385,8 +388,8 @@ FP8_PUBLISHED = ("torchao-llama3-8b-bf16", "torchao-llama3-8b-fp8-tensorwise",
 
 def fp8_published(refs: Iterable[reference.Reference] | None = None) -> pd.DataFrame:
     """torchao's published float8 rows with each one's ratio over its bf16 row, computed."""
-    out = reference.ratios(FP8_PUBLISHED, over=FP8_PUBLISHED[:1], refs=refs)
     refs = list(reference.load() if refs is None else refs)
+    out = reference.ratios(FP8_PUBLISHED, over=FP8_PUBLISHED[:1], refs=refs)
     out["hardware"] = [reference.find(i, refs).hardware for i in FP8_PUBLISHED]
     out["source"] = [reference.find(i, refs).cited() for i in FP8_PUBLISHED]
     return out
