@@ -27,6 +27,14 @@ PREDICTED: dict[str, dict[str, Any]] = {  # per lesson ("03") and prediction var
     "09": {"prediction": "lmdb"},
     "10": {"prediction": "activation_checkpointing"},
     "11": {"prediction": "never", "prediction_layout": "same", "prediction_peak": 10},
+    "12": {
+        "prediction_bf16": 2.0,
+        "prediction_compile": "default",
+        "prediction_attention": 0.8,
+        "prediction_memory": "fsdp",
+        "prediction_fp8": 1.2,
+        "prediction_packing": 1.5,
+    },
 }
 ASSIGNED = re.compile(r"^(prediction\w*) = (.*?)(\s+#.*)?$", re.MULTILINE)
 """A prediction cell's line: ``prediction = None  # what to predict``."""

@@ -609,11 +609,11 @@ ENTRIES: tuple[Entry, ...] = (
           "images/s", "bf16 (autocast)", JPEG_8,
           lambda b, f: f"GPU util {cell(b.get('gpu_util_pct'), 'gpu_util_pct')}%; "
                        f"{b.get('short_epochs_note') or 'epochs of 50+ batches'}"),
-    Entry("wb-gpu-gpt-compile-default", ("11",), "gpt",
+    Entry("wb-gpu-gpt-compile-default", ("12",), "gpt",
           "training throughput, gpt (small decoder-only), torch.compile default", "samples/s",
           "TF32", COMPILE_DEFAULT,
           lambda b, f: f"cold compile {cell(b.get('compile_s'), 'compile_s')} s (compile_s)"),
-    Entry("wb-gpu-gpt-compile-reduce-overhead", ("11",), "gpt",
+    Entry("wb-gpu-gpt-compile-reduce-overhead", ("12",), "gpt",
           "training throughput, gpt (small decoder-only), torch.compile reduce-overhead "
           "(CUDA graphs)", "samples/s", "TF32", COMPILE_RO,
           lambda b, f: f"cold compile {cell(b.get('compile_s'), 'compile_s')} s"),

@@ -69,7 +69,7 @@ import lesson_predictions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-CORE = ("01", "02", "03", "04", "05", "11", "07", "10", "08")
+CORE = ("01", "02", "03", "04", "05", "11", "12", "07", "10", "08")
 """The half day's lessons, in its order (notebooks/README.md, "The half day"; a test holds the
 two together). Lesson 10 is there for its core part, cost per run; its notebook runs whole."""
 CORE_PART = {"10": "core part: cost per run"}
@@ -79,13 +79,17 @@ OPTIONAL = ("06", "09", "00")
 GROUPS: dict[str, tuple[str, ...]] = {"core": CORE, "optional": OPTIONAL, "all": CORE + OPTIONAL}
 GPU_EST_S: dict[str, float] = {
     "00": 30, "01": 40, "02": 70, "03": 40, "04": 70, "05": 80, "06": 160, "07": 45, "08": 40,
-    "09": 190, "10": 40, "11": 130,
+    "09": 190, "10": 40, "11": 130, "12": 260,
 }  # fmt: skip
 """What a lesson is expected to take on one GPU until a kept run has timed it there: its bursts
 at the first GPU session's costs (a resnet50 burst with set-up and warm-up ~7 s, a gpt burst
 ~5 s, a torchrun job ~21 s, compiling the gpt 15-18 s, ResNet-50 about a minute) plus ~10 s
-for the kernel's start and imports. Only for planning (what to start in the time left); the
-guide's GPU minutes come from the kept runs, never from here."""
+for the kernel's start and imports. Lesson 12 runs ``gpt:124m``, which no kept run has timed:
+seven eager bursts at ``gpu_transformer.EAGER_S`` (~12 s), three cold compiles (both modes,
+and float8 with ``default``) at twice the tiny gpt's kept 15-18 s (twice the layers at twice
+the width) with a burst each, and its memory section on the CPU (two bursts and a two-rank
+gloo job, ~30 s). Only for planning (what to start in the time left); the guide's GPU minutes
+come from the kept runs, never from here."""
 BUDGET_S = 570.0
 """A call to the box runs 600 s at most; the session's own start-up needs the rest."""
 TIMEOUT_S = 300.0

@@ -30,7 +30,7 @@ from pathlib import Path
 from workbench.analysis.diagnosis import BALANCE_BAND
 from workbench.core.knobs import Knobs
 from workbench.core.results import NOISY_IQR_RATIO
-from workbench.notebook import reference, workshop, workshop_compute
+from workbench.notebook import reference, workshop, workshop_compute, workshop_transformer
 
 ROOT = Path(__file__).resolve().parents[2]
 Value = float | tuple[float, ...]
@@ -176,6 +176,7 @@ TRANSFORMER_MFU = Formula(
     _transformer_mfu,
 )
 A100_AMP_MFU = Kept("dle-a100-amp-1gpu-mfu")
+CPU_MATH_OVER_AUTO = Written("docs/figures.md", "read 0.92 (0.90-0.96)")
 
 CLAIMS: tuple[Claim, ...] = (
     # 02 the data pipeline
@@ -239,6 +240,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("11", "5%", SAME_BAND, near="within"),
     Claim("11", "5%", Given("a low MFU, an example"), near="MFU"),
     Claim("11", "100%", Given("NVML's GPU-Util when any kernel runs: its definition, quoted")),
+    # 12 a transformer on a GPU
+    Claim("12", "0.92x", CPU_MATH_OVER_AUTO),
     # the guide: "What to expect on a CPU and on a GPU", "Common questions"
     Claim("guide", "4.7x", Ratio("wb-gpu-r50-bf16", "wb-gpu-r50-fp32")),
     Claim("guide", "5.0x", Ratio("wb-gpu-r50-fp16", "wb-gpu-r50-fp32")),
@@ -256,4 +259,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("guide", "2.4x", Ratio("nvidia-h200-sxm-bandwidth", "nvidia-a100-80gb-sxm-bandwidth")),
     Claim("guide", "38-56%", TRANSFORMER_MFU),
     Claim("guide", "100%", Given("NVML's GPU-Util when any kernel runs: its definition")),
+    Claim("guide", "0.92x", CPU_MATH_OVER_AUTO),
+    Claim("guide", "50%", Written("docs/figures.md", "| 82.7 (50% less) |")),
+    Claim("guide", "1.62x", Ratio("wb-gpu-gpt-compile-reduce-overhead",
+                                  "wb-gpu-gpt-compile-default")),
+    Claim("guide", "1.25x", Ratio("torchao-llama3-8b-fp8-tensorwise", "torchao-llama3-8b-bf16")),
+    Claim("guide", "1.10x", Ratio("torchao-llama3-8b-fp8-rowwise", "torchao-llama3-8b-bf16")),
+    Claim("guide", "20%", Formula("llm.c's per-GPU rate x gpt:124m's FLOPs a token / the H200's "
+                                  "dense bf16 peak (workshop_transformer.llmc_anchor)",
+                                  lambda: workshop_transformer.llmc_anchor().needed_pct["H200"])),
 )  # fmt: skip

@@ -1,7 +1,8 @@
 """Every exercise check counts the first prediction committed before its burst, and nothing else.
 
 For each checker of the lessons (workshop.py, workshop_memory.py for lesson 10,
-workshop_compute.py for lesson 11), on measurements whose right answer is known:
+workshop_compute.py for lesson 11, workshop_transformer.py for lesson 12), on measurements whose
+right answer is known:
 
 - no prediction (None, the notebooks' default), or one handed to the check but never committed
   before the burst: "make a prediction first", not correct;
@@ -24,10 +25,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from workbench.analysis.sharding_compare import ShardingComparison
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.allreduce import CommResult
-from workbench.notebook import workshop, workshop_compute, workshop_memory
+from workbench.notebook import workshop, workshop_compute, workshop_memory, workshop_transformer
 
 
 def _sweep(knob, rows):
@@ -91,6 +93,25 @@ def _step(step_ms, iqr=1.0, **extra):
                        step_ms_iqr=iqr, samples_per_s=32 / step_ms * 1e3, **extra)  # fmt: skip
 
 
+def _rank(params, activations, **knobs):
+    """One rank's memory: AdamW's two moments beside the parameters and their gradients."""
+    parts = {"params_mib": params, "grads_mib": params, "optimizer_mib": 2 * params,
+             "activations_mib": activations}  # fmt: skip
+    return BurstResult(status="ok", device="cpu", knobs=Knobs(**knobs), samples_per_s=10.0,
+                       memory_breakdown=parts)  # fmt: skip
+
+
+# lesson 12 at a small batch: fsdp halves 80 MiB of states (40 freed), checkpointing frees 28
+PER_RANK = workshop_transformer.MemoryPerRank(
+    "this CPU, gpt, two gloo ranks", _rank(20.0, 30.0),
+    _rank(20.0, 2.0, activation_checkpointing=True),
+    ShardingComparison("gpt", 2, results={"fsdp": _rank(10.0, 30.0, sharding="fsdp")}),
+)  # fmt: skip
+FP8_RUN = workshop_transformer.Fp8Run(
+    _burst(0.0), BurstResult(status="ok", tokens_per_s=1300.0, fp8_linears=48,
+                             knobs=Knobs(precision="bf16", fp8="tensorwise")))  # fmt: skip
+FP8_RUN.against.tokens_per_s = 1000.0
+
 BREAK_EVEN = workshop_compute.break_even(_step(100.0, 4.0), _step(60.0, 2.0, compile_s=12.0))
 SHARE = _step(100.0, achieved_tflops=0.002, cpu_util_pct=150.0)  # 5% of a 40 GFLOP/s ceiling
 
@@ -148,6 +169,10 @@ CASES = [
         p, _step(100.0), _step(80.0)), "faster", "same", reads_answers=False),
     Case("11-share-of-peak", lambda p, a: workshop_compute.check_share_of_peak(
         p, SHARE, 40e9), 5, 60, reads_answers=False),
+    Case("12-memory", lambda p, a: workshop_transformer.check_memory(
+        p, PER_RANK, answer=a), "fsdp", "activation_checkpointing"),
+    Case("12-fp8", lambda p, a: workshop_transformer.check_fp8(p, FP8_RUN), 1.3, 3.0,
+         reads_answers=False),
 ]  # fmt: skip
 ANSWERING = [c for c in CASES if c.reads_answers]
 

@@ -56,8 +56,21 @@ def test_lesson_knobs_default_to_this_machines_kind(monkeypatch):
 
 
 def test_an_unplanned_lesson_names_the_planned_ones():
-    with pytest.raises(KeyError, match="planned: 02, 03, 04, 06"):
+    with pytest.raises(KeyError, match="planned: 02, 03, 04, 06, 12"):
         lesson_plans.lesson_plan("11")
+
+
+def test_lesson_12_trains_gpt2_smalls_shape_on_a_gpu_and_the_tiny_gpt_on_a_cpu():
+    """One resident batch (the compute, as llm.c's figure beside it), from the default math:
+    its first exercise sweeps precision to bf16."""
+    on_gpu, on_cpu = (lesson_plans.lesson_plan("12", gpu=g) for g in (True, False))
+    assert (on_gpu.workload, on_cpu.workload) == ("gpt:124m", "gpt")
+    for plan in (on_gpu, on_cpu):
+        assert plan.base.loader == "synthetic" and plan.base.precision == "default"
+        assert (plan.knob, plan.values, plan.teaches) == ("precision", ("default", "bf16"),
+                                                          "compute")  # fmt: skip
+        assert not plan.base.channels_last  # no image tensors: lesson_knobs adds nothing
+    assert on_cpu.base.batch_size < on_gpu.base.batch_size
 
 
 def test_workshop_reexports_the_plans():

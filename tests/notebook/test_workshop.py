@@ -172,9 +172,15 @@ def test_every_lesson_has_goals_an_exercise_with_a_check_and_a_summary(path):
     assert any("wb." in t for t in code), "no live cell calls the library"
     names = [n for t in code for n in re.findall(r"workshop\.(\w+)\(", t)]
     assert all(hasattr(workshop, n) for n in names), names
-    from workbench.notebook import workshop_compute, workshop_memory  # imported as `lesson`
+    from workbench.notebook import (  # imported as `lesson`
+        workshop_compute,
+        workshop_memory,
+        workshop_transformer,
+    )
 
-    own = {"10": workshop_memory, "11": workshop_compute}.get(path.name[:2], workshop_memory)
+    own = {"10": workshop_memory, "11": workshop_compute, "12": workshop_transformer}.get(
+        path.name[:2], workshop_memory
+    )
     names = [n for t in code for n in re.findall(r"lesson\.(\w+)\(", t)]
     assert all(hasattr(own, n) for n in names), names
 

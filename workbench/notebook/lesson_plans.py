@@ -10,6 +10,11 @@ NCHW) moves that knob and keeps the others.
 
 On a CPU the lessons keep the small ``cnn`` in NCHW at PyTorch's default math: there is no
 tensor core to feed, and the CPU figures in the guide were measured that way.
+
+Lesson 12 is about a transformer: ``gpt:124m`` (GPT-2 small at 1,024 tokens) on a GPU, the tiny
+``gpt`` on a CPU, each on one resident batch (the compute, as the published figures it sits
+beside were measured), starting from the default math; it sweeps precision first and then
+moves the transformer knobs at bf16 on a GPU.
 """
 
 from __future__ import annotations
@@ -95,6 +100,12 @@ _PLANS: dict[str, tuple[LessonPlan, LessonPlan]] = {
                    (1.0, 25.0, 100.0), "compute"),
         LessonPlan("cnn", Knobs(batch_size=16, loader="synthetic"), "bucket_cap_mb",
                    (1.0, 25.0), "compute"),
+    ),
+    "12": (  # a transformer: GPT-2 small's shape at 1,024 tokens; on a CPU the tiny gpt
+        LessonPlan("gpt:124m", Knobs(batch_size=16, loader="synthetic"), "precision",
+                   ("default", "bf16"), "compute"),
+        LessonPlan("gpt", Knobs(batch_size=2, loader="synthetic"), "precision",
+                   ("default", "bf16"), "compute"),
     ),
 }  # fmt: skip
 

@@ -54,12 +54,13 @@ def memory_table(results: Mapping[str, BurstResult], baseline: str = "baseline")
 @_never_raises(exercise="10-frees-most")
 def check_frees_most(
     prediction: str | None, table: pd.DataFrame, *, answer: str | None = None,
-    tolerance: float = 0.05,
+    tolerance: float = 0.05, exercise: str = "10-frees-most",
 ) -> Check:  # fmt: skip
     """Is the predicted change the one that freed the most memory in ``table``
     (``memory_table``)? A change within ``tolerance`` of the baseline's memory of the best
     counts too. The prediction judged is the first one committed before the measurement
     (``workshop.commit_prediction``); ``answer``, read off the table, gets a sentence of its own.
+    ``exercise``: another lesson's question of the same kind (lesson 12's "12-memory").
     """
     changes = [c for c in table["change"] if c != "baseline"]
     freed = dict(zip(table["change"], table["freed_mib"], strict=True))
@@ -85,7 +86,7 @@ def check_frees_most(
         return Check(False, f"{words}, but {best} freed {freed[best]:,.1f} MiB: {hint}",
                      measured=best)  # fmt: skip
 
-    return _judge_first(judge, prediction, exercise=FREES_MOST,
+    return _judge_first(judge, prediction, exercise=exercise,
                         what="the change you predict frees the most memory, e.g. 'grad_accum'",
                         answer=answer, read=judge)  # fmt: skip
 

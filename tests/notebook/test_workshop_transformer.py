@@ -1,0 +1,206 @@
+"""Lesson 12's helpers: its frames, llm.c's run computed from the entries (and the same as the
+GPU session's anchor), memory per rank where two ranks run and where they cannot (one GPU),
+float8 refused without bursts where it cannot act, and the checks of exercises 4 and 5."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.analysis.sharding_compare import ShardingComparison
+from workbench.core.knobs import Knobs
+from workbench.core.results import BurstResult
+from workbench.notebook import reference, workshop
+from workbench.notebook import workshop_transformer as lesson
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _burst(tokens=1000.0, workload="gpt", device="cpu", **knobs):
+    return BurstResult(status="ok", workload=workload, device=device, knobs=Knobs(**knobs),
+                       tokens_per_s=tokens, samples_per_s=tokens / 256)  # fmt: skip
+
+
+def _held(activations, params=40.0, knobs=None):
+    parts = {"params_mib": params, "grads_mib": params, "optimizer_mib": 2 * params,
+             "activations_mib": activations}  # fmt: skip
+    return BurstResult(status="ok", device="cpu", knobs=knobs or Knobs(), samples_per_s=1.0,
+                       memory_breakdown=parts)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpu_transformer():
+    """benchmarks/gpu_transformer.py, which the GPU session's anchor comes from (imported as
+    publish_gpu.py imports it: the benchmarks folder on the path)."""
+    bench = str(_ROOT / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    return importlib.import_module("gpu_transformer")
+
+
+def test_the_frame_is_what_the_workshops_checks_read():
+    runs = [_burst(100.0, precision="default"), _burst(250.0, precision="bf16")]
+    df = lesson.frame(runs, "precision")
+    assert df.attrs["knob"] == "precision" and df["precision"].tolist() == ["default", "bf16"]
+    assert list(lesson.table(df).columns[:3]) == ["precision", "status", "tokens_per_s"]
+    workshop.commit_prediction(2.5, exercise="12-bf16")
+    verdict = workshop.check_speedup(None, df, "precision", "bf16", "default",
+                                     metric="tokens_per_s", prediction=2.5,
+                                     exercise="12-bf16")  # fmt: skip
+    assert verdict and verdict.measured == 2.5
+
+
+def test_a_cpu_measures_one_compile_a_gpu_both_modes():
+    assert lesson.compile_modes(gpu=False) == ("off", "default")
+    assert lesson.compile_modes(gpu=True) == ("off", "default", "reduce-overhead")
+    assert "CUDA graphs" in lesson.CPU_COMPILE and "lesson 11" in lesson.CPU_COMPILE
+
+
+def test_llmc_is_computed_from_the_entries_as_the_gpu_session_computes_it(gpu_transformer):
+    mine, theirs = lesson.llmc_anchor(), gpu_transformer.anchor()
+    assert mine.per_gpu == pytest.approx(theirs.per_gpu)
+    assert mine.mfu_pct == pytest.approx(theirs.mfu_pct)
+    assert mine.needed_pct["H200"] == pytest.approx(theirs.mfu_needed_pct("h200"))
+    assert mine.needed_pct["H100"] == pytest.approx(theirs.mfu_needed_pct("h100"))
+    note = lesson.llmc_note()
+    assert f"{mine.per_gpu:,.0f} tokens/s per GPU" in note
+    assert f"at {mine.needed_pct['H200']:.0f}% MFU" in note and "llmc-gpt2-124m-tokens" in note
+    for ref_id in lesson.LLMC:
+        assert "12" in reference.find(ref_id).lessons
+
+
+def test_beside_llmc_names_what_compares_and_what_is_for_scale():
+    on_gpu = _burst(300_000.0, workload="gpt:124m", device="cuda:0", precision="bf16")
+    table = lesson.beside_llmc({"bf16": on_gpu, "cpu": _burst(500.0)})
+    assert table["compares"].tolist() == [lesson.SAME_MODEL, lesson.FOR_SCALE,
+                                          "the published anchor"]  # fmt: skip
+    assert table["tokens_per_s"].iloc[-1] == round(lesson.llmc_anchor().per_gpu)
+    assert "discussions/481" in table["source"].iloc[-1]
+
+
+class _Calls:
+    """Stands in for run_burst and compare_sharding: records each call, returns a burst."""
+
+    def __init__(self, ranks_skip: str | None = None):
+        self.runs: list[tuple[str, Knobs, dict]] = []
+        self.compares: list[tuple[str, Knobs, dict]] = []
+        self.skip = ranks_skip
+
+    def run(self, workload, knobs, **opts):
+        self.runs.append((workload, knobs, opts))
+        return _held(2.0 if knobs.activation_checkpointing else 30.0, knobs=knobs)
+
+    def compare(self, workload, knobs, **opts):
+        self.compares.append((workload, knobs, opts))
+        out = ShardingComparison(workload=workload, world_size=opts["world_size"])
+        if self.skip:
+            out.skipped = self.skip
+        else:
+            out.results["fsdp"] = _held(30.0, params=20.0, knobs=knobs.replace(sharding="fsdp"))
+        return out
+
+
+def test_on_a_cpu_two_gloo_ranks_run_with_the_lessons_own_burst_as_the_one_rank():
+    calls = _Calls()
+    base = Knobs(batch_size=2, loader="synthetic")
+    one = _held(30.0, knobs=base)
+    memory = lesson.memory_per_rank("gpt", base, one, gpu=False, run=calls.run,
+                                    compare=calls.compare, seconds=0.3)  # fmt: skip
+    assert [k.activation_checkpointing for _, k, _ in calls.runs] == [True]  # one burst more
+    ((workload, knobs, opts),) = calls.compares
+    assert (workload, knobs, opts["world_size"], opts["cases"], opts["device"]) == (
+        "gpt", base, 2, ["fsdp"], "cpu")  # fmt: skip
+    table = memory.table()
+    freed = dict(zip(table["change"], table["freed_mib"], strict=True))
+    # one rank: 40 + 40 + 80 + 30 = 190; fsdp halves the states (80 freed), checkpointing 28
+    assert freed == {"fsdp": 80.0, "activation_checkpointing": 28.0, "baseline": 0.0}
+    assert set(table["where"]) == {"this CPU, gpt, two gloo ranks"}
+    assert memory.heading() == "Measured on this CPU, gpt, two gloo ranks."
+    assert memory.gpu_table() is None
+
+
+def test_with_one_gpu_the_comparison_runs_on_the_cpu_labelled_and_the_gpu_checkpoints():
+    calls = _Calls(ranks_skip="fsdp shards over the ranks of a job: one GPU here")
+    gpu_base = Knobs(batch_size=16, loader="synthetic", precision="bf16")
+    eager = _held(900.0, params=500.0, knobs=gpu_base)
+    memory = lesson.memory_per_rank("gpt:124m", gpu_base, eager, gpu=True, ranks_here=1,
+                                    run=calls.run, compare=calls.compare,
+                                    seconds=2.0)  # fmt: skip
+    gpu_try, cpu_job = calls.compares
+    assert gpu_try[0] == "gpt:124m" and gpu_try[2]["world_size"] == 1
+    cpu = workshop.lesson_plan("12", gpu=False)
+    assert (cpu_job[0], cpu_job[1], cpu_job[2]["device"]) == (cpu.workload, cpu.base, "cpu")
+    assert cpu_job[2]["seconds"] == lesson.window(False)["seconds"]  # the CPU's window
+    ran = [(w, k.activation_checkpointing, o.get("device")) for w, k, o in calls.runs]
+    assert ran == [("gpt:124m", True, None), ("gpt", False, "cpu"), ("gpt", True, "cpu")]
+    assert memory.not_here.startswith("fsdp shards") and "Not on this GPU" in memory.heading()
+    assert "CPU" in memory.where and set(memory.table()["where"]) == {memory.where}
+    assert memory.gpu_table()["change"].tolist()[0] == "activation_checkpointing"
+
+
+def test_on_two_gpus_everything_runs_there():
+    calls = _Calls()
+    base = Knobs(batch_size=16, loader="synthetic", precision="bf16")
+    memory = lesson.memory_per_rank("gpt:124m", base, _held(900.0), gpu=True, ranks_here=4,
+                                    run=calls.run, compare=calls.compare)  # fmt: skip
+    assert [c[2]["world_size"] for c in calls.compares] == [2]
+    assert [(w, o.get("device")) for w, _, o in calls.runs] == [("gpt:124m", None)]
+    assert memory.not_here is None and memory.gpu_table() is None
+
+
+def test_fp8_runs_no_burst_where_it_cannot_act_and_says_why():
+    ran = []
+    against = _burst(1000.0, compile="default")  # the CPU's compiled burst (default math)
+    result = lesson.measure_fp8("gpt", against, run=lambda *a, **k: ran.append(a))
+    assert not ran and "float8 tensor cores" in result.refused and "CPU" in result.refused
+    assert result.ratio is None and result.summary().startswith("fp8 did not run here")
+    verdict = lesson.check_fp8(1.2, result)
+    assert not verdict and not verdict.answered and "cannot act on this machine" in str(verdict)
+
+
+def test_fp8_against_the_compiled_bf16_burst(monkeypatch):
+    monkeypatch.setattr(lesson, "fp8_no_effect", lambda knobs, dev: {})
+    against = _burst(1000.0, device="cuda:0", precision="bf16", compile="default")
+    seen = []
+
+    def run(workload, knobs, **opts):
+        seen.append(knobs)
+        return BurstResult(
+            status="ok",
+            workload=workload,
+            device="cuda:0",
+            knobs=knobs,
+            tokens_per_s=1300.0,
+            fp8_linears=48,
+        )
+
+    result = lesson.measure_fp8("gpt:124m", against, run=run, seconds=2.0)
+    assert seen == [against.knobs.replace(fp8="tensorwise")]
+    assert result.ratio == pytest.approx(1.3) and "1.30x" in result.summary()
+    failed = lesson.Fp8Run(BurstResult(status="oom", error="out of memory"), result.fp8)
+    assert failed.ratio is None and "ended oom" in failed.summary()
+    assert "cannot be checked" in str(lesson.check_fp8(1.3, failed))
+    with pytest.raises(ValueError, match="precision=default"):
+        lesson.measure_fp8("gpt:124m", _burst(1000.0, device="cuda:0"), run=run)
+
+
+def test_a_model_without_an_eligible_layer_is_a_refusal(monkeypatch):
+    monkeypatch.setattr(lesson, "fp8_no_effect", lambda knobs, dev: {})
+    r = _burst(1000.0, device="cuda:0", precision="bf16", fp8="tensorwise")
+    r.no_effect = {"fp8": "no Linear layer of x can train in float8"}
+    result = lesson.measure_fp8("x", _burst(900.0, device="cuda:0", precision="bf16"),
+                                run=lambda *a, **k: r)  # fmt: skip
+    assert result.refused == "no Linear layer of x can train in float8"
+
+
+def test_torchaos_published_ratios_are_computed_from_the_entries():
+    table = lesson.fp8_published()
+    ratios = dict(zip(table["id"], table["x torchao-llama3-8b-bf16"], strict=True))
+    values = {i: reference.find(i).value for i in lesson.FP8_PUBLISHED}
+    bf16 = values["torchao-llama3-8b-bf16"]
+    assert ratios == {i: round(v / bf16, 2) for i, v in values.items()}
+    assert ratios["torchao-llama3-8b-fp8-tensorwise"] > ratios["torchao-llama3-8b-fp8-rowwise"]
+    assert all("docs.pytorch.org/ao" in s for s in table["source"])
