@@ -104,7 +104,9 @@ def _run_two_ranks(tmp_path: Path, name: str, changes: dict) -> list[dict]:
     out = tmp_path / name
     out.mkdir()
     init = f"file://{out / 'rendezvous'}"
-    ctx = mp.get_context("fork")
+    # spawn, not fork: a fork of the test process after earlier tests ran OpenMP or gloo
+    # threads can hang in the child (seen in the full serial suite), a fresh interpreter cannot
+    ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_train, args=(r, init, str(out), changes)) for r in (0, 1)]
     for p in procs:
         p.start()
