@@ -27,7 +27,6 @@ should take about twice as long to compile, and the factor doubles that again, g
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -298,65 +297,17 @@ def _newest_row(runs: Sequence[tuple[Path, Mapping[str, Any]]],
 # -- the published anchor and the goal ---------------------------------------------------------
 
 REFERENCE = gpu_record.ROOT / "notebooks" / "reference"
-LLMC = ("llmc-gpt2-124m-tokens", "llmc-gpt2-124m-minutes", "llmc-gpt2-124m-mfu")
-"""llm.c's GPT-2 (124M) reproduction as published (``notebooks/reference/transformer.json``)."""
 GOAL_DEVICE = re.compile(r"\bH200\b")
-DATASHEETS = {"a100": ("nvidia-a100-bf16-dense", "nvidia-a100-80gb-sxm-bandwidth"),
-              "h100": ("nvidia-h100-bf16-dense", "nvidia-h100-sxm-bandwidth"),
-              "h200": ("nvidia-h200-bf16-dense", "nvidia-h200-sxm-bandwidth")}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Anchor:
-    """llm.c's published run and what follows from it, computed here."""
+def anchor(folder: Path = REFERENCE) -> Any:
+    """llm.c's run from the reference files in ``folder`` (each figure with its url), and
+    ``gpt:124m``'s FLOPs a token counted on the meta device: lesson 12's own ``Anchor``
+    (``workbench.notebook.workshop_transformer``), so the lesson and the table agree."""
+    from workbench.notebook import reference
+    from workbench.notebook.workshop_transformer import llmc_anchor
 
-    tokens: float
-    minutes: float
-    gpus: int
-    hardware: str
-    mfu_said: float  # llm.c's own MFU, by its own FLOP count
-    url: str
-    published: str
-    read_on: str
-    peaks: dict[str, float]  # TFLOP/s, dense bf16, by "a100" / "h100" / "h200"
-    bandwidth: dict[str, float]  # GB/s, by the same keys
-    flops_per_token: float  # this workbench's count for gpt:124m (6N + attention)
-
-    @property
-    def per_gpu(self) -> float:
-        """Tokens a second a GPU: the run's tokens over its wall time, shared by its GPUs."""
-        return self.tokens / (self.minutes * 60.0) / self.gpus
-
-    @property
-    def mfu_pct(self) -> float:
-        """Its MFU as this workbench counts it, on the A100's dense bf16 peak."""
-        return 100.0 * self.per_gpu * self.flops_per_token / (self.peaks["a100"] * 1e12)
-
-    def mfu_needed_pct(self, gpu: str) -> float:
-        """The MFU at which one ``gpu`` matches the anchor's per-GPU rate."""
-        return 100.0 * self.per_gpu * self.flops_per_token / (self.peaks[gpu] * 1e12)
-
-
-def anchor(reference: Path = REFERENCE) -> Anchor:
-    """The anchor from the reference files (each figure with its url), and ``gpt:124m``'s
-    FLOPs per token counted on the meta device."""
-    from workbench.engine.workloads.gpt import GPT_SIZES, TinyGPT
-    from workbench.engine.workloads.transformer_flops import train_flops_per_sample
-
-    entries = {e["id"]: e for name in ("transformer.json", "datasheets.json")
-               for e in json.loads((reference / name).read_text())["entries"]}  # fmt: skip
-    tokens, minutes, mfu = (entries[i] for i in LLMC)
-    s = GPT_SIZES["124m"]
-    per_sample = train_flops_per_sample(lambda: TinyGPT(s), lambda m: m.head, s.layers,
-                                        s.width, s.block)  # fmt: skip
-    return Anchor(
-        tokens=float(tokens["value"]), minutes=float(minutes["value"]), gpus=int(tokens["gpus"]),
-        hardware=tokens["hardware"], mfu_said=float(mfu["value"]), url=tokens["url"],
-        published=tokens["published"], read_on=tokens["read_on"],
-        peaks={k: float(entries[p]["value"]) for k, (p, _) in DATASHEETS.items()},
-        bandwidth={k: float(entries[b]["value"]) for k, (_, b) in DATASHEETS.items()},
-        flops_per_token=per_sample / s.block,
-    )  # fmt: skip
+    return llmc_anchor(reference.load(folder))
 
 
 @dataclass(frozen=True)

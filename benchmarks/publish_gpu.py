@@ -25,11 +25,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_record
 import gpu_transformer
+
+if TYPE_CHECKING:
+    from workbench.notebook.workshop_transformer import Anchor
 
 ROOT = gpu_record.ROOT
 REFERENCE = ROOT / "notebooks" / "reference" / "gpu_runs.json"
@@ -308,7 +311,7 @@ TRANSFORMER_COLUMNS = (("tokens/s", "tokens_per_s"), ("MFU %", "mfu_pct"),
 
 
 def render_transformer(runs: Sequence[tuple[Path, dict[str, Any]]],
-                       anchor: gpu_transformer.Anchor | None = None) -> str:  # fmt: skip
+                       anchor: Anchor | None = None) -> str:  # fmt: skip
     """The transformer block (issue 32): llm.c's published run as the anchor, each row of
     ``gpu_transformer.ROWS`` from the newest kept run that ran it (or the sentence that says
     it waits), and the goal judged from the kept runs (``gpu_transformer.goal``)."""
@@ -408,7 +411,7 @@ def _tx_line(row: gpu_transformer.Row, res: dict[str, Any], source: int) -> str:
             + f" | {res.get('attention_backend') or '-'} | {over} | [{source}] |")  # fmt: skip
 
 
-def _anchor_text(a: gpu_transformer.Anchor) -> str:
+def _anchor_text(a: Anchor) -> str:
     """llm.c's run and what follows from it, every figure computed from the reference files."""
     peak = a.peaks
     return (
@@ -428,7 +431,7 @@ def _anchor_text(a: gpu_transformer.Anchor) -> str:
     )  # fmt: skip
 
 
-def _goal_text(g: gpu_transformer.Goal, a: gpu_transformer.Anchor, sources: list[Path]) -> str:
+def _goal_text(g: gpu_transformer.Goal, a: Anchor, sources: list[Path]) -> str:
     goal = (f"Goal: `{gpu_transformer.WORKLOAD}` on one H200 at or above llm.c's per-GPU rate "
             f"({a.per_gpu:,.0f} tokens/s) in bf16 with compile")  # fmt: skip
     if g.verdict == "waiting":

@@ -267,5 +267,6 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("guide", "1.10x", Ratio("torchao-llama3-8b-fp8-rowwise", "torchao-llama3-8b-bf16")),
     Claim("guide", "20%", Formula("llm.c's per-GPU rate x gpt:124m's FLOPs a token / the H200's "
                                   "dense bf16 peak (workshop_transformer.llmc_anchor)",
-                                  lambda: workshop_transformer.llmc_anchor().needed_pct["H200"])),
+                                  lambda: workshop_transformer.llmc_anchor().mfu_needed_pct(
+                                      "h200"))),
 )  # fmt: skip

@@ -73,6 +73,8 @@ class Reference:
     device_name: str = ""
     run: str = ""
     """A GPU run's kept file (``benchmarks/results/gpu-*.json``) the figure was generated from."""
+    published: str = ""
+    """When the source published it, where the entry says (``read_on`` is when we read it)."""
     knobs: dict[str, Any] | None = None
     """A kept GPU burst's knobs (those it set; the rest were the defaults): what
     :func:`beside` matches a learner's setting against."""

@@ -106,25 +106,47 @@ LLMC = ("llmc-gpt2-124m-tokens", "llmc-gpt2-124m-minutes", "llmc-gpt2-124m-mfu")
 """llm.c's GPT-2 (124M) reproduction as published (``notebooks/reference/transformer.json``)."""
 SAME_MODEL = "the same model, one GPU"
 FOR_SCALE = "for scale: another model or device"
-_PEAKS = {"A100": "nvidia-a100-bf16-dense", "H100": "nvidia-h100-bf16-dense",
-          "H200": "nvidia-h200-bf16-dense"}  # fmt: skip
+DATASHEETS = {"a100": ("nvidia-a100-bf16-dense", "nvidia-a100-80gb-sxm-bandwidth"),
+              "h100": ("nvidia-h100-bf16-dense", "nvidia-h100-sxm-bandwidth"),
+              "h200": ("nvidia-h200-bf16-dense", "nvidia-h200-sxm-bandwidth")}  # fmt: skip
+"""Per GPU: NVIDIA's dense bf16 peak and memory bandwidth entries (``datasheets.json``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Anchor:
-    """llm.c's run and what follows from it, computed from the reference entries."""
+    """llm.c's published run and what follows from it, computed from the reference entries:
+    the one copy the lesson and the GPU session's table (``benchmarks/gpu_transformer``) use."""
 
-    per_gpu: float
-    """Tokens a second a GPU: its tokens over its wall time, shared by its GPUs."""
-    mfu_pct: float
-    """That rate's MFU on the A100's dense bf16 peak, by this workbench's FLOP count."""
+    tokens: float
+    minutes: float
+    gpus: int
+    hardware: str
     mfu_said: float
     """llm.c's own MFU (its own FLOP count)."""
-    needed_pct: dict[str, float]
-    """Per GPU ("A100", "H100", "H200"): the MFU at which one of them matches ``per_gpu``."""
-    flops_per_token: float
-    hardware: str
+    url: str
+    published: str
+    read_on: str
     cited: str
+    peaks: dict[str, float]
+    """TFLOP/s, dense bf16, by "a100" / "h100" / "h200"."""
+    bandwidth: dict[str, float]
+    """GB/s, by the same keys."""
+    flops_per_token: float
+    """This workbench's count for gpt:124m (6N + attention)."""
+
+    @property
+    def per_gpu(self) -> float:
+        """Tokens a second a GPU: the run's tokens over its wall time, shared by its GPUs."""
+        return self.tokens / (self.minutes * 60.0) / self.gpus
+
+    def mfu_needed_pct(self, gpu: str) -> float:
+        """The MFU at which one ``gpu`` ("a100", "h100", "h200") matches :attr:`per_gpu`."""
+        return 100.0 * self.per_gpu * self.flops_per_token / (self.peaks[gpu] * 1e12)
+
+    @property
+    def mfu_pct(self) -> float:
+        """That rate's MFU on the A100's dense bf16 peak, by this workbench's FLOP count."""
+        return self.mfu_needed_pct("a100")
 
 
 def gpt_124m_flops_per_token() -> float:
@@ -139,13 +161,14 @@ def llmc_anchor(refs: Iterable[reference.Reference] | None = None) -> Anchor:
     """llm.c's per-GPU rate and MFU (``LLMC``, the datasheets' peaks), computed, never typed."""
     refs = list(reference.load() if refs is None else refs)
     tokens, minutes, said = (reference.find(i, refs) for i in LLMC)
-    per_gpu = tokens.value / (minutes.value * 60.0) / (tokens.gpus or 1)
-    flops = gpt_124m_flops_per_token()
-    peaks = {gpu: reference.find(ref_id, refs).value * 1e12 for gpu, ref_id in _PEAKS.items()}
-    needed = {gpu: 100.0 * per_gpu * flops / peak for gpu, peak in peaks.items()}
-    return Anchor(per_gpu=per_gpu, mfu_pct=needed["A100"], mfu_said=said.value,
-                  needed_pct=needed, flops_per_token=flops, hardware=tokens.hardware,
-                  cited=tokens.cited())  # fmt: skip
+    return Anchor(
+        tokens=tokens.value, minutes=minutes.value, gpus=tokens.gpus or 1,
+        hardware=tokens.hardware, mfu_said=said.value, url=tokens.url,
+        published=tokens.published, read_on=tokens.read_on, cited=tokens.cited(),
+        peaks={k: reference.find(p, refs).value for k, (p, _) in DATASHEETS.items()},
+        bandwidth={k: reference.find(b, refs).value for k, (_, b) in DATASHEETS.items()},
+        flops_per_token=gpt_124m_flops_per_token(),
+    )  # fmt: skip
 
 
 def beside_llmc(
@@ -173,19 +196,17 @@ def beside_llmc(
 def llmc_note(refs: Iterable[reference.Reference] | None = None) -> str:
     """llm.c's rate in a sentence, and the MFU an H100 or an H200 needs to match it per GPU:
     every figure computed from the entries."""
-    refs = list(reference.load() if refs is None else refs)
     a = llmc_anchor(refs)
-    tokens, minutes = reference.find(LLMC[0], refs), reference.find(LLMC[1], refs)
-    peak = {gpu: reference.find(ref_id, refs).value for gpu, ref_id in _PEAKS.items()}
-    return (f"llm.c trained GPT-2 (124M) on {tokens.value:,.0f} tokens in about "
-            f"{minutes.value:.0f} minutes on {a.hardware}: {a.per_gpu:,.0f} tokens/s per GPU "
+    peak = {gpu.upper(): tflops for gpu, tflops in a.peaks.items()}
+    return (f"llm.c trained GPT-2 (124M) on {a.tokens:,.0f} tokens in about "
+            f"{a.minutes:.0f} minutes on {a.hardware}: {a.per_gpu:,.0f} tokens/s per GPU "
             f"({LLMC[0]}, {LLMC[1]}). At {a.flops_per_token / 1e6:,.0f} MFLOP a token (this "
             f"workbench's count for gpt:124m: 6N + attention) that is {a.mfu_pct:.0f}% MFU of "
             f"the A100's {peak['A100']:,.0f} TFLOP/s dense bf16 peak (llm.c said about "
             f"{a.mfu_said:.0f}% by its own count). An H100 SXM and an H200 have the same dense "
             f"bf16 peak, {peak['H200']:,.1f} TFLOP/s ({peak['H200'] / peak['A100']:.1f}x the "
             f"A100's; the H200's memory is the faster): one of them matches llm.c's per-GPU "
-            f"rate at {a.needed_pct['H200']:.0f}% MFU. Read your mfu_pct against "
+            f"rate at {a.mfu_needed_pct('h200'):.0f}% MFU. Read your mfu_pct against "
             "that.")  # fmt: skip
 
 
