@@ -2,26 +2,13 @@
 is tested on made-up records, and its CPU rehearsal runs for real: the float8 bursts say they
 cannot act on a CPU, which the rehearsal checks."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from benchmark_modules import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def steps():
-    return _load("gpu_steps")  # puts benchmarks/ on the path, where gpu_fp8 is
+    return load_benchmark("gpu_steps")  # puts benchmarks/ on the path, where gpu_fp8 is
 
 
 def _burst(fp8: str, tokens_per_s: float | None, status: str = "ok", **more) -> dict:

@@ -1,15 +1,12 @@
 """benchmarks/lesson_predictions.py: the rehearsal's learner sets a prediction after each
 prediction cell's own line, and finds the exercises whose commit and check do not meet."""
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
+from benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "lesson_predictions.py"
-_spec = importlib.util.spec_from_file_location("rehearsal", _PATH)
-rehearsal = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rehearsal)
+rehearsal = load_benchmark("lesson_predictions")
 
 
 def _cell(source: str, *printed: str):

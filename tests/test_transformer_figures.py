@@ -1,23 +1,17 @@
 """benchmarks/transformer_figures.py (the transformer knobs on a CPU): its order and arithmetic
 on made-up bursts, and every kept run's table where docs/figures.md publishes it."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark
 
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def tf():
-    spec = importlib.util.spec_from_file_location("transformer_figures",
-                                                  _BENCH / "transformer_figures.py")  # fmt: skip
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["transformer_figures"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("transformer_figures")
 
 
 def test_the_rounds_run_the_rows_forward_then_reversed(tf):

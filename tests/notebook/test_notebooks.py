@@ -15,7 +15,6 @@ notebook's commit and check name the same exercise. The values are ordinary gues
 right kind, not the answers: a check may say "Not yet".
 """
 
-import importlib.util
 import json
 import os
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from benchmark_modules import load_benchmark
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
@@ -42,10 +42,7 @@ def test_notebook_is_stored_without_outputs(path):
     assert not [c for c in nb["cells"] if c.get("outputs") or c.get("execution_count")]
 
 
-_BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-_spec = importlib.util.spec_from_file_location("rehearsal", _BENCH / "lesson_predictions.py")
-rehearsal = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rehearsal)
+rehearsal = load_benchmark("lesson_predictions")
 PREDICTED, _ASSIGNED, _COMMIT = rehearsal.PREDICTED, rehearsal.ASSIGNED, rehearsal.COMMITTED
 
 
