@@ -7,6 +7,11 @@ thread, timed with time.perf_counter around a time-boxed run after a few warm-up
 against ``wb.run_burst`` on a Workload built from the same model, dataset, loss and optimizer
 with the same knobs. Nothing of the workbench runs inside the plain loop.
 
+The job is a :class:`Recipe` (model, dataset, loss, optimizer, knobs, device), run two ways:
+:func:`hand_loop` on the calling thread, :func:`run_recipe` through ``wb.run_burst``. The GPU
+session's ``fidelity`` step (``gpu_fidelity.py``) runs the same two on resnet50 and gpt:124m,
+where a burst runs on a fresh thread and the user's loop on the main one.
+
 Method: for each worker count, ``--pairs`` interleaved pairs, the order alternating from pair to
 pair (plain first, then burst first), so a drift of the shared machine falls on both sides; one
 unmeasured pair first (the first loop of a process reads low: page cache, oneDNN's kernels).
@@ -35,8 +40,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
@@ -51,9 +59,10 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 class JpegFolder(Dataset):
-    """An ImageFolder read by hand: class folders of JPEGs, decoded with PIL, augmented."""
+    """An ImageFolder read by hand: class folders of JPEGs, decoded with PIL, augmented to
+    ``px`` pixels (64 for the small convnet, 224 for ResNet-50)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, px: int = IMAGE_PX):
         from torchvision import transforms as T
 
         classes = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -65,7 +74,7 @@ class JpegFolder(Dataset):
         self.classes = classes
         self.transform = T.Compose(
             [
-                T.RandomResizedCrop(IMAGE_PX, antialias=True),
+                T.RandomResizedCrop(px, antialias=True),
                 T.RandomHorizontalFlip(),
                 T.ToTensor(),
                 T.Normalize(MEAN, STD),
@@ -107,44 +116,112 @@ def make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True)
 
 
-def plain_loop(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
-    """The user's loop, as one would write it; samples/s over a time-boxed run."""
+# -- the user's pieces, and the two ways to run them --------------------------------------------
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+HAND_KNOBS = frozenset({"batch_size", "num_workers", "prefetch_factor", "pin_memory",
+                        "persistent_workers", "precision", "channels_last",
+                        "cudnn_benchmark"})  # fmt: skip
+"""The knobs the hand loop writes as a user would (DataLoader arguments, autocast, the layout,
+cudnn.benchmark); a recipe that sets another is refused, so the two sides run the same job."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A user's training job: their model, dataset, loss and optimizer, the knobs they chose
+    and the device. The hand loop runs it as written by hand; the burst as ``wb.Workload``."""
+
+    name: str
+    model: Callable[[], nn.Module]
+    dataset: Callable[[], Any]
+    loss: Callable[[Any, Any], torch.Tensor]
+    optimizer: Callable[[Any], torch.optim.Optimizer]
+    knobs: wb.Knobs
+    device: str = "cpu"
+    about: dict[str, Any] = field(default_factory=dict)
+    """What the workload may say of itself without changing the loop (``flops_per_sample``,
+    ``tokens_per_sample``): passed to the Workload so the burst reports MFU and tokens/s."""
+
+    def __post_init__(self) -> None:
+        moved = sorted(set(self.knobs.changes()) - HAND_KNOBS)
+        if moved:
+            raise ValueError(f"recipe {self.name}: the hand loop cannot set {', '.join(moved)} "
+                             f"(it writes {', '.join(sorted(HAND_KNOBS))})")  # fmt: skip
+
+    def workload(self) -> Any:
+        """The same pieces as a ``wb.Workload``: what the burst trains."""
+        return wb.Workload(name=self.name, model=self.model, dataset=self.dataset,
+                           loss=self.loss, optimizer=self.optimizer, **self.about)  # fmt: skip
+
+
+def cnn_recipe(root: Path, workers: int, batch: int) -> Recipe:
+    """The small convnet on 64 px JPEGs on the CPU: the CLI's job (and a GPU rehearsal's)."""
+    classes = len(JpegFolder(root).classes)
+    return Recipe(name="fidelity", model=lambda: Net(classes), dataset=lambda: JpegFolder(root),
+                  loss=F.cross_entropy, optimizer=make_optimizer,
+                  knobs=wb.Knobs(batch_size=batch, num_workers=workers))  # fmt: skip
+
+
+def hand_loop(recipe: Recipe, seconds: float, warmup: int) -> float:
+    """The user's loop, as one would write it, on the calling thread: samples/s over a
+    time-boxed run after ``warmup`` steps. Nothing of the workbench runs in it: torch's
+    DataLoader, ``.to(device)``, autocast and the optimizer, as a training script has them.
+
+    On a GPU the clock is read after ``torch.cuda.synchronize()`` at both ends: kernels queued
+    before the start belong to the warm-up, and those still queued at the end to the window."""
+    k = recipe.knobs
     torch.manual_seed(0)
-    dataset = JpegFolder(root)
-    model = Net(len(dataset.classes))
-    optimizer = make_optimizer(model.parameters())
-    loader = DataLoader(dataset, batch_size=batch, shuffle=True, drop_last=True,
-                        num_workers=workers)  # fmt: skip
+    device = torch.device(recipe.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = k.cudnn_benchmark
+    layout = torch.channels_last if k.channels_last else torch.preserve_format
+    model = recipe.model().to(device, memory_format=layout)
+    optimizer = recipe.optimizer(model.parameters())
+    pin = k.pin_memory and cuda
+    more = ({"persistent_workers": k.persistent_workers, "prefetch_factor": k.prefetch_factor or 2}
+            if k.num_workers else {})  # fmt: skip
+    loader = DataLoader(recipe.dataset(), batch_size=k.batch_size, shuffle=True, drop_last=True,
+                        num_workers=k.num_workers, pin_memory=pin, **more)  # fmt: skip
+    dtype = AUTOCAST.get(k.precision)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     steps = samples = 0
     start = None
     while True:  # epochs
         for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
+            fmt = layout if x.dim() == 4 else torch.preserve_format
+            x = x.to(device, non_blocking=pin, memory_format=fmt)
+            y = y.to(device, non_blocking=pin)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = recipe.loss(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             steps += 1
             if steps == warmup:
+                sync()
                 start = time.perf_counter()
             elif start is not None:
                 samples += y.shape[0]
                 if time.perf_counter() - start >= seconds:
+                    sync()
                     return samples / (time.perf_counter() - start)
+
+
+def run_recipe(recipe: Recipe, seconds: float, warmup: int) -> Any:
+    """The same recipe measured by the workbench: ``wb.run_burst``'s BurstResult."""
+    return wb.run_burst(recipe.workload(), recipe.knobs, seconds=seconds, warmup_steps=warmup,
+                        min_steps=5, device=recipe.device, record=False)  # fmt: skip
+
+
+def plain_loop(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
+    """The CLI's hand loop: the small convnet on the CPU (:func:`hand_loop`)."""
+    return hand_loop(cnn_recipe(root, workers, batch), seconds, warmup)
 
 
 def burst(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
     """The same model, data, loss and optimizer, measured by the workbench."""
-    classes = len(JpegFolder(root).classes)
-    workload = wb.Workload(
-        name="fidelity",
-        model=lambda: Net(classes),
-        dataset=lambda: JpegFolder(root),
-        loss=F.cross_entropy,
-        optimizer=make_optimizer,
-    )
-    knobs = wb.Knobs(batch_size=batch, num_workers=workers)
-    r = wb.run_burst(workload, knobs, seconds=seconds, warmup_steps=warmup, min_steps=5,
-                     device="cpu", record=False)  # fmt: skip
+    r = run_recipe(cnn_recipe(root, workers, batch), seconds, warmup)
     if not r.ok:
         raise RuntimeError(f"burst failed: {r.error}")
     return r.samples_per_s

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark
 
 from workbench.engine import burst_thread, openmp
 
@@ -77,7 +77,7 @@ def test_a_burst_reads_what_a_plain_loop_on_the_main_thread_reads(fidelity_image
     # run_burst on the same model, data and knobs, interleaved. When bursts ran on a fresh
     # thread, the burst read 1.33-1.50x the plain loop on a 2-core machine with one or two
     # loader workers; the bound leaves room for a shared machine's noise, not for that.
-    fidelity = _benchmark("fidelity")
+    fidelity = load_benchmark("fidelity")
     ratios = []
     for i in range(3):
         sides = [fidelity.plain_loop, fidelity.burst]
@@ -86,11 +86,3 @@ def test_a_burst_reads_what_a_plain_loop_on_the_main_thread_reads(fidelity_image
         got = {side: side(fidelity_images, 1, 16, 1.5, 3) for side in sides}
         ratios.append(got[fidelity.burst] / got[fidelity.plain_loop])
     assert 0.8 <= sorted(ratios)[1] <= 1.25, ratios
-
-
-def _benchmark(name: str):
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
