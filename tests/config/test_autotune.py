@@ -1,4 +1,9 @@
-"""The self-tuning loader: every batch once while tuning, fallbacks, the cache, the cap, ranks."""
+"""The self-tuning loader: every batch once while tuning, fallbacks, the cache, the cap, ranks.
+
+What the tuner decides from timings is tested on a :class:`FakeClock` (recorded load and step
+times), never on how busy the machine is; the one test on the real clock asserts only what holds
+for any timings.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import multiprocessing as mp
 import stat
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +28,38 @@ from workbench.core.knobs import Knobs
 N, BATCH = 64, 4
 
 
-class Indices(Dataset):
-    """Item i is i; ``delay_s`` of loading per item, optionally failing in worker processes."""
+class FakeClock:
+    """Time that moves only when told, so a test sets the timings the tuner judges.
 
-    def __init__(self, n: int = N, delay_s: float = 0.0, fail_in_workers: bool = False):
+    ``sleep(s)`` stands for a load or a step of recorded length; ``per_read_s`` moves it at
+    every reading (the loop's own bookkeeping). A worker process moves its own copy: a load in a
+    worker costs the loop nothing, as a perfectly overlapped one would.
+    """
+
+    def __init__(self, per_read_s: float = 0.0):
+        self.now, self.per_read_s = 0.0, per_read_s
+
+    def __call__(self) -> float:
+        self.now += self.per_read_s
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Indices(Dataset):
+    """Item i is i; ``delay_s`` of loading per item (spent by ``sleep``), optionally failing in
+    worker processes."""
+
+    def __init__(
+        self,
+        n: int = N,
+        delay_s: float = 0.0,
+        fail_in_workers: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.n, self.delay_s, self.fail_in_workers = n, delay_s, fail_in_workers
+        self.sleep = sleep
 
     def __len__(self) -> int:
         return self.n
@@ -35,7 +68,7 @@ class Indices(Dataset):
         if self.fail_in_workers and get_worker_info() is not None:
             raise RuntimeError("this dataset cannot load in a worker")
         if self.delay_s:
-            time.sleep(self.delay_s)
+            self.sleep(self.delay_s)
         return i
 
 
@@ -47,19 +80,26 @@ def _fast_options(**kw) -> AutotuneOptions:
     return AutotuneOptions(**{"window": 3, "max_workers": 2, "cache": False, **kw})
 
 
-def _epoch(loader, compute_s: float = 0.0) -> list[list[int]]:
+def _epoch(loader, compute_s: float = 0.0, sleep=time.sleep) -> list[list[int]]:
     got = []
     for batch in loader:
         got.append(batch.tolist())
         if compute_s:
-            time.sleep(compute_s)
+            sleep(compute_s)
     return got
 
 
+def _ticking() -> AutotuneOptions:
+    """Options whose clock moves 1 ms per reading: every loader reads alike, waiting for data a
+    large share of each step, so the search switches loaders mid-epoch on any machine (and
+    keeps none: the saved loader stays the answer)."""
+    return _fast_options(clock=FakeClock(per_read_s=1e-3))
+
+
 def test_every_batch_once_in_the_samplers_order_while_tuning():
-    data = Indices(n=160, delay_s=0.002)  # 40 batches: the search ends within the epoch
+    data = Indices(n=160)  # 40 batches: the search ends within the epoch
     sampler = RandomSampler(data, generator=torch.Generator().manual_seed(7))
-    loader = _cfg().dataloader(data, autotune=_fast_options(), sampler=sampler)
+    loader = _cfg().dataloader(data, autotune=_ticking(), sampler=sampler)
     first = _epoch(loader)
     assert loader.decision.source == "tuned"
     assert len(loader.decision.trials) >= 2  # it switched loaders during the epoch
@@ -72,8 +112,8 @@ def test_every_batch_once_in_the_samplers_order_while_tuning():
 
 
 def test_a_failing_try_falls_back_with_a_warning_and_the_loop_goes_on():
-    data = Indices(delay_s=0.002, fail_in_workers=True)  # 0 workers work, any other fails
-    loader = _cfg().dataloader(data, autotune=_fast_options())
+    data = Indices(fail_in_workers=True)  # 0 workers work, any other fails
+    loader = _cfg().dataloader(data, autotune=_ticking())  # data-bound: 1 worker is tried
     with pytest.warns(AutotuneWarning, match="num_workers=1.*failed.*saved values"):
         got = _epoch(loader)
     assert [i for b in got for i in b] == list(range(N))  # the failed batch came from the saved
@@ -103,8 +143,8 @@ def test_the_saved_loaders_own_error_propagates():
 
 
 def test_the_answer_is_cached_privately_and_the_next_run_starts_from_it(tmp_path):
-    options = _fast_options(cache=True)
-    first = _cfg().dataloader(Indices(160, delay_s=0.002), autotune=options)
+    options = _fast_options(cache=True, clock=FakeClock(per_read_s=1e-3))  # as _ticking()
+    first = _cfg().dataloader(Indices(160), autotune=options)
     _epoch(first)
     assert first.decision.source == "tuned"
     files = list((tmp_path / "wbhome" / "autotune").glob("loader-*.json"))
@@ -115,34 +155,51 @@ def test_the_answer_is_cached_privately_and_the_next_run_starts_from_it(tmp_path
     assert saved["num_workers"] == first.decision.num_workers
     assert saved["key"]["dataset"]["len"] == 160
 
-    again = _cfg().dataloader(Indices(160, delay_s=0.002), autotune=options)
+    again = _cfg().dataloader(Indices(160), autotune=options)
     assert again.decision.source == "cache" and again.num_workers == saved["num_workers"]
     assert isinstance(iter(again), type(iter(again.loader)))  # the plain iterator: no tuning
     assert again.loader.num_workers == saved["num_workers"]
-    retuned = _cfg().dataloader(Indices(160, delay_s=0.002), autotune=_fast_options(retune=True))
+    retuned = _cfg().dataloader(Indices(160), autotune=_fast_options(retune=True))
     assert retuned.decision.source == "saved"  # retune: measures again
 
 
 def test_a_loader_the_loop_never_waits_for_is_left_as_saved():
-    loader = _cfg().dataloader(Indices(), autotune=_fast_options())
-    _epoch(loader, compute_s=0.003)  # loading takes microseconds, the step milliseconds
+    clock = FakeClock()  # recorded timings: 5 us to load an item, 3 ms for the loop's step
+    data = Indices(delay_s=5e-6, sleep=clock.sleep)
+    loader = _cfg().dataloader(data, autotune=_fast_options(clock=clock))
+    _epoch(loader, compute_s=0.003, sleep=clock.sleep)
     d = loader.decision
     assert (d.source, d.num_workers, len(d.trials)) == ("tuned", 0, 1)
-    assert "nothing to gain" in d.reason
+    assert "data wait 0.7% of a step: nothing to gain" in d.reason  # 20 us of 3.02 ms
+
+    clock = FakeClock()  # the same step, 1 ms per item: the loop waits 4 ms of every 7
+    data = Indices(160, delay_s=1e-3, sleep=clock.sleep)
+    loader = _cfg().dataloader(data, autotune=_fast_options(clock=clock))
+    _epoch(loader, compute_s=0.003, sleep=clock.sleep)
+    d = loader.decision
+    assert (d.source, d.num_workers, [t["num_workers"] for t in d.trials]) == ("tuned", 1, [0, 1])
+
+
+def test_on_the_machines_clock_tuning_runs_end_to_end():
+    """The real clock: what it decides depends on the machine's load, so only what holds for
+    any timings is asserted."""
+    loader = _cfg().dataloader(Indices(160), autotune=_fast_options(cap_s=3600.0))
+    got = _epoch(loader, compute_s=0.002)
+    assert [i for b in got for i in b] == list(range(160))
+    d = loader.decision
+    assert d.source == "tuned"  # whatever it measures, this search ends by batch 39 (of 40)
+    assert (d.trials[0]["num_workers"], d.trials[0]["batches"]) == (0, 3)  # the saved first
+    assert d.num_workers in {t["num_workers"] for t in d.trials}  # the answer was measured
+    assert isinstance(iter(loader), type(iter(loader.loader)))  # settled: plain from now on
 
 
 def test_the_time_cap_is_respected_with_a_fake_clock():
-    now = [0.0]
-
-    def clock() -> float:  # every reading is one second later
-        now[0] += 1.0
-        return now[0]
-
+    clock = FakeClock(per_read_s=1.0)  # every reading is one second later
     options = _fast_options(cap_s=10.0, clock=clock, window=50)
-    loader = _cfg().dataloader(Indices(delay_s=0.001), autotune=options)
+    loader = _cfg().dataloader(Indices(), autotune=options)
     got = _epoch(loader)
     assert "time cap of 10 s" in loader.decision.reason
-    assert now[0] <= 10.0 + 3 * len(got)  # sanity: the clock was read per batch
+    assert clock.now <= 10.0 + 3 * len(got)  # sanity: the clock was read per batch
     stopped_at = loader.decision
     assert isinstance(iter(loader), type(iter(loader.loader)))  # settled: plain from now on
     assert stopped_at.num_workers == 0  # no try finished within the cap: the saved values
