@@ -208,10 +208,10 @@ def hand_loop(recipe: Recipe, seconds: float, warmup: int) -> float:
                     return samples / (time.perf_counter() - start)
 
 
-def run_recipe(recipe: Recipe, seconds: float, warmup: int) -> Any:
+def run_recipe(recipe: Recipe, seconds: float, warmup: int, min_steps: int = 5) -> Any:
     """The same recipe measured by the workbench: ``wb.run_burst``'s BurstResult."""
     return wb.run_burst(recipe.workload(), recipe.knobs, seconds=seconds, warmup_steps=warmup,
-                        min_steps=5, device=recipe.device, record=False)  # fmt: skip
+                        min_steps=min_steps, device=recipe.device, record=False)  # fmt: skip
 
 
 def plain_loop(root: Path, workers: int, batch: int, seconds: float, warmup: int) -> float:
