@@ -13,8 +13,8 @@ DataLoader, ``.to(device)``, autocast, the optimizer, the clock read after a syn
 the burst (``run_recipe``: ``wb.run_burst`` on a Workload of the same pieces):
 
 - ``images``: resnet50 (torchvision, random init), bf16, channels_last, batch 128, from JPEGs:
-  the loader step's set (12,800 images under the session's work folder, reused when that step
-  built it; ``data`` names another), decoded with Pillow in the DataLoader workers a user sets
+  the session's set (12,800 images under its work folder, the loader step's too: drawn by
+  whichever step runs first; ``data`` names another), decoded with Pillow in the workers a user sets
   on a GPU box: 16, as NVIDIA's ResNet-50 recipe does (``dle-a100-loader-workers`` in
   ``notebooks/reference/resnet50.json``), or one a usable core where the box has fewer; pinned
   memory, persistent workers;

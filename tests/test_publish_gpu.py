@@ -565,3 +565,79 @@ def test_the_fp8_steps_figures_are_a_sentence_under_the_table(publish, copy):
         "(1.20x bf16, 48 Linear layers in float8); rowwise - tokens/s (no ratio, did not act: "
         "torchao is not installed) [1]."
     ) in body
+
+
+# -- a burst against the user's own loop on a GPU (issue 38) -----------------------------------
+
+
+def _fidelity_run(results: Path, stamp: str, device: str, *, images=(0.99, 1.01, 1.0, 0.98),
+                  tokens=None) -> Path:  # fmt: skip
+    """A kept run as the GPU session writes its fidelity step: per row its ABBA pairs (burst
+    and hand samples/s) and their summary, as ``gpu_fidelity`` computes it; ``tokens`` None:
+    that row skipped for time."""
+    gf = sys.modules["gpu_fidelity"]
+
+    def row(label, workload, ratios, hand):
+        pairs = [{"pair": i + 1, "order": ["burst", "hand"] if i % 2 == 0 else ["hand", "burst"],
+                  "burst": hand * r, "hand": hand, "ratio": r, "burst_wall_s": 7.0,
+                  "hand_wall_s": 6.0} for i, r in enumerate(ratios)]  # fmt: skip
+        return {"label": label, "workload": workload, "status": "measured", "pairs": pairs,
+                **gf.summary(pairs)}  # fmt: skip
+
+    rows = {"images": row("resnet50, bf16, channels_last, batch 128, JPEGs, 16 workers",
+                          "resnet50", images, 2000.0)}  # fmt: skip
+    skipped = []
+    if tokens is None:
+        rows["tokens"] = {"label": "gpt:124m, bf16", "workload": "gpt:124m", "status": "skipped",
+                          "note": "would not fit", "pairs": [], **gf.summary([])}  # fmt: skip
+        skipped = [{"what": "tokens", "reason": "would not fit"}]
+    else:
+        rows["tokens"] = row("gpt:124m, bf16, batch 16 x 1,024 tokens, 4 workers", "gpt:124m",
+                             tokens, 50.0)  # fmt: skip
+    step = {"name": "fidelity", "status": "passed", "bursts": [], "skipped": skipped,
+            "facts": {"fidelity": {"goal": list(gf.GOAL), "rows": rows}}}  # fmt: skip
+    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
+           "command": "bash benchmarks/gpu_session.sh --steps fidelity",
+           "git_commit": "abcdef1234", "git_dirty": False,
+           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
+           "device": device, "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
+           "steps": [step]}  # fmt: skip
+    path = results / f"gpu-{stamp}-{device.lower().replace(' ', '-')}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _fidelity_block(text: str) -> str:
+    return text.split("<!-- gpu-table: fidelity -->\n", 1)[1].split("<!-- /gpu-table")[0]
+
+
+def test_the_fidelity_table_waits_for_the_next_gpu_window(publish):
+    assert publish.render_fidelity(publish.load_runs()) == publish.FIDELITY_WAITING + "\n"
+    for name in ("README.md", "docs/figures.md"):
+        assert _fidelity_block((_ROOT / name).read_text()) == publish.FIDELITY_WAITING + "\n"
+    assert "0.97 and 1.03" in publish.FIDELITY_WAITING
+
+
+def test_a_kept_fidelity_step_is_tabled_with_its_device_and_the_goal(publish, copy):
+    results = copy / "benchmarks/results"
+    _fidelity_run(results, "20270105", "NVIDIA H100 80GB HBM3")
+    lines = publish.render_fidelity(publish.load_runs(results)).splitlines()
+    assert lines[0].startswith("| recipe | device | pairs | burst samples/s | hand loop")
+    # ratios 0.99, 1.01, 1.00, 0.98: median 0.995, range 0.98-1.01, burst first 0.99 and 1.00
+    assert ("| resnet50, bf16, channels_last, batch 128, JPEGs, 16 workers | NVIDIA H100 80GB "
+            "HBM3 | 4 | 1,990 | 2,000 | 0.995 | 0.980-1.010 | 3.0 | 0.995 / 0.995 | met | "
+            "[1] |") in lines  # fmt: skip
+    assert "| gpt:124m | - | - | - | - | - | - | - | - | waiting | not measured yet |" in lines
+    assert "every row: **waiting** for every row on a GPU." in lines[-3]
+    assert lines[-1].startswith("[1] `benchmarks/results/gpu-20270105-nvidia-h100-80gb-hbm3.json"
+                                "`: `bash benchmarks/gpu_session.sh --steps fidelity`, commit "
+                                "abcdef1, NVIDIA H100 80GB HBM3")  # fmt: skip
+    # a newer run on an H200 measures both rows; the tokens row misses the goal
+    _fidelity_run(results, "20270106", "NVIDIA H200", tokens=(0.93, 0.95, 0.94, 0.96))
+    body = publish.render_fidelity(publish.load_runs(results))
+    assert "| NVIDIA H200 | 4 | 47 | 50 | 0.945 | 0.930-0.960 | 3.2 | 0.935 / 0.955 | not met |" \
+        in body and "every row: **not met**." in body  # fmt: skip
+    assert "gpu-20270105" not in body  # both rows now from the newest run that measured them
+    publish_all(publish, copy)
+    assert "| not met | [1] |" in _fidelity_block((copy / "README.md").read_text())
+    assert publish.problems(results, copy) == []
