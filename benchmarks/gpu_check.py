@@ -44,7 +44,10 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_rows, run as a script or loaded
+import gpu_proc  # noqa: E402
 from gpu_rows import (  # noqa: E402
+    REHEARSAL,
+    ROW_SETS,
     ROWS,
     SECONDS,
     SETUP_EST_S,
@@ -225,6 +228,18 @@ def table_line(label: str, r, problems: list[str]) -> str:
             f"{'ok' if not problems else '; '.join(problems)}")  # fmt: skip
 
 
+def _with_planted_fault(write: Write) -> Write:
+    """A rehearsal's ``write`` that dies as planted (``gpu_proc.rehearse_fault``, step
+    ``check``) as the second row starts: after its name is written, before it runs."""
+
+    def write_then_maybe_die(records: list[dict[str, Any]], running: str | None) -> None:
+        write(records, running)
+        if running is not None:
+            gpu_proc.rehearse_fault("check", len(records) + 1, dry=True)
+
+    return write_then_maybe_die
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
@@ -234,21 +249,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the plan and its estimates")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows in --json; the row it died in is failed")  # fmt: skip
+    ap.add_argument("--rows", choices=sorted(ROW_SETS), default="all",
+                    help="all; first (the GPU session's first call: all but max-autotune); "
+                    "max-autotune (a call of its own)")  # fmt: skip
+    ap.add_argument("--rehearse", action="store_true", help="the GPU session's CPU rehearsal: "
+                    "small CPU rows through the same loop and the same writing")  # fmt: skip
+    ap.add_argument("--data-dir", default=None, help="where the data set is built")
     args = ap.parse_args(argv)
+    rows = plan(REHEARSAL if args.rehearse else ROW_SETS[args.rows])
     if args.plan:
-        print(plan_table(plan()))
+        print(plan_table(rows))
         return 0
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not args.rehearse:
         print("gpu_check: no CUDA device here; nothing to check", file=sys.stderr)
         return 1
     os.environ.setdefault("WORKBENCH_HOME", tempfile.mkdtemp(prefix="wb-gpu-"))
-    rows = plan()
     print(f"# plan: setup {SETUP_EST_S:.0f} s + {len(rows)} rows = {planned_s(rows):.0f} s on "
           f"paper, budget {args.budget_s:.0f} s")  # fmt: skip
     # Any complete build is used as it is (a build with other sizes is never replaced); on a
     # fresh box the default one (800 JPEGs) is made, and pytest -m gpu then reuses it.
-    paths = ensure_datasets(progress=lambda m: print(m, file=sys.stderr))
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    small = {"images_per_class": 8} if args.rehearse else {}
+    paths = ensure_datasets(args.data_dir, progress=lambda m: print(m, file=sys.stderr), **small)
+    device = "cpu" if args.rehearse else None
+    name = torch.cuda.get_device_name() if device is None else "cpu (a rehearsal)"
+    meta = {"device": name, "torch": torch.__version__,
             "cuda": torch.version.cuda, "nvml": nvml_status() or "ok",
             "budget_s": args.budget_s, "planned_s": planned_s(rows)}  # fmt: skip
     print(
@@ -262,8 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     for rec in done:
         print(f"= {rec['label']}: {rec['status']} (earlier run)"
               + (f": {rec['reason']}" if rec.get("reason") else ""))  # fmt: skip
-    records = run_rows(rows, args.budget_s, json_writer(args.json, meta),
-                       make_run=lambda: RowRun(paths.root, args.seconds, tools),
+    write = json_writer(args.json, meta)
+    if args.rehearse and not args.resume:
+        write = _with_planted_fault(write)
+    seconds = min(args.seconds, 0.25) if args.rehearse else args.seconds
+    records = run_rows(rows, args.budget_s, write,
+                       make_run=lambda: RowRun(paths.root, seconds, tools, device=device),
                        started=_STARTED, done=done)  # fmt: skip
     print(summary_line(records, time.monotonic() - _STARTED))
     return 1 if summary(records)["failed"] else 0

@@ -66,6 +66,7 @@ class RowRun:
     data_dir: Path | None = None
     seconds: float = SECONDS
     tools: Tools = field(default_factory=Tools)
+    device: str | None = None  # None: the engine's default (CUDA); "cpu" in a rehearsal
     bursts: list[tuple[str, BurstResult]] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +85,8 @@ class RowRun:
         """One burst, with the checks every burst gets (``burst_checks``)."""
         before = backend_state()
         kw.setdefault("seconds", self.seconds)
+        if self.device is not None:
+            kw.setdefault("device", self.device)
         r = self.tools.burst(workload, knobs, data_dir=self.data_dir, record=False, **kw)
         self.observe(label, r, before, expect)
         return r
@@ -372,6 +375,32 @@ ROWS: tuple[Row, ...] = (
         "full autotune of the gpt's matmuls ran past 140 s; last, so a timeout here keeps "
         "every other row", compile_burst("max-autotune")),
 )  # fmt: skip
+
+FIRST_CALL = tuple(r for r in ROWS if r.label != "compile max-autotune (tf32)")
+"""The check in the session's first call: every row but max-autotune, which is a call of its
+own (its autotuning alone took 95 s to past 140 s on one H200)."""
+MAX_AUTOTUNE = tuple(r for r in ROWS if r.label == "compile max-autotune (tf32)")
+
+
+def _cnn(label: str, **kw: Any) -> Callable[[RowRun], None]:
+    def run(run: RowRun) -> None:
+        run.burst(label, "cnn", Knobs(**{"batch_size": 8, **kw}))
+
+    return run
+
+
+REHEARSAL: tuple[Row, ...] = (
+    Row("rehearsal: cnn, resident batch", 1, 5, "a CPU rehearsal's row: one small burst",
+        _cnn("resident batch", loader="synthetic")),
+    Row("rehearsal: cnn, JPEGs, 1 worker", 2, 5, "a CPU rehearsal's row: one small burst",
+        _cnn("JPEGs, 1 worker", num_workers=1)),
+    Row("rehearsal: cnn, resident batch again", 3, 5, "a CPU rehearsal's row: one small burst",
+        _cnn("resident batch again", loader="synthetic")),
+)  # fmt: skip
+"""What ``gpu_check.py --rehearse`` runs on a CPU: the GPU rows need CUDA, and the rehearsal
+proves the plumbing (rows written as they end, the budget, a crash's resume), not the GPU."""
+ROW_SETS: dict[str, tuple[Row, ...]] = {"all": ROWS, "first": FIRST_CALL,
+                                        "max-autotune": MAX_AUTOTUNE}  # fmt: skip
 
 SETUP_EST_S = 8.0
 SETUP_WHY = ("Python, torch, CUDA and NVML start, the default data set (800 JPEGs on 16 worker "

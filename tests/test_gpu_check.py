@@ -4,6 +4,7 @@ results and recorded fakes, so a typo or a wrong sum cannot waste that time."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,34 @@ def test_the_plan_prints_as_a_table_without_a_gpu(gpu_check, capsys):
     assert lines[-2].startswith("| 10 | compile max-autotune (tf32) | 85 | ")
     assert lines[-1] == f"| | total | {gpu_check.planned_s():.0f} | default budget 250 s |"
     assert len(lines) == 3 + len(gpu_check.plan()) + 1
+
+
+def test_the_first_call_has_every_row_but_max_autotune_which_is_a_call_of_its_own(
+    gpu_check, capsys
+):  # fmt: skip
+    assert gpu_check.main(["--plan", "--rows", "first"]) == 0
+    first = capsys.readouterr().out
+    assert gpu_check.main(["--plan", "--rows", "max-autotune"]) == 0
+    alone = capsys.readouterr().out
+    assert "max-autotune" not in first and "| 9 | comm benchmark |" in first
+    assert [line.split("|")[2].strip() for line in alone.splitlines()[3:-1]] == [
+        "compile max-autotune (tf32)"]  # fmt: skip
+
+
+def test_the_rehearsal_runs_its_cpu_rows_through_the_same_loop_and_file(tmp_path):
+    out = tmp_path / "rows.json"
+    argv = [sys.executable, str(_BENCH / "gpu_check.py"), "--rehearse", "--json", str(out),
+            "--data-dir", str(tmp_path / "data"), "--budget-s", "120"]  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["device"] == "cpu (a rehearsal)" and doc["running"] is None
+    assert [(r["label"], r["status"]) for r in doc["rows"]] == [
+        ("rehearsal: cnn, resident batch", "passed"),
+        ("rehearsal: cnn, JPEGs, 1 worker", "passed"),
+        ("rehearsal: cnn, resident batch again", "passed")]  # fmt: skip
+    assert all(b["device"] == "cpu" for r in doc["rows"] for b in r["bursts"])
 
 
 # -- the row loop ------------------------------------------------------------------------------
