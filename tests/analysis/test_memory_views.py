@@ -61,6 +61,24 @@ def test_a_snapshot_is_written_private_in_a_private_home(tmp_path, monkeypatch):
     assert pickle.loads(snap.path.read_bytes()) == {"segments": []}
 
 
+def test_the_recorder_keeps_python_stacks_unless_asked(tmp_path, monkeypatch):
+    """C++ frames make the dump minutes long (461 s against 4 s in torchtitan's H100
+    measurements): the default records Python frames only; ``stacks="all"`` asks for both."""
+    from workbench.engine import hardware
+
+    calls = []
+    monkeypatch.setattr(hardware, "resolve_device", lambda d: torch.device("cuda", 0))
+    monkeypatch.setattr(memory_views, "run_burst", lambda *a, **k: SimpleNamespace(id=7))
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **k: calls.append(k))
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda f: open(f, "wb").close())
+    memory_views.memory_snapshot("cnn", Knobs(), path=tmp_path / "a.pickle")
+    memory_views.memory_snapshot("cnn", Knobs(), path=tmp_path / "b.pickle", stacks="all")
+    starts = [c for c in calls if c.get("enabled", "all") is not None]
+    assert [c["stacks"] for c in starts] == ["python", "all"]
+    with pytest.raises(KnobError, match=r"stacks='cpp'.*'python'.*'all'"):
+        memory_views.memory_snapshot("cnn", Knobs(), stacks="cpp")
+
+
 @pytest.mark.gpu
 def test_gpu_snapshot_is_a_pickle_the_viewer_opens(tmp_path):
     snap = memory_views.memory_snapshot("cnn", Knobs(batch_size=64), path=tmp_path / "s.pickle",
