@@ -33,6 +33,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
         ("NVIDIA H100 80GB HBM3", "bf16", 989.5e12),
         ("NVIDIA H100 PCIe", "bf16", 756.5e12),
         ("NVIDIA H100 NVL", "bf16", 835.5e12),
+        ("NVIDIA H100 SXM5 80GB", "bf16", 989.5e12),
         ("NVIDIA H100 80GB HBM3", "fp32", 67e12),
         ("NVIDIA H200", "bf16", 989.5e12),
         ("NVIDIA H200 NVL", "bf16", 835.5e12),
@@ -87,6 +88,7 @@ def test_h100_variants_differ() -> None:
         ("Tesla T4", "tf32"),
         ("NVIDIA RTX 6000 Ada Generation", "bf16"),  # not on its datasheet
         ("NVIDIA H100", "bf16"),  # SXM or PCIe? unknown
+        ("NVIDIA H100 96GB HBM2e", "bf16"),  # torchtitan's 500 W part: between SXM and NVL
         ("NVIDIA GB200", "bf16"),  # not a B200
         ("NVIDIA H20", "bf16"),  # not an H200
         ("NVIDIA GeForce RTX 4090 D", "bf16"),

@@ -215,6 +215,39 @@ def test_the_mfu_note_computes_the_gap_from_the_entries():
     assert peak > bandwidth  # the reason: the peak outgrew what paces a convnet
 
 
+def test_the_mfu_note_reads_the_datasheets_of_the_gpu_the_kept_run_measured():
+    refs = [r for r in reference.load() if r.id != "wb-gpu-r50-bf16-mfu"]
+    on_h100 = _kept("wb-gpu-r50-bf16-mfu", 12.0, units="% of peak",
+                    device_name="NVIDIA H100 80GB HBM3")  # fmt: skip
+    note = reference.mfu_note([*refs, on_h100])
+    peak = reference.ratio("nvidia-h100-bf16-dense", "nvidia-a100-bf16-dense")
+    bandwidth = reference.ratio("nvidia-h100-sxm-bandwidth", "nvidia-a100-80gb-sxm-bandwidth")
+    assert "12.0% of the NVIDIA H100 80GB HBM3 dense bf16 peak" in note
+    assert f"From the A100 to the H100 the datasheets' dense bf16 peak grew {peak:.1f}x" in note
+    assert f"memory bandwidth {bandwidth:.1f}x (2,039 to 3,350 GB/s)" in note and "H200" not in note
+    pcie = reference.mfu_note([*refs, _kept("wb-gpu-r50-bf16-mfu", 9.0, device_name="NVIDIA H100 "
+                                            "PCIe")])  # fmt: skip
+    assert "no datasheet entries for the NVIDIA H100 PCIe" in pcie and "grew" not in pcie
+    assert reference.datasheets_of("NVIDIA H200 NVL") is None  # not the SXM's figures
+
+
+def test_the_published_h100_and_h200_anchors_carry_their_sources():
+    refs = reference.load()
+    for ref_id in ("mlperf-train-v3.0-r50-8xh100", "mlperf-train-v4.0-r50-8xh200"):
+        r = reference.find(ref_id, refs)
+        assert r.gpus == 8 and r.units == "images/s per GPU" and "01" in r.lessons
+        assert "github.com/mlcommons/training_results_v" in r.url and r.read_on == "2026-12-07"
+        assert "Not confirmed here" in r.notes  # the rate is approximate, and says so
+    assert not any(r.id.startswith("mlperf-") for r in reference.mfu_references(refs))
+    h100 = reference.find("llmc-gpt2-124m-h100-step-ms", refs)
+    assert (h100.value, h100.gpus, h100.published) == (139.0, 8, "2024-10-13")
+    assert "modded-nanogpt" in h100.url and "not confirmed here" in h100.notes
+    titan = [reference.find(f"torchtitan-llama31-8b-h100-{k}", refs).value
+             for k in ("bf16", "compile", "compile-fp8")]  # fmt: skip
+    assert titan == [5762.0, 6667.0, 8532.0]
+    assert set(reference.table("12", refs)["what"]) >= {h100.what}
+
+
 def test_the_datasheet_entries_are_the_peaks_the_workbench_computes_mfu_with():
     from workbench.engine import hardware
 

@@ -78,7 +78,11 @@ def test_beside_llmc_names_what_compares_and_what_is_for_scale():
     on_gpu = _burst(300_000.0, workload="gpt:124m", device="cuda:0", precision="bf16")
     table = lesson.beside_llmc({"bf16": on_gpu, "cpu": _burst(500.0)})
     assert table["compares"].tolist() == [lesson.SAME_MODEL, lesson.FOR_SCALE,
+                                          "published, on an H100",
                                           "the published anchor"]  # fmt: skip
+    h100 = lesson.llmc_anchor().h100
+    assert table["tokens_per_s"].iloc[-2] == round(h100.per_gpu)
+    assert "H100" in table["where"].iloc[-2]
     assert table["tokens_per_s"].iloc[-1] == round(lesson.llmc_anchor().per_gpu)
     assert "discussions/481" in table["source"].iloc[-1]
 

@@ -25,6 +25,7 @@ convolutions in TF32, so the TF32 row stands in, and says so), and which are the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -423,19 +424,46 @@ def cudnn_benchmark_note(band: float = 0.05, refs: Iterable[Reference] | None = 
             "measure the knob in both orders on your GPU before you keep it.")  # fmt: skip
 
 
+DATASHEETS = (
+    (r"\bH200\b(?!.*\bNVL\b)", "nvidia-h200-bf16-dense", "nvidia-h200-sxm-bandwidth"),
+    (r"\bH100\b.*(SXM|HBM3)", "nvidia-h100-bf16-dense", "nvidia-h100-sxm-bandwidth"),
+)
+"""A measured GPU's datasheet entries (dense bf16 peak, memory bandwidth) by its name: the H200
+SXM's or the H100 SXM's (an H100 PCIe or NVL part has lower figures, not these)."""
+
+
+def datasheets_of(
+    device_name: str, refs: Iterable[Reference] | None = None
+) -> tuple[Reference, Reference] | None:
+    """The (dense bf16 peak, memory bandwidth) entries of the GPU named ``device_name``, or None
+    where the reference files have none for it."""
+    refs = list(load() if refs is None else refs)
+    for pattern, peak, bandwidth in DATASHEETS:
+        if re.search(pattern, device_name or "", re.IGNORECASE):
+            return find(peak, refs), find(bandwidth, refs)
+    return None
+
+
 def mfu_note(refs: Iterable[Reference] | None = None) -> str:
-    """The kept H200 run's ResNet-50 MFU beside NVIDIA's A100 figure, and the datasheets'
-    reason a convnet's MFU falls on a newer GPU: the peak grew faster than the memory
-    bandwidth that paces a convnet's normalisations, activations and small convolutions."""
+    """The kept run's ResNet-50 MFU beside NVIDIA's A100 figure, and the datasheets' reason a
+    convnet's MFU falls on a newer GPU: the peak grew faster than the memory bandwidth that
+    paces a convnet's normalisations, activations and small convolutions. The newer GPU is the
+    one the kept run measured (an H100 or an H200, by its name)."""
     refs = list(load() if refs is None else refs)
     kept, a100 = find("wb-gpu-r50-bf16-mfu", refs), find("dle-a100-amp-1gpu-mfu", refs)
-    peak_a, peak_h = find("nvidia-a100-bf16-dense", refs), find("nvidia-h200-bf16-dense", refs)
+    peak_a = find("nvidia-a100-bf16-dense", refs)
     bw_a = find("nvidia-a100-80gb-sxm-bandwidth", refs)
-    bw_h = find("nvidia-h200-sxm-bandwidth", refs)
-    return (f"The kept run's resnet50 {kept.precision}, batch {kept.batch_size}, channels_last, "
+    said = (f"The kept run's resnet50 {kept.precision}, batch {kept.batch_size}, channels_last, "
             f"used {kept.value:.1f}% of the {kept.device_name} dense bf16 peak ({kept.id}); "
             f"NVIDIA's A100 AMP figure works out at {a100.value:.1f}% ({a100.id}: fp16, batch "
-            f"{a100.batch_size}). From the A100 to the H200 the datasheets' dense bf16 peak grew "
+            f"{a100.batch_size}).")  # fmt: skip
+    sheets = datasheets_of(kept.device_name, refs)
+    if sheets is None:
+        return (f"{said} The reference files hold no datasheet entries for the "
+                f"{kept.device_name}: compare MFU within one GPU generation.")  # fmt: skip
+    peak_h, bw_h = sheets
+    gpu = peak_h.hardware.removeprefix("NVIDIA ").removesuffix(" SXM")
+    return (f"{said} From the A100 to the {gpu} the datasheets' dense bf16 peak grew "
             f"{peak_h.value / peak_a.value:.1f}x ({peak_a.value:,.0f} to {peak_h.value:,.1f} "
             f"TFLOP/s) and memory bandwidth {bw_h.value / bw_a.value:.1f}x ({bw_a.value:,.0f} to "
             f"{bw_h.value:,.0f} GB/s): the parts of a convnet's step that memory paces "

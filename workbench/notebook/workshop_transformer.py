@@ -42,10 +42,10 @@ from workbench.notebook.workshop_memory import check_frees_most, memory_table
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
 
-__all__ = ["CPU_COMPILE", "FP8", "LLMC", "MEMORY", "Anchor", "Fp8Run", "MemoryPerRank",
-           "beside_llmc", "check_fp8", "check_memory", "compile_modes", "fp8_published", "frame",
-           "llmc_anchor", "llmc_note", "measure_fp8", "memory_per_rank", "table",
-           "window"]  # fmt: skip
+__all__ = ["CPU_COMPILE", "FP8", "LLMC", "LLMC_H100", "MEMORY", "TORCHTITAN_H100", "Anchor",
+           "Fp8Run", "MemoryPerRank", "StepRun", "beside_llmc", "check_fp8", "check_memory",
+           "compile_modes", "fp8_published", "frame", "llmc_anchor", "llmc_note", "measure_fp8",
+           "memory_per_rank", "table", "torchtitan_published", "window"]  # fmt: skip
 
 LESSON = "12"
 MEMORY = "12-memory"
@@ -110,6 +110,28 @@ DATASHEETS = {"a100": ("nvidia-a100-bf16-dense", "nvidia-a100-80gb-sxm-bandwidth
               "h100": ("nvidia-h100-bf16-dense", "nvidia-h100-sxm-bandwidth"),
               "h200": ("nvidia-h200-bf16-dense", "nvidia-h200-sxm-bandwidth")}  # fmt: skip
 """Per GPU: NVIDIA's dense bf16 peak and memory bandwidth entries (``datasheets.json``)."""
+LLMC_H100 = ("llmc-gpt2-124m-h100-step-ms", "llmc-gpt2-124m-tokens-per-step")
+"""llm.c's same run on 8x H100 (modded-nanogpt's llm.c record: its median step) and the launch
+script's tokens a step: the H100's published per-GPU rate follows from the two."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """A published run given as a median step of a known size: its per-GPU rate, computed."""
+
+    step_ms: float
+    tokens_per_step: float
+    gpus: int
+    hardware: str
+    url: str
+    published: str
+    read_on: str
+    cited: str
+
+    @property
+    def per_gpu(self) -> float:
+        """Tokens a second a GPU: a step's tokens over its time, shared by the GPUs."""
+        return self.tokens_per_step / (self.step_ms / 1000.0) / self.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +155,8 @@ class Anchor:
     """GB/s, by the same keys."""
     flops_per_token: float
     """This workbench's count for gpt:124m (6N + attention)."""
+    h100: StepRun | None = None
+    """llm.c's same model on 8x H100 (``LLMC_H100``); None where the entries are absent."""
 
     @property
     def per_gpu(self) -> float:
@@ -147,6 +171,21 @@ class Anchor:
     def mfu_pct(self) -> float:
         """That rate's MFU on the A100's dense bf16 peak, by this workbench's FLOP count."""
         return self.mfu_needed_pct("a100")
+
+    @property
+    def h100_mfu_pct(self) -> float | None:
+        """llm.c's H100 rate as MFU of the H100 SXM's dense bf16 peak, by this workbench's
+        count (its H100s are HBM3 parts: the SXM's)."""
+        if self.h100 is None:
+            return None
+        return 100.0 * self.h100.per_gpu * self.flops_per_token / (self.peaks["h100"] * 1e12)
+
+    def mfu_at(self, peak_flops: float | None, rate: float | None = None) -> float | None:
+        """The MFU at which a GPU of ``peak_flops`` (FLOP/s, dense bf16: the measured device's
+        own, ``hardware.peak_flops``) runs ``rate`` tokens/s (default :attr:`per_gpu`)."""
+        if not peak_flops:
+            return None
+        return 100.0 * (self.per_gpu if rate is None else rate) * self.flops_per_token / peak_flops
 
 
 def gpt_124m_flops_per_token() -> float:
@@ -167,8 +206,18 @@ def llmc_anchor(refs: Iterable[reference.Reference] | None = None) -> Anchor:
         published=tokens.published, read_on=tokens.read_on, cited=tokens.cited(),
         peaks={k: reference.find(p, refs).value for k, (p, _) in DATASHEETS.items()},
         bandwidth={k: reference.find(b, refs).value for k, (_, b) in DATASHEETS.items()},
-        flops_per_token=gpt_124m_flops_per_token(),
+        flops_per_token=gpt_124m_flops_per_token(), h100=_h100_run(refs),
     )  # fmt: skip
+
+
+def _h100_run(refs: list[reference.Reference]) -> StepRun | None:
+    try:
+        step, batch = (reference.find(i, refs) for i in LLMC_H100)
+    except KeyError:
+        return None
+    return StepRun(step_ms=step.value, tokens_per_step=batch.value, gpus=step.gpus or 1,
+                   hardware=step.hardware, url=step.url, published=step.published,
+                   read_on=step.read_on, cited=step.cited())  # fmt: skip
 
 
 def beside_llmc(
@@ -186,6 +235,12 @@ def beside_llmc(
                      "mfu_pct": r.mfu_pct if r.ok else None,
                      "compares": SAME_MODEL if same else FOR_SCALE,
                      "source": "your burst"})  # fmt: skip
+    if a.h100 is not None:
+        rows.append({"where": f"llm.c: {a.h100.hardware}, per GPU",
+                     "run": "GPT-2 (124M), bf16, the same run", "workload": "gpt:124m",
+                     "tokens_per_s": round(a.h100.per_gpu),
+                     "mfu_pct": round(a.h100_mfu_pct, 1), "compares": "published, on an H100",
+                     "source": a.h100.cited})  # fmt: skip
     rows.append({"where": f"llm.c: {a.hardware}, per GPU", "run": "GPT-2 (124M), bf16, 10B tokens",
                  "workload": "gpt:124m", "tokens_per_s": round(a.per_gpu),
                  "mfu_pct": round(a.mfu_pct, 1), "compares": "the published anchor",
@@ -207,7 +262,17 @@ def llmc_note(refs: Iterable[reference.Reference] | None = None) -> str:
             f"bf16 peak, {peak['H200']:,.1f} TFLOP/s ({peak['H200'] / peak['A100']:.1f}x the "
             f"A100's; the H200's memory is the faster): one of them matches llm.c's per-GPU "
             f"rate at {a.mfu_needed_pct('h200'):.0f}% MFU. Read your mfu_pct against "
-            "that.")  # fmt: skip
+            f"that.{_h100_sentence(a)}")  # fmt: skip
+
+
+def _h100_sentence(a: Anchor) -> str:
+    if a.h100 is None:
+        return ""
+    h = a.h100
+    return (f" On {h.hardware} the same run took a median {h.step_ms:.0f} ms a step of "
+            f"{h.tokens_per_step:,.0f} tokens ({LLMC_H100[0]}, {LLMC_H100[1]}): "
+            f"{h.per_gpu:,.0f} tokens/s per GPU, {a.h100_mfu_pct:.0f}% MFU of the H100 SXM's "
+            "peak.")  # fmt: skip
 
 
 # -- memory per rank: activation checkpointing and FSDP ----------------------------------------
@@ -405,6 +470,20 @@ def check_fp8(prediction: float | None, result: Fp8Run) -> Check:
 FP8_PUBLISHED = ("torchao-llama3-8b-bf16", "torchao-llama3-8b-fp8-tensorwise",
                  "torchao-llama3-8b-fp8-rowwise")  # fmt: skip
 """torchao's published float8 training run on 8 H100s (Llama 3 8B): bf16, then two recipes."""
+
+
+TORCHTITAN_H100 = ("torchtitan-llama31-8b-h100-bf16", "torchtitan-llama31-8b-h100-compile",
+                   "torchtitan-llama31-8b-h100-compile-fp8")  # fmt: skip
+"""torchtitan's Llama 3.1 8B on 8 H100s (FSDP): bf16 eager, compiled, compiled with float8."""
+
+
+def torchtitan_published(refs: Iterable[reference.Reference] | None = None) -> pd.DataFrame:
+    """torchtitan's published H100 rows with each one's ratio over its bf16 eager row."""
+    refs = list(reference.load() if refs is None else refs)
+    out = reference.ratios(TORCHTITAN_H100, over=TORCHTITAN_H100[:1], refs=refs)
+    out["hardware"] = [reference.find(i, refs).hardware for i in TORCHTITAN_H100]
+    out["source"] = [reference.find(i, refs).cited() for i in TORCHTITAN_H100]
+    return out
 
 
 def fp8_published(refs: Iterable[reference.Reference] | None = None) -> pd.DataFrame:
