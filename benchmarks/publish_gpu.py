@@ -69,6 +69,9 @@ class Table:
     first: str  # the first column's header
     columns: tuple[tuple[str, str], ...]  # (header, burst field)
     rows: tuple[Row, ...]
+    published: tuple[str, ...] = ()
+    """Reference entries (``notebooks/reference``) shown under the kept rows, for scale: each
+    figure in the column of the table's first field, with its source and hardware."""
 
 
 FORMATS: dict[str, str] = {"samples_per_s": "{:,.0f}", "tokens_per_s": "{:,.0f}",
@@ -84,7 +87,8 @@ TABLES: tuple[Table, ...] = (
           (Row("fp32-strict (IEEE everywhere, cuDNN too)", _precision("fp32-strict")),
            Row("tf32", _precision("tf32")), Row("bf16", _precision("bf16")),
            Row("fp16", _precision("fp16")),
-           Row("bf16 on JPEGs, 8 decode workers", JPEG_8))),
+           Row("bf16 on JPEGs, 8 decode workers", JPEG_8)),
+          published=("mlperf-train-v3.0-r50-8xh100", "mlperf-train-v4.0-r50-8xh200")),
     Table("readme-compile", "gpt, batch 32, TF32",
           (("samples/s", "samples_per_s"), ("compile s", "compile_s")),
           (Row("compile=default", COMPILE_DEFAULT), Row("compile=reduce-overhead", COMPILE_RO))),
@@ -122,7 +126,8 @@ def provenance(path: Path, run: dict[str, Any]) -> str:
     why there is none."""
     name = f"`{kept_name(path)}`"
     if not run.get("recorded"):
-        return f"{name}: {run.get('command_note') or 'unrecorded: the command was not kept'}"
+        note = run.get("command_note") or "unrecorded: the command was not kept"
+        return f"{name}: {note}; measured on {run['device']}"
     commit = (run.get("git_commit") or "unknown")[:7]
     commit += " (+ changes)" if run.get("git_dirty") else ""
     versions = (run.get("environment") or {}).get("versions") or {}
@@ -173,9 +178,28 @@ def render(table: Table, runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
         text = row.text + (" (short epochs: loader restarts in the window)"
                            if found and short_epochs(found.burst) else "")  # fmt: skip
         lines.append("| " + " | ".join([text, *values, mark]) + " |")
+    cited = _published_rows(table, lines)
     lines.append("")
     lines += [f"[{i + 1}] {provenance(p, by_path[p])}" for i, p in enumerate(sources)]
+    lines += cited
     return "\n".join(lines) + "\n"
+
+
+def _published_rows(table: Table, lines: list[str]) -> list[str]:
+    """The table's published entries as rows under the kept ones (their figure in the column
+    of the table's first field, the rest "-"), and their citation lines ([a], [b], ...)."""
+    from workbench.notebook import reference
+
+    refs = reference.load(gpu_transformer.REFERENCE) if table.published else []
+    cited = []
+    for i, ref_id in enumerate(table.published):
+        r = reference.find(ref_id, refs)
+        mark = chr(ord("a") + i)
+        values = [f"{r.value:,.0f}" if n == 0 else "-" for n in range(len(table.columns))]
+        lines.append(f"| published, for scale: {r.what}; {r.hardware} | "
+                     + " | ".join(values) + f" | [{mark}] |")  # fmt: skip
+        cited.append(f"[{mark}] published, not measured here ({r.units}; {ref_id}): {r.cited()}")
+    return cited
 
 
 def runs_table(path: Path, run: dict[str, Any]) -> str:
@@ -429,22 +453,68 @@ def _anchor_text(a: Anchor) -> str:
         f"{a.bandwidth['h100']:,.0f} and the A100's {a.bandwidth['a100']:,.0f} (NVIDIA's "
         f"datasheets: `notebooks/reference/datasheets.json`). One H200 or H100 matches llm.c's "
         f"per-GPU rate at {a.mfu_needed_pct('h200'):.0f}% MFU."
+    ) + _h100_text(a)  # fmt: skip
+
+
+def _h100_text(a: Anchor) -> str:
+    """llm.c's same run on 8x H100 and torchtitan's Llama 3.1 8B on 8x H100, published, every
+    figure computed from the reference entries (lesson 12's helpers)."""
+    from workbench.notebook import reference
+    from workbench.notebook.workshop_transformer import LLMC_H100, torchtitan_published
+
+    said = ""
+    if a.h100 is not None:
+        h = a.h100
+        said += (f" On {h.hardware}, the same llm.c run took a median {h.step_ms:.0f} ms a step "
+                 f"of {h.tokens_per_step:,.0f} tokens ([modded-nanogpt's llm.c record]({h.url}), "
+                 f"{h.published}; read {h.read_on}; `{LLMC_H100[0]}`): **{h.per_gpu:,.0f} tokens/s "
+                 f"per H100**, {a.h100_mfu_pct:.0f}% MFU of the H100 SXM's dense bf16 peak by "
+                 "this workbench's count.")  # fmt: skip
+    refs = reference.load(gpu_transformer.REFERENCE)
+    try:
+        tt = torchtitan_published(refs).set_index("id")
+    except KeyError:
+        return said
+    over = next(c for c in tt.columns if c.startswith("x "))
+    bf16, comp, fp8 = (tt.iloc[i] for i in range(3))
+    url = reference.find(tt.index[0], refs).url
+    return said + (
+        f" A larger model on H100s, for scale: torchtitan's Llama 3.1 8B on {bf16['hardware']} "
+        f"(FSDP, batch 2 a GPU; [torchtitan's H100 benchmarks]({url})) ran "
+        f"{bf16['value']:,.0f} tokens/s per GPU in bf16, {comp['value']:,.0f} compiled "
+        f"({comp[over]:.2f}x) and {fp8['value']:,.0f} compiled with float8 ({fp8[over]:.2f}x)."
     )  # fmt: skip
 
 
 def _goal_text(g: gpu_transformer.Goal, a: Anchor, sources: list[Path]) -> str:
-    goal = (f"Goal: `{gpu_transformer.WORKLOAD}` on one H200 at or above llm.c's per-GPU rate "
+    gpus = gpu_transformer.GOAL_GPUS
+    goal = (f"Goal: `{gpu_transformer.WORKLOAD}` on one {gpus} at or above llm.c's per-GPU rate "
             f"({a.per_gpu:,.0f} tokens/s) in bf16 with compile")  # fmt: skip
     if g.verdict == "waiting":
-        return f"{goal}: **waiting** for a kept run of these rows on an H200 ({CALL_MD})."
+        return f"{goal}: **waiting** for a kept run of these rows on an {gpus} ({CALL_MD})."
     mark = f"[{sources.index(g.run) + 1}]" if g.run in sources else ""
     if g.key is None:
         return f"{goal}: **not met**: {g.note} {mark}."
     label = next(r.label for r in gpu_transformer.ROWS if r.key == g.key)
-    said = f"{label}, {g.tokens_per_s:,.0f} tokens/s, {g.over_anchor:.2f}x the anchor on {g.device}"
+    said = (f"{label}, {g.tokens_per_s:,.0f} tokens/s, {g.over_anchor:.2f}x the anchor on "
+            f"{g.device} ({_on_its_peak(a, g)})")  # fmt: skip
     if g.verdict == "met":
         return f"{goal}: **met** by {said} {mark}."
     return f"{goal}: **not met**: the best compiled row was {said} {mark}."
+
+
+def _on_its_peak(a: Anchor, g: gpu_transformer.Goal) -> str:
+    """The verdict's rate as MFU of the measured device's own dense bf16 peak (read from its
+    name: an H100 PCIe's is not an SXM's), and beside llm.c's H100 rate."""
+    from workbench.engine import hardware
+
+    peak = hardware.peak_flops(g.device or "", "bf16")
+    mfu = a.mfu_at(peak, g.tokens_per_s)
+    said = (f"{mfu:.0f}% MFU of its {peak / 1e12:,.1f} TFLOP/s dense bf16 peak" if mfu is not None
+            else "its dense bf16 peak is not in the workbench's table: no MFU")  # fmt: skip
+    if a.h100 is not None and g.tokens_per_s:
+        said += f"; {g.tokens_per_s / a.h100.per_gpu:.2f}x llm.c's H100 rate"
+    return said
 
 
 FIDELITY_CALL = "bash benchmarks/gpu_session.sh --steps fidelity"
@@ -873,12 +943,38 @@ def reference_problems(root: Path = ROOT, results_dir: Path = gpu_record.RESULTS
     return bad
 
 
+KEPT_RUN_GPU = re.compile(r"\bkept ((?:G?[ABH]\d{2,3}|L40S?|L4)\b)")
+"""How the lessons and pages name the GPU of the kept figures in prose ("the kept H200 run")."""
+
+
+def device_words(results_dir: Path = gpu_record.RESULTS, root: Path = ROOT) -> list[str]:
+    """Prose that names the kept figures' GPU ("kept H200 run") where no generated entry was
+    measured on that GPU: when a kept run on another GPU (an H100) replaces the figures, every
+    such sentence is listed until it names the device the figures now come from."""
+    devices = {e.get("device_name", "") for e in reference_doc(load_runs(results_dir))["entries"]}
+    if not devices:
+        return []
+    texts = [(p, p.read_text()) for p in markdown_files(root)]
+    for nb in sorted((root / "notebooks").rglob("*.ipynb")):
+        cells = json.loads(nb.read_text()).get("cells", [])
+        texts.append((nb, "\n".join("".join(c.get("source", [])) for c in cells)))
+    found = []
+    for path, text in texts:
+        for m in KEPT_RUN_GPU.finditer(text):
+            if not any(re.search(rf"\b{m[1]}\b", d) for d in devices):
+                found.append(f"{path.relative_to(root)}: {m[0]!r}, but the kept figures were "
+                             f"measured on {', '.join(sorted(devices))}")  # fmt: skip
+    return found
+
+
 def problems(results_dir: Path = gpu_record.RESULTS, root: Path = ROOT) -> list[str]:
-    """Everything ``--check`` reports: stale files, stray figures, unsourced entries."""
+    """Everything ``--check`` reports: stale files, stray figures, unsourced entries, prose that
+    names another GPU than the kept figures'."""
     out = [f"{name}: its GPU figures differ from the kept runs: run "
            "python benchmarks/publish_gpu.py" for name in stale(results_dir, root)]  # fmt: skip
     out += [f"a GPU figure typed by hand (generate it from a kept run): {s}"
             for s in stray_figures(root)]  # fmt: skip
+    out += [f"a device named by hand: {s}" for s in device_words(results_dir, root)]
     return out + reference_problems(root, results_dir)
 
 
