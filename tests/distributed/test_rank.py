@@ -32,6 +32,16 @@ def test_samples_count_every_rank_over_the_longest_window():
     assert out["mfu_pct"] == pytest.approx(100 * 1e9 * 128 / (2 * 100e12))
 
 
+def test_setups_peak_is_the_largest_ranks_beside_the_training_peak():
+    rows = [{**_row(0, 80, 1.0, 500.0, 0.0), "setup_peak_mem_mib": 900.0},
+            {**_row(1, 80, 1.0, 700.0, 0.0), "setup_peak_mem_mib": 650.0}]  # fmt: skip
+    out = merge_ranks(dict(RANK0, setup_peak_mem_mib=900.0), rows, "nccl", "cuda")
+    assert out["setup_peak_mem_mib"] == 900.0 and out["peak_mem_mib"] == 700.0
+    cpu = merge_ranks(dict(RANK0, setup_peak_mem_mib=None), [_row(0, 80, 1.0, 300.0, 0.0)],
+                      "gloo", "cpu")  # fmt: skip
+    assert cpu["setup_peak_mem_mib"] is None  # a CPU has none: unknown, not 0
+
+
 def test_cpu_ranks_share_the_host_so_memory_adds_up_and_tokens_follow_samples():
     rank0 = dict(RANK0, tokens_per_s=25600.0, peak_tflops=None)
     rows = [_row(0, 80, 1.0, 300.0, 0.0), _row(1, 80, 1.0, 310.0, 0.0)]

@@ -189,6 +189,15 @@ class BurstResult(Outcome):
     """What ``peak_mem_mib`` is: "allocated" (CUDA: torch's allocator), "pss" (a CPU burst: the
     proportional set size of the process and its loader workers, each shared page counted
     once) or "rss" (summed RSS where PSS cannot be read: an upper bound)."""
+    setup_peak_mem_mib: float | None = None
+    """CUDA: the most memory torch's allocator held during set-up (MiB allocated: the model
+    built, the first batch checked through it, the attention probe, compile's first trace,
+    fp8's conversion). The peak counters restart after it, just before warm-up, so
+    ``peak_mem_mib`` and ``peak_reserved_mib`` are the training peak (warm-up and window):
+    set-up's eager passes are not what training runs, and left in they hid what compile or
+    fp8 save. None on a CPU (a process's resident memory has no counter to restart: there
+    ``peak_mem_mib`` covers the whole burst, set-up included) and where set-up did not
+    finish (an OOM in set-up: ``peak_mem_mib`` is then set-up's)."""
     loader_epochs: int | None = None
     """Times the loader ran out and restarted at an epoch's end during the burst (set-up and
     warm-up included); 0 when a short epoch is continued (``short_epochs``)."""

@@ -275,6 +275,7 @@ def _rank_row(r, rank: int, dev: torch.device) -> dict[str, Any]:
         "data_wait_pct": r.data_wait_pct,
         "peak_mem_mib": r.peak_mem_mib,
         "peak_reserved_mib": r.peak_reserved_mib,
+        "setup_peak_mem_mib": r.setup_peak_mem_mib,
         **{name: getattr(r, name) for name in HELD_PER_RANK},
         "gpu_util_pct": r.gpu_util_pct,
         "power_w": r.power_w,
@@ -290,8 +291,9 @@ def merge_ranks(
     """One job result from rank 0's result and every rank's row.
 
     Samples count all ranks; the window is the longest rank's (they start and end together,
-    so this is the job's wall time). Memory: on GPUs the largest rank's (each GPU has its own
-    limit); on a CPU the sum (the ranks share the host's memory). What one rank holds at rest
+    so this is the job's wall time). Memory (the training peak, and set-up's beside it): on
+    GPUs the largest rank's (each GPU has its own limit); on a CPU the sum (the ranks share the
+    host's memory). What one rank holds at rest
     (``param_mib_per_rank`` and the others of :data:`HELD_PER_RANK`): the largest rank's,
     the one that must fit (FSDP's shards differ by a row where a dimension does not divide).
     """
@@ -303,9 +305,10 @@ def merge_ranks(
     if rank0.get("tokens_per_s") and rank0.get("samples_per_s") and out["samples_per_s"]:
         tokens_per_sample = rank0["tokens_per_s"] / rank0["samples_per_s"]
         out["tokens_per_s"] = out["samples_per_s"] * tokens_per_sample
-    mems = [row["peak_mem_mib"] for row in rows if row["peak_mem_mib"] is not None]
-    if mems:
-        out["peak_mem_mib"] = max(mems) if device_type == "cuda" else sum(mems)
+    for name in ("peak_mem_mib", "setup_peak_mem_mib"):
+        mems = [row[name] for row in rows if row.get(name) is not None]
+        if mems:
+            out[name] = max(mems) if device_type == "cuda" else sum(mems)
     for name in HELD_PER_RANK:
         held = [row[name] for row in rows if row.get(name) is not None]
         out[name] = max(held) if held else None

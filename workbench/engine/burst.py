@@ -2,7 +2,11 @@
 
 The method (DESIGN.md, "Measurement method"):
 
-1. Set-up (dataset, loader, model, optimizer) is timed as ``setup_s``.
+1. Set-up (dataset, loader, model, optimizer) is timed as ``setup_s``. On CUDA its memory peak
+   is kept apart, as ``setup_peak_mem_mib``, and the peak counters restart when set-up ends,
+   just before warm-up (``_restart_peak``): set-up runs passes training never runs again (the
+   eager check of the first batch, the attention probe, compile's first trace, fp8's checks),
+   and left in ``peak_mem_mib`` they would hide what compile or fp8 save.
 2. Warm-up steps run first and are timed as ``warmup_s``: they absorb torch.compile
    (``compile_s``), cuDNN autotuning, loader worker start-up and allocator growth, none of
    which a long training run pays per step.
@@ -310,6 +314,7 @@ def _measure(
         h2d_first = host_bytes / max(1, rule.count(batch)) if host_bytes is not None else None
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
+        parts["setup_peak_mib"] = _restart_peak(dev)  # set-up ends here; warm-up follows
         if is_lightning(wl) and isinstance(plan.coord, Solo):
             measured = _fit_with_trainer(state, stream, knobs, dev, plan, rule)
         else:
@@ -664,8 +669,10 @@ def _fill_breakdown(
     r: BurstResult, dev: torch.device, parts: dict[str, Any], t: TelemetrySummary
 ) -> None:
     """The peak's parts (``workbench.engine.memory``), what one rank holds at rest (its
-    shards, under FSDP), fragmentation, and on a CPU the memory timeline."""
+    shards, under FSDP), fragmentation, set-up's own peak (``_restart_peak``; None where
+    set-up did not finish), and on a CPU the memory timeline."""
     cuda = dev.type == "cuda"
+    r.setup_peak_mem_mib = parts.get("setup_peak_mib")
     peak = r.peak_mem_mib
     if cuda and r.status == "oom":  # the failed allocation is not in the peak: the state is
         peak = torch.cuda.max_memory_allocated(dev) / 2**20
@@ -679,6 +686,21 @@ def _fill_breakdown(
         r.fragmentation_pct = memory.fragmentation_pct(r.peak_mem_mib, r.peak_reserved_mib)
     else:
         r.mem_timeline = [list(p) for p in t.host_mem_timeline]
+
+
+def _restart_peak(dev: torch.device) -> float | None:
+    """Set-up is over and warm-up comes next: keep set-up's peak (MiB allocated) and restart
+    the peak counters, so ``peak_mem_mib`` is the training peak (warm-up and window). Why:
+    set-up's peak is not the training peak; its eager passes (the first batch checked, the
+    attention probe, compile's first trace) can exceed a compiled or fp8 step's and would
+    hide their savings. The cache is emptied first, so ``peak_reserved_mib`` starts from what
+    training holds, not from blocks set-up left cached. None on a CPU: a process's resident
+    memory has no such counter to restart (``peak_mem_mib`` is then the whole burst's)."""
+    if dev.type != "cuda":
+        return None
+    setup_peak = torch.cuda.max_memory_allocated(dev) / 2**20
+    _free_memory(dev, reset_peak=True, collect=False)
+    return setup_peak
 
 
 def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -> None:

@@ -17,6 +17,9 @@ DataLoader (its workers, prefetch and pinning are the knobs'). The Trainer calls
 ``configure_optimizers`` itself; ``self.log``, the hooks, gradient accumulation, the precision
 plugin and the schedules run as in production. No logger, checkpoint, progress bar, model
 summary or validation: those are the user's choices, not knobs, and not training throughput.
+The peak memory counters restart where the burst's set-up ends, just before ``fit`` is called
+(``burst._restart_peak``): the Trainer's own start-up is in the training peak, as its time is
+in warm-up.
 
 How it is timed (:class:`FitClock`, a Callback; the same rules as ``burst._warm_up`` and
 ``burst._window``): ``warmup_steps`` optimizer steps unmeasured (``warmup_s`` runs from the

@@ -23,11 +23,12 @@ Every burst reports ``memory_breakdown`` (MiB):
   so ``rest_mib`` is None there.
 
 On CUDA ``fragmentation_pct`` = (peak reserved - peak allocated) / peak reserved: memory the
-caching allocator holds but no tensor uses at the peak. Reserved memory only grows inside a
-burst (nothing empties the cache), so the peak reserved is what was reserved at the allocated
-peak. Despite the field's name, most of that share is free blocks the allocator keeps cached for
-the next request (this process reuses them; other processes cannot); only the part split into
-pieces too small for what is asked next is fragmentation, the part
+caching allocator holds but no tensor uses at the peak. Both peaks restart when set-up ends
+(the cache emptied first: ``burst._restart_peak``), and reserved memory only grows after that
+(nothing empties the cache until the burst ends), so the peak reserved is what was reserved at
+the allocated peak. Despite the field's name, most of that share is free blocks the allocator
+keeps cached for the next request (this process reuses them; other processes cannot); only the
+part split into pieces too small for what is asked next is fragmentation, the part
 ``alloc_conf=expandable_segments:True`` attacks. So the figure bounds fragmentation from above;
 it does not measure it.
 
