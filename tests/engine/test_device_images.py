@@ -176,6 +176,79 @@ def test_without_torchcodec_torchvisions_decoder_decodes_the_same(monkeypatch):
     monkeypatch.setattr(device_images, "_DECODER", None)  # the next test picks again
 
 
+class _Drains:
+    """torch.cuda.current_stream, recorded: a drain is the host synchronizing a stream."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __call__(self, device: torch.device | None = None) -> _Drains:
+        self.device = device
+        return self
+
+    def synchronize(self) -> None:
+        self.log.append(f"drain {self.device}")
+
+
+def _fake_decode(log: list[str]):
+    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        log.append(f"decode {len(data)} on {device}")
+        return [torch.zeros(3, 2, 2, dtype=torch.uint8) for _ in data]
+
+    return decode
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "ordered_from", "drained"),
+    [
+        ("torchvision", "0.26.0+cu130", None, True),  # the lent GPU box's: PR 9606
+        ("torchvision", "0.29.2", None, True),  # 9606 closed unmerged: no release is fixed
+        ("torchcodec", "0.16.0", None, True),  # nvJPEG's hardware engine: torchcodec PR 1634
+        ("torchcodec", "0.17.0", (0, 18), True),  # before a release named as ordering itself
+        ("torchcodec", "0.18.1", (0, 18), False),  # from it: trusted, not drained
+        ("torchcodec", "(version unknown)", (0, 18), True),  # unknown: drained
+    ],
+)
+def test_the_version_gate_drains_the_callers_stream_before_each_cuda_batch(
+    monkeypatch, package, version, ordered_from, drained
+):
+    log: list[str] = []
+    monkeypatch.setattr(device_images, "ORDERED_FROM", {**device_images.ORDERED_FROM,
+                                                        package: ordered_from})  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "current_stream", _Drains(log))
+    name, decode = device_images._made_safe(package, version, _fake_decode(log))
+    pr = device_images.PULL_REQUESTS[package]
+    assert name.startswith(f"{package} {version} decode_jpeg (") and pr in name
+    assert (device_images.DRAINED in name) == drained
+    decode([torch.zeros(4, dtype=torch.uint8)] * 2, torch.device("cuda", 1))
+    drain = ["drain cuda:1"] if drained else []
+    assert log == [*drain, "decode 2 on cuda:1"]  # the drain comes first: the write must wait
+    log.clear()
+    decode([torch.zeros(4, dtype=torch.uint8)], torch.device("cpu"))
+    assert log == ["decode 1 on cpu"]  # a CPU decode has no stream to drain
+
+
+def test_torchvision_0_26_is_named_with_its_version_and_drained_through_decode_jpegs(monkeypatch):
+    """The lent GPU box's decoder (torchvision 0.26, no TorchCodec), picked as a burst picks it."""
+    log: list[str] = []
+
+    def missing():
+        raise ImportError("No module named 'torchcodec'")
+
+    monkeypatch.setattr(device_images, "_DECODER", None)
+    monkeypatch.setattr(device_images, "_torchcodec_decoder", missing)
+    monkeypatch.setattr(device_images, "_torchvision_decoder", lambda: _fake_decode(log))
+    monkeypatch.setattr(device_images, "_version", lambda package: "0.26.0")
+    monkeypatch.setattr(torch.cuda, "current_stream", _Drains(log))
+    assert jpeg_decoder()[0] == (
+        "torchvision 0.26.0 decode_jpeg (caller's stream synchronized before each batch: "
+        "pytorch/vision PR 9606)"
+    )
+    decode_jpegs([torch.zeros(4, dtype=torch.uint8)] * 3, "cuda:0")
+    assert log == ["drain cuda:0", "decode 3 on cuda:0"]
+    monkeypatch.setattr(device_images, "_DECODER", None)  # the next test picks again
+
+
 def _smooth(height: int, width: int, seed: int) -> torch.Tensor:
     coarse = torch.rand(
         (1, 3, height // 8, width // 8), generator=torch.Generator().manual_seed(seed)

@@ -21,7 +21,39 @@ work runs on the device. The result is float32, outside any autocast, as the CPU
 The JPEG decoder: TorchCodec's ``decode_jpeg`` where it is installed (torchvision 0.29
 deprecated its own decoders in favour of TorchCodec 0.16), else ``torchvision.io.decode_jpeg``
 (present wherever the image workloads run). Both take the bytes as CPU tensors and decode a list
-in one batched nvJPEG call on CUDA; :data:`DECODER` says which one this process uses.
+in one batched nvJPEG call on CUDA; :func:`jpeg_decoder` says which one this process uses, its
+version and how it is made safe, and a ``decode=gpu`` burst's ``notes`` repeat that.
+
+Why every device decode first waits for the caller's stream. A decoder takes its output tensors
+from PyTorch's caching allocator on the caller's current stream, which hands out a block as soon
+as it is freed there: any later use is meant to queue behind the kernels that still read it, on
+that same stream. Neither decoder keeps that order, so nvJPEG can write a batch's pixels into a
+block that kernels queued earlier have yet to read, and those kernels read pixels (NaN sums in
+most of 200 tries on an H100, in pytorch/vision PR 9606's reproducer):
+
+- torchvision's CUDA decoder, from 0.19 (the batched one, PR 8496) to 0.29, 0.26 among them (the
+  lent GPU box has 0.26 with torch 2.11), decodes on a private stream from torch's pool that
+  never waits for the caller's. It does end each batch with a host synchronize of that stream
+  and then makes the caller's stream wait for it, so the pixels are complete when it returns:
+  the output's readers are safe, its write is not. PR 9606 made the private stream wait for the
+  caller's; it was closed unmerged, and 0.29 deprecated the decoders for TorchCodec's (PR 9609).
+- TorchCodec's (0.16) decodes on the caller's stream, as it should, but nvJPEG's hardware engine
+  (the batched path of baseline JPEGs; H100s, not an A100) writes before the work queued earlier
+  on that stream has run: the same corruption. meta-pytorch/torchcodec PR 1634 adds a host
+  barrier before the hardware decode; it was merged after 0.16.0, and no release is checked for
+  it here.
+
+Draining the caller's stream before the decode (the host waits for it:
+``torch.cuda.current_stream(device).synchronize()``) made every case of PR 9606's measurements
+clean, hardware and software paths, both decoders. So every device decode drains it first,
+whichever decoder, unless :data:`ORDERED_FROM` names a release of that decoder known to order its
+own writes. Neither cheaper way works: a synchronize *after* the decode comes too late (the
+write is what must wait), and an event cannot order torchvision's private stream or nvJPEG's
+engine. The cost: with ``decode_overlap`` (the default) the caller's stream is the side stream,
+whose queued work is the previous batch's augmentation, queued a training step earlier; in line
+it is the training stream, so the host waits for the previous step before decoding and queues
+no further ahead, and the burst measures that. TorchCodec host-synchronizes the caller's stream
+after each batch anyway: for it the wait comes earlier and costs nothing more.
 """
 
 from __future__ import annotations
@@ -29,6 +61,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import random
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -222,14 +255,24 @@ def normalize_(
     return batch.sub_(mean).div_(std)
 
 
-def _torchcodec_decoder() -> Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]:
+Decode = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
+PULL_REQUESTS = {"torchvision": "pytorch/vision PR 9606",
+                 "torchcodec": "meta-pytorch/torchcodec PR 1634"}  # fmt: skip
+"""The write-before-read hazard of each decoder on CUDA, by the pull request that shows it."""
+ORDERED_FROM: dict[str, tuple[int, ...] | None] = {"torchvision": None, "torchcodec": None}
+"""The first release of each decoder known to order its own writes after the caller's queued
+work (its decode is then not drained); None: none known (see the module's doc)."""
+DRAINED = "caller's stream synchronized before each batch"
+
+
+def _torchcodec_decoder() -> Decode:
     # torchcodec is optional: the decoder torchvision points to since 0.29
     from torchcodec.decoders import decode_jpeg
 
     return lambda data, device: decode_jpeg(data, mode="RGB", device=device)
 
 
-def _torchvision_decoder() -> Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]:
+def _torchvision_decoder() -> Decode:
     # torchvision only when an image pipeline runs
     from torchvision.io import ImageReadMode, decode_jpeg
 
@@ -241,11 +284,41 @@ def _torchvision_decoder() -> Callable[[list[torch.Tensor], torch.device], list[
     return decode
 
 
-def _pick_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
+def _pick_decoder() -> tuple[str, Decode]:
     try:
-        return f"torchcodec {_version('torchcodec')}", _torchcodec_decoder()
+        package, decode = "torchcodec", _torchcodec_decoder()
     except Exception:  # not installed, or built for another torch: its own ops fail to load
-        return f"torchvision {_version('torchvision')}", _torchvision_decoder()
+        package, decode = "torchvision", _torchvision_decoder()
+    return _made_safe(package, _version(package), decode)
+
+
+def _made_safe(package: str, version: str, decode: Decode) -> tuple[str, Decode]:
+    """(name, decode) of ``package``'s decoder at ``version``: drained before each CUDA batch
+    unless :data:`ORDERED_FROM` knows this release orders its own writes (module's doc). The
+    name says the decoder, its version and which it is, for a burst's ``notes``."""
+    name, why = f"{package} {version} decode_jpeg", PULL_REQUESTS[package]
+    fixed_in, release = ORDERED_FROM[package], _release(version)
+    if fixed_in is not None and release is not None and release >= fixed_in:
+        since = ".".join(map(str, fixed_in))
+        return f"{name} (orders its own writes since {since}, not drained: {why})", decode
+    return f"{name} ({DRAINED}: {why})", _drained(decode)
+
+
+def _drained(decode: Decode) -> Decode:
+    """``decode`` after the host waits for the caller's current stream on the target device."""
+
+    def decode_after_drain(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
+        return decode(data, device)
+
+    return decode_after_drain
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """(0, 26, 0) of "0.26.0+cu130"; None for a version that does not start with numbers."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group().split(".")) if match else None
 
 
 def _version(package: str) -> str:
@@ -255,12 +328,14 @@ def _version(package: str) -> str:
         return "(version unknown)"
 
 
-_DECODER: tuple[str, Callable[..., list[torch.Tensor]]] | None = None
+_DECODER: tuple[str, Decode] | None = None
 
 
-def jpeg_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]]:
-    """(name and version, decode): the JPEG decoder this process uses, chosen once (see the
-    module's doc); a burst that decoded on the device names it in its ``notes``."""
+def jpeg_decoder() -> tuple[str, Decode]:
+    """(name, decode): the JPEG decoder this process uses, chosen once, made safe on CUDA (see
+    the module's doc). The name holds its version and safety mode ("torchvision 0.26.0
+    decode_jpeg (caller's stream synchronized before each batch: pytorch/vision PR 9606)"); a
+    burst that decoded on the device names it in its ``notes``."""
     global _DECODER
     if _DECODER is None:
         _DECODER = _pick_decoder()
@@ -269,7 +344,8 @@ def jpeg_decoder() -> tuple[str, Callable[[list[torch.Tensor], torch.device], li
 
 def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
     """uint8 ``3 x H x W`` images on ``device`` from JPEG bytes (1-D uint8 CPU tensors): one
-    batched nvJPEG call on CUDA, libjpeg-turbo on a CPU. Grey JPEGs come out as RGB."""
+    batched nvJPEG call on CUDA (after the caller's stream is drained), libjpeg-turbo on a CPU.
+    Grey JPEGs come out as RGB."""
     _, decode = jpeg_decoder()
     return list(decode(list(data), torch.device(device)))
 

@@ -130,9 +130,10 @@ class DeviceDecodeStream:
 
     @property
     def note(self) -> str:
-        """What the result's ``notes`` say of this stream: the decoder and the overlap."""
+        """What the result's ``notes`` say of this stream: the decoder (its version, and how it
+        is made safe: ``device_images``' doc) and the overlap."""
         where = "on a side stream, one batch ahead" if self._ahead.overlaps else "in line"
-        return f"decode=gpu: JPEGs decoded by {jpeg_decoder()[0]} (nvJPEG), augmented {where}"
+        return f"decode=gpu: JPEGs decoded by nvJPEG through {jpeg_decoder()[0]}, augmented {where}"
 
     def __next__(self) -> DeviceBatch:
         return next(self._ahead)
