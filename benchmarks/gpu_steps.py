@@ -8,8 +8,8 @@ the session runs them (the open questions of the first GPU session, 2026-12-04):
 
 - ``environment``: nvidia-smi -q, the usable cores (affinity, cgroup quota), versions.
 - ``drift``: ``IDENTICAL`` identical resnet50 bf16 bursts in one process; cudnn_benchmark
-  A-B-B-A twice (ABBA cancels a drift that is linear in time: the pair's on/off ratio is the
-  sum of its on bursts over the sum of its off ones); the same config in a fresh process.
+  A-B-B-A (ABBA cancels a drift that is linear in time: the pair's on/off ratio is the sum of
+  its on bursts over the sum of its off ones); the same config in a fresh process.
   The first session read 4,306 / 3,990 / 3,819 / 3,816 samples/s from four identical bursts.
 - ``loader``: the data paths (issue 29), on a set big enough for batch 128 at 100 batches an
   epoch (12,800 images, built on the box: it has no network), so the window does not measure
@@ -57,13 +57,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_record, run as a script
+import gpu_fidelity
 import gpu_fp8
+import gpu_proc
 import gpu_record
 import gpu_transformer
 
 HERE = Path(__file__).resolve().parent
-IDENTICAL = 6
-"""Identical bursts in the drift step: enough to see a trend past two bursts' noise."""
+IDENTICAL = 4
+"""Identical bursts in the drift step: enough to see a trend past two bursts' noise (4 bursts
+and one ABBA pass keep the step near 70 s, inside the first call beside the fidelity rows)."""
 BIG_SET_BATCH = 256
 """The set is built for batch 256 at 50 batches an epoch (12,800 images): batch 128, the
 session's, then reads 100 batches an epoch."""
@@ -119,6 +122,7 @@ class StepLog:
     checks: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     reason: str | None = None  # why the whole step was skipped
+    running: str | None = None  # the burst in progress: named as failed if the step dies in it
 
     def burst(self, label: str, workload: Any, knobs: Any, *,
               tags: dict[str, Any] | None = None, **kw: Any) -> Any:  # fmt: skip
@@ -126,9 +130,22 @@ class StepLog:
 
         kw.setdefault("seconds", self.ctx.seconds)
         kw.setdefault("device", self.ctx.device)
-        r = run_burst(workload, knobs, record=False, **kw)
+        with self.measuring(label):
+            r = run_burst(workload, knobs, record=False, **kw)
         self.add(label, r, tags=tags)
         return r
+
+    @contextmanager
+    def measuring(self, label: str) -> Iterator[None]:
+        """Name the burst in progress in the step's JSON before it starts: a step killed or
+        crashed inside it leaves that name, and the session records the burst as failed."""
+        self.running = label
+        self.write()
+        gpu_proc.rehearse_fault(self.name, len(self.bursts), self.ctx.dry)
+        try:
+            yield
+        finally:
+            self.running = None
 
     def add(self, label: str, result: Any, *, must_pass: bool = True,
             tags: dict[str, Any] | None = None) -> None:  # fmt: skip
@@ -154,7 +171,8 @@ class StepLog:
         failed = [c for c in self.checks if not c["ok"]]
         return {"name": self.name, "status": status or ("failed" if failed else "passed"),
                 "bursts": self.bursts, "facts": self.facts, "checks": self.checks,
-                "skipped": self.skipped, "reason": self.reason}  # fmt: skip
+                "skipped": self.skipped, "reason": self.reason,
+                "running": self.running}  # fmt: skip
 
     def write(self, status: str | None = None) -> None:
         gpu_record.write_atomic(self.ctx.out, self.doc(status))
@@ -176,14 +194,16 @@ def environment(log: StepLog) -> None:
 # -- drift -------------------------------------------------------------------------------------
 
 ABBA = (("off", False), ("on", True), ("on", True), ("off", False))
+ABBA_PASSES = (1,)
+"""One A-B-B-A pass: the check's cudnn row measures both orders again in the same call."""
 
 
 def drift(log: StepLog) -> None:
     """Identical bursts, cudnn A-B-B-A twice, then the same config in a fresh process."""
     wl, knobs = log.ctx.reference()
-    for i in range(IDENTICAL if not log.ctx.dry else 3):
+    for i in range(IDENTICAL if not log.ctx.dry else 2):
         log.burst(f"identical {i + 1}", wl, knobs)
-    for p in (1, 2):
+    for p in ABBA_PASSES:
         for label, on in ABBA:
             abba = dataclasses.replace(knobs, cudnn_benchmark=on)
             log.burst(f"cudnn ABBA {p}: {label}", wl, abba)
@@ -410,8 +430,9 @@ def _loader_alone(log: StepLog, key: str, wl: str, knobs: Any, data: Path,
     from workbench.analysis.loader_ceiling import run_loader_burst
     from workbench.engine.window import BurstWindow
 
-    r = run_loader_burst(wl, knobs, window=BurstWindow(seconds=log.ctx.seconds),
-                         device=log.ctx.device, data_dir=data)  # fmt: skip
+    with log.measuring(f"loader alone: {key}"):
+        r = run_loader_burst(wl, knobs, window=BurstWindow(seconds=log.ctx.seconds),
+                             device=log.ctx.device, data_dir=data)  # fmt: skip
     rec = {"label": f"loader alone: {key}", "data_path": key, **(tags or {}), **r.to_dict()}
     log.facts["loader_alone"].append(rec)
     log.expect(f"loader alone, {key}: ok", r.ok, f"{r.status}: {r.error}")
@@ -460,7 +481,6 @@ def paths(log: StepLog) -> None:
         knob = next(iter(change))
         log.expect(f"{label}: acted", knob not in r.no_effect, r.no_effect.get(knob, ""))
     _dict_batch(log)
-    _snapshot(log, wl, knobs)
     _alloc_conf(log, wl, knobs)
 
 
@@ -476,12 +496,20 @@ def _dict_batch(log: StepLog) -> None:
                    r.no_effect.get("pin_memory", ""))  # fmt: skip
 
 
-def _snapshot(log: StepLog, wl: str, knobs: Any) -> None:
+def snapshot(log: StepLog) -> None:
+    """A memory snapshot of one burst, a step of its own: the recorder keeps Python stacks only
+    (a dump with C++ stacks took 461 s against 4 s in torchtitan's H100 measurements). The
+    file stays in the scratch folder (it can be hundreds of MiB): its size and the time of the
+    dump are kept, not the file."""
     from workbench import memory_snapshot
 
+    wl, knobs = log.ctx.reference()
     path = log.ctx.workdir / "snapshot.pickle"
-    snap = memory_snapshot(wl, knobs, path=path, seconds=log.ctx.seconds, record=False,
-                           device=log.ctx.device)  # fmt: skip
+    t0 = time.monotonic()
+    with log.measuring("memory_snapshot"):
+        snap = memory_snapshot(wl, knobs, path=path, seconds=log.ctx.seconds, record=False,
+                               device=log.ctx.device, stacks="python")  # fmt: skip
+    log.facts["snapshot_s"] = round(time.monotonic() - t0, 1)
     log.add("memory_snapshot", snap.result)
     size = path.stat().st_size if path.exists() else 0
     log.facts["snapshot_bytes"] = size
@@ -514,10 +542,12 @@ def tune(log: StepLog) -> None:
     stages: list[str] = []
     # a rehearsal tunes cnn on the CPU, whose bursts start in a second instead of five
     wl, start = log.ctx.jpeg(batch_size=16) if log.ctx.dry else _defaults_on_jpegs()
-    budget = 8 if log.ctx.dry else None  # None: tune's default, what a user gets
-    res = run_tune(wl, budget=budget, base=start, seconds=log.ctx.seconds, record=False,
-                   device=log.ctx.device, data_dir=big_set(log),  # the loader step's, reused
-                   progress=lambda p: stages.append(p.stage))  # fmt: skip
+    budget = 4 if log.ctx.dry else None  # None: tune's default, what a user gets
+    data = big_set(log)  # the loader step's, reused
+    with log.measuring(f"tune ({budget or 'default'} bursts)"):
+        res = run_tune(wl, budget=budget, base=start, seconds=log.ctx.seconds, record=False,
+                       device=log.ctx.device, data_dir=data,
+                       progress=lambda p: stages.append(p.stage))  # fmt: skip
     for i, (r, stage) in enumerate(zip(res.bursts, stages, strict=False)):
         log.add(f"tune {i + 1}: {stage}", r, must_pass=False)
     starts = [r.samples_per_s for r in res.bursts if r.knobs == start and r.ok]
@@ -544,10 +574,8 @@ def _defaults_on_jpegs() -> tuple[str, Any]:
 
 def _hand_grid(log: StepLog, start: Any) -> dict[str, Any]:
     """The configs a GPU engineer tries first by hand, beside the start."""
-    if log.ctx.dry:
-        return {"start": start, "1 worker": start.replace(num_workers=1),
-                "batch 32": start.replace(batch_size=32),
-                "1 worker, batch 32": start.replace(num_workers=1, batch_size=32)}  # fmt: skip
+    if log.ctx.dry:  # a rehearsal: two configs show the layout
+        return {"start": start, "1 worker": start.replace(num_workers=1)}
     fast = {"precision": "bf16", "channels_last": True, "pin_memory": True}
     return {
         "start": start,
@@ -619,24 +647,78 @@ def _forward_dict(model: Any, batch: dict[str, Any]) -> Any:
 # -- the check, the tests, the lessons ---------------------------------------------------------
 
 
-def check(log: StepLog, budget_s: float) -> None:
-    """gpu_check.py's rows in this process, within ``budget_s``; its rows become this step's."""
-    if log.ctx.dry:
-        raise StepSkipped("no CUDA device: the check's rows need a GPU")
+CHECK_WRAPUP_S = 5.0
+"""Kept from the check step's budget to read gpu_check's rows after it ends or is killed."""
+RESUME_MIN_S = 30.0
+"""A crashed check is resumed in a fresh process only with this much of its budget left."""
+
+
+def check(log: StepLog, budget_s: float, rows: str = "first", *,
+          script: Path = HERE / "gpu_check.py") -> None:  # fmt: skip
+    """gpu_check.py's ``rows`` in a process of their own, within ``budget_s``. Its rows become
+    this step's bursts and checks as each row ends (the step's JSON is rewritten then), so a
+    check killed by its deadline or dead of a signal keeps every row it finished; the row it
+    died in is failed with the reason, and after a crash the rows not yet run go on in a fresh
+    process (``--resume``) while the budget allows. A rehearsal (``--dry``) runs the check's
+    rehearsal rows on the CPU: the same script, the same writing."""
     rows_json = log.ctx.out.with_suffix(".rows.json")
-    argv = [sys.executable, str(HERE / "gpu_check.py"), "--budget-s", str(int(budget_s)),
-            "--json", str(rows_json)]  # fmt: skip
-    rc = subprocess.run(argv, timeout=budget_s + 60).returncode
-    if rc > 128 and rows_json.exists():  # a crash in a library: the rest in a fresh process
-        subprocess.run([*argv, "--resume"], timeout=budget_s + 60)
-    doc = json.loads(rows_json.read_text()) if rows_json.exists() else {"rows": []}
-    log.facts["rows"] = [{k: v for k, v in row.items() if k != "bursts"} for row in doc["rows"]]
-    for row in doc["rows"]:
-        for b in row.get("bursts", []):
-            log.bursts.append({**b, "label": f"{row['label']}: {b['label']}"})
-        log.expect(row["label"], row["status"] != "failed", row.get("reason") or
-                   "; ".join(row.get("problems", [])))  # fmt: skip
+    rows_json.unlink(missing_ok=True)
+    argv = [sys.executable, str(script), "--rows", rows, "--json", str(rows_json)]
+    if log.ctx.dry:
+        argv += ["--rehearse", "--data-dir", str(log.ctx.workdir / "check-data")]
+    deadline = log.ctx.started + budget_s - CHECK_WRAPUP_S
+    why, resumed = None, False
+    while True:
+        left = deadline - time.monotonic()
+        cmd = [*argv, "--budget-s", str(int(left))] + (["--resume"] if resumed else [])
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        rc, timed_out = gpu_proc.watch(proc, rows_json, deadline,
+                                       lambda doc: _keep_rows(log, doc))  # fmt: skip
+        why = gpu_proc.ended_how(rc, timed_out, budget_s - CHECK_WRAPUP_S)
+        if gpu_proc.crashed(rc) and not resumed and deadline - time.monotonic() > RESUME_MIN_S:
+            print(f"check: {why}: the rows not yet run go on in a fresh process", flush=True)
+            log.facts["resumed_after"] = why
+            resumed = True
+            continue
+        break
+    doc = gpu_proc.read_json(rows_json) or {"rows": [], "running": None}
+    if why and doc.get("running"):  # died in a row and not resumed: that row failed
+        doc["rows"].append(_lost_row(doc["running"], why))
+        doc["running"] = None
+    _keep_rows(log, doc)
+    log.expect("gpu_check ended by itself", why is None, why or "")
     log.write()
+
+
+def _keep_rows(log: StepLog, doc: dict[str, Any]) -> None:
+    """This step's bursts, facts and checks from gpu_check's file as it stands (idempotent:
+    called every time the file changes)."""
+    log.bursts = [{**b, "label": f"{row['label']}: {b['label']}"}
+                  for row in doc["rows"] for b in row.get("bursts", [])]  # fmt: skip
+    log.facts["rows"] = [{k: v for k, v in row.items() if k != "bursts"} for row in doc["rows"]]
+    log.facts["device"] = doc.get("device")
+    log.checks = [c for c in log.checks if not c["name"].startswith("row: ")]
+    for row in doc["rows"]:
+        ok = row["status"] != "failed"
+        detail = row.get("reason") or "; ".join(row.get("problems", []))
+        log.checks.append(
+            {"name": f"row: {row['label']}", "ok": ok, "detail": "" if ok else detail}
+        )
+    log.running = doc.get("running")
+    log.write()
+
+
+def _lost_row(label: str, why: str) -> dict[str, Any]:
+    return {"label": label, "status": "failed", "wall_s": None,
+            "reason": f"{why} in this row; the rows before it are kept"}  # fmt: skip
+
+
+def max_autotune(log: StepLog, budget_s: float) -> None:
+    """compile=max-autotune, a call of its own: its Triton autotuning took 95 s to past 140 s
+    on one H200, more than the first call can spare (``gpu_check.py --rows max-autotune``)."""
+    if log.ctx.dry:
+        raise StepSkipped("no CUDA device: max-autotune's Triton GEMM autotuning needs a GPU")
+    check(log, budget_s, rows="max-autotune")
 
 
 def pytest_gpu(log: StepLog, budget_s: float) -> None:
@@ -744,11 +826,14 @@ def _lesson_runner(site: Path) -> Any:
 # -- the entry point ---------------------------------------------------------------------------
 
 STEPS: dict[str, Callable[..., None]] = {
-    "environment": environment, "drift": drift, "loader": loader, "paths": paths, "tune": tune,
-    "check": check, "pytest-gpu": pytest_gpu, "transformer": gpu_transformer.transformer,
-    "lessons": lessons, "lessons-optional": lessons, "fp8": gpu_fp8.fp8_vs_bf16,
+    "environment": environment, "fidelity": gpu_fidelity.fidelity, "drift": drift,
+    "loader": loader, "paths": paths, "tune": tune, "check": check, "pytest-gpu": pytest_gpu,
+    "transformer": gpu_transformer.transformer, "lessons": lessons,
+    "lessons-optional": lessons, "fp8": gpu_fp8.fp8_vs_bf16, "max-autotune": max_autotune,
+    "snapshot": snapshot,
 }  # fmt: skip
-TIMED = frozenset({"check", "pytest-gpu", "transformer", *LESSON_GROUPS})
+TIMED = frozenset({"check", "pytest-gpu", "transformer", "fidelity", "max-autotune",
+                   *LESSON_GROUPS})  # fmt: skip
 """Steps that are given their time (the rest of the budget), not just a timeout."""
 BUDGETED = TIMED | {"loader"}
 """Steps that read their budget (``--budget-s``): the loader builds its predecoded copy only
