@@ -377,7 +377,10 @@ def _device_decode(log: StepLog, data: Path, key: str, workers: int, *, overlap:
     wl, knobs = log.ctx.jpeg(num_workers=workers, persistent_workers=True,
                              pin_memory=not log.ctx.dry, decode="gpu",
                              decode_overlap=overlap, **change)  # fmt: skip
-    tags = {"data_path": key, "overlap": overlap}
+    from workbench.engine.device_images import jpeg_decoder
+
+    # which decoder ran, its version and how its write is ordered: the overlap rows compare it
+    tags = {"data_path": key, "overlap": overlap, "decoder": jpeg_decoder()[0]}
     with device_decode(on_cpu=log.ctx.dry) as built:
         _loader_alone(log, key, wl, knobs, data, tags={**tags, "device_pipeline": True})
     log.expect(f"loader alone, {key}: the device pipeline ran", bool(built), "not built")

@@ -182,6 +182,7 @@ def test_the_loader_step_measures_every_data_path_between_two_ceilings(dry_run):
     assert by["predecoded-gpu"]["knobs"]["data_format"] == "predecoded"
     for key in ("gpu-overlap", "gpu-inline", "predecoded-gpu"):  # refused on a CPU, and why
         assert by[key]["knobs"]["decode"] == "gpu" and by[key]["decode"] == "cpu"
+        assert "decode_jpeg (caller's stream synchronized before each batch" in by[key]["decoder"]
         assert "CUDA device" in by[key]["no_effect"]["decode"]
     alone = {r["data_path"]: r for r in loader["facts"]["loader_alone"]}
     assert set(alone) == {"cpu-few", "cpu-many", "gpu-overlap", "gpu-inline", "predecoded-gpu"}
