@@ -1,7 +1,7 @@
 """The GPU session's ``fidelity`` step: a burst against the user's own loop, on the GPU.
 
-    python benchmarks/gpu_steps.py fidelity --json FILE [--dry]   # once STEPS lists it
-    gpu_fidelity.fidelity(log, budget_s)                           # from any gpu_steps step
+    bash benchmarks/gpu_session.sh "$OUT"                         # call 1, after environment
+    python benchmarks/gpu_steps.py fidelity --json FILE [--dry]   # the step alone
 
 The workbench promises that a burst's samples/s is what the user's own training loop gets with
 the same knobs. On a GPU the two do not even run on the same thread: a burst runs on a fresh
