@@ -321,14 +321,24 @@ def test_the_default_is_the_first_call_and_a_rehearsal_runs_every_call(session):
     assert [s.name for s in everything] == [s.name for s in session.PLAN]
 
 
-def _fake_step(tmp_path: Path, body: str) -> Path:
-    script = tmp_path / "fake_step.py"
-    script.write_text("import json, os, sys, time\n"
-                      "out = sys.argv[sys.argv.index('--json') + 1]\n"
-                      "def write(doc):\n"
-                      "    open(out + '.tmp', 'w').write(json.dumps(doc))\n"
-                      "    os.replace(out + '.tmp', out)\n" + textwrap.dedent(body))  # fmt: skip
+_FAKE_PRELUDE = (
+    "import json, os, sys, time\n"
+    "out = sys.argv[sys.argv.index('--json') + 1]\n"
+    "def save(doc):\n"
+    "    open(out + '.tmp', 'w').write(json.dumps(doc))\n"
+    "    os.replace(out + '.tmp', out)\n"
+)
+"""What a stand-in for a step (or for gpu_check.py) needs: its --json file, replaced whole."""
+
+
+def _fake(tmp_path: Path, name: str, body: str) -> Path:
+    script = tmp_path / name
+    script.write_text(_FAKE_PRELUDE + textwrap.dedent(body))
     return script
+
+
+def _fake_step(tmp_path: Path, body: str) -> Path:
+    return _fake(tmp_path, "fake_step.py", "write = save\n" + textwrap.dedent(body))
 
 
 def test_a_step_stopped_by_its_timeout_keeps_what_it_wrote_and_names_the_burst_it_was_in(
@@ -816,17 +826,14 @@ def test_a_refused_attention_kernel_is_the_rows_answer_not_a_failure(steps, tx, 
 
 def _fake_check(tmp_path: Path, body: str) -> Path:
     """A stand-in for gpu_check.py: writes its --json file as the real one does."""
-    script = tmp_path / "fake_check.py"
-    script.write_text("import json, os, sys, time\n"
-                      "out = sys.argv[sys.argv.index('--json') + 1]\n"
-                      "def row(label):\n"
-                      "    return {'label': label, 'status': 'passed', 'bursts': [\n"
-                      "        {'label': 'b', 'status': 'ok', 'samples_per_s': 1.0}]}\n"
-                      "def write(rows, running):\n"
-                      "    doc = {'device': 'fake', 'rows': rows, 'running': running}\n"
-                      "    open(out + '.tmp', 'w').write(json.dumps(doc))\n"
-                      "    os.replace(out + '.tmp', out)\n" + textwrap.dedent(body))  # fmt: skip
-    return script
+    rows = (
+        "def row(label):\n"
+        "    burst = {'label': 'b', 'status': 'ok', 'samples_per_s': 1.0}\n"
+        "    return {'label': label, 'status': 'passed', 'bursts': [burst]}\n"
+        "def write(rows, running):\n"
+        "    save({'device': 'fake', 'rows': rows, 'running': running})\n"
+    )
+    return _fake(tmp_path, "fake_check.py", rows + textwrap.dedent(body))
 
 
 def test_a_check_killed_by_its_deadline_keeps_its_rows_and_fails_the_one_it_was_in(
