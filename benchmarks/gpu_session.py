@@ -416,7 +416,8 @@ def run_session(args: argparse.Namespace) -> int:
         seconds, why_not = time_for(step, args.budget_s - (time.monotonic() - started), dry)
         if seconds is None:
             rec = {"name": step.name, "status": "skipped", "reason": why_not, "bursts": [],
-                   "est_s": step.est_s}  # fmt: skip
+                   "est_s": step.est_s, "wall_s": 0.0, "exit_code": None,
+                   "log_tail": ""}  # fmt: skip
             print(f"= {step.name}: skipped: {why_not}", flush=True)
         else:
             doc["running"] = step.name

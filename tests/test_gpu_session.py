@@ -892,14 +892,26 @@ def test_a_check_that_crashes_goes_on_in_a_fresh_process(steps, tmp_path):
 # -- a rehearsal that plants a failure ---------------------------------------------------------
 
 
+DRIFT_ORDER = ["identical 1", "identical 2", "cudnn ABBA 1: off", "cudnn ABBA 1: on"]
+CHECK_ORDER = ["rehearsal: cnn, resident batch", "rehearsal: cnn, JPEGs, 1 worker",
+               "rehearsal: cnn, resident batch again"]  # fmt: skip
+
+
+def _kept_then_lost(kept: list[str], lost: str | None, order: list[str]) -> None:
+    """What a killed step keeps, whatever the machine's speed: the bursts (rows) it finished,
+    in order, then the one it was in, named; the planted failure strikes at the third (the
+    check: the second row), so never more than that."""
+    assert kept == order[: len(kept)] and len(kept) <= 2
+    assert lost == order[len(kept)]
+
+
 def test_a_rehearsed_segfault_keeps_the_bursts_before_it(tmp_path, session):
     out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "drift", "--rehearse-fail", "drift=segv", "--budget-s", "150")
+    p = _rehearse(out, "--steps", "drift", "--rehearse-fail", "drift=segv", "--budget-s", "400")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     (drift,) = _kept(out)["steps"]
     assert drift["status"] == "failed" and drift["exit_code"] == -11
-    assert [b["label"] for b in drift["bursts"]] == ["identical 1", "identical 2"]
-    assert drift["died_in"]["label"] == "cudnn ABBA 1: off"
+    _kept_then_lost([b["label"] for b in drift["bursts"]], drift["died_in"]["label"], DRIFT_ORDER)
     assert "died of SIGSEGV" in drift["reason"] and "planted segv" in drift["log_tail"]
     assert session.out_problems(out) == [] and len(list(out.iterdir())) == 3
 
@@ -910,34 +922,32 @@ def test_a_rehearsed_hang_is_killed_by_the_steps_deadline_and_keeps_its_bursts(t
     p = _rehearse(out, "--steps", "drift", "--rehearse-fail", "drift=timeout", "--budget-s", "60")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     (drift,) = _kept(out)["steps"]
-    assert drift["status"] == "timeout" and drift["died_in"]["label"] == "cudnn ABBA 1: off"
-    assert [b["label"] for b in drift["bursts"]] == ["identical 1", "identical 2"]
+    assert drift["status"] == "timeout"
+    _kept_then_lost([b["label"] for b in drift["bursts"]], drift["died_in"]["label"], DRIFT_ORDER)
     summary = (out / "summary.txt").read_text()
     assert "drift: timeout (stopped by its timeout after" in summary
 
 
 @pytest.mark.concurrent  # mostly waits for the planted hang's deadline
-def test_a_rehearsed_check_that_hangs_keeps_its_first_row(tmp_path):
+def test_a_rehearsed_check_that_hangs_keeps_the_rows_before_it(tmp_path):
     out = tmp_path / "out"
     p = _rehearse(out, "--steps", "check", "--rehearse-fail", "check=timeout", "--budget-s", "75")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     (check,) = _kept(out)["steps"]
     rows = check["facts"]["rows"]
-    assert [(r["label"], r["status"]) for r in rows] == [
-        ("rehearsal: cnn, resident batch", "passed"),
-        ("rehearsal: cnn, JPEGs, 1 worker", "failed")]  # fmt: skip
-    assert rows[1]["reason"].startswith("stopped by its timeout")
-    assert check["bursts"][0]["label"] == "rehearsal: cnn, resident batch: resident batch"
+    assert [r["status"] for r in rows] == ["passed"] * (len(rows) - 1) + ["failed"]
+    assert rows[-1]["reason"].startswith("stopped by its timeout")
+    _kept_then_lost([r["label"] for r in rows[:-1]], rows[-1]["label"], CHECK_ORDER)
+    assert len(check["bursts"]) == len(rows) - 1  # one burst a finished rehearsal row
 
 
 def test_a_rehearsed_check_that_crashes_resumes_after_the_row_it_died_in(tmp_path):
     out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "check", "--rehearse-fail", "check=segv", "--budget-s", "150")
+    p = _rehearse(out, "--steps", "check", "--rehearse-fail", "check=segv", "--budget-s", "400")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     (check,) = _kept(out)["steps"]
     assert [(r["label"], r["status"]) for r in check["facts"]["rows"]] == [
-        ("rehearsal: cnn, resident batch", "passed"),
-        ("rehearsal: cnn, JPEGs, 1 worker", "failed"),
-        ("rehearsal: cnn, resident batch again", "passed")]  # fmt: skip
+        (CHECK_ORDER[0], "passed"), (CHECK_ORDER[1], "failed"),
+        (CHECK_ORDER[2], "passed")]  # fmt: skip
     assert check["facts"]["resumed_after"].startswith("the process died of SIGSEGV")
     assert "died in this row" in check["facts"]["rows"][1]["reason"]
