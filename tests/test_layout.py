@@ -38,10 +38,11 @@ HEAVY = (
 )  # fmt: skip  (psycopg: the class extra's driver, absent without it; torchcodec: decode's;
 #                transformers: the hf extra's, for Hugging Face workloads; torchao: the fp8
 #                extra's, for float8 training)
-# Modules whose own function-level imports of the package keep a light path light: the CLI's
-# commands and ``import workbench`` (no torch for `workbench history`, `show`, `--help`), the
-# production side's ``workbench.config`` (no torch until a method needs it).
-LIGHT_PATHS = ("workbench/__init__.py", "workbench/cli.py", "workbench/config/")
+# Modules whose own function-level imports of the package keep a light path light: what the
+# CLI's commands share (the dispatcher loads it: no torch for `--version`, `--help`) and
+# ``import workbench``, the production side's ``workbench.config`` (no torch until a method
+# needs it). A command's own module has its imports at its top: only that command loads it.
+LIGHT_PATHS = ("workbench/__init__.py", "workbench/cli/common.py", "workbench/config/")
 # The package's own modules that are heavy to import, allowed inside a function anywhere
 # (with the reason): the sample datasets (PIL, numpy) and the charts (Altair).
 HEAVY_OWN = ("workbench.engine.datasets", "workbench.engine", "workbench.notebook.plots",

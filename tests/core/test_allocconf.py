@@ -87,9 +87,9 @@ def test_the_cli_refuses_a_bad_alloc_conf_with_exit_2():
 
 
 def test_a_sweep_separates_alloc_conf_values_by_semicolons():
-    from workbench.cli import _parse_values
+    from workbench.cli.common import parse_values
 
-    values = _parse_values("alloc_conf", "default;expandable_segments:True,max_split_size_mb:64")
+    values = parse_values("alloc_conf", "default;expandable_segments:True,max_split_size_mb:64")
     assert values == ["", "expandable_segments:True,max_split_size_mb:64"]
 
 

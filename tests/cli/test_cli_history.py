@@ -1,6 +1,7 @@
-"""The CLI and the class store's password: a password on the command line is warned about
-(never echoed); WORKBENCH_STORE_FILE keeps it out of argv and the environment; kept bursts are
-noted by `workbench history` and stored by `--retry`."""
+"""`workbench history`: the bursts of a store, a room's by learner. The class store's password:
+a password on the command line is warned about (never echoed); WORKBENCH_STORE_FILE keeps it
+out of argv and the environment; kept bursts are noted by `workbench history` and stored by
+`--retry`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,30 @@ import pytest
 
 from workbench.cli import main
 from workbench.history.store import HistoryStore, StoreError, StoreWarning, record_result
+
+
+def test_history_of_an_empty_store(tmp_path, capsys):
+    assert main(["history", "--store", str(tmp_path / "h.sqlite"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_history_of_a_room_names_each_learner(tmp_path, capsys, monkeypatch):
+    from workbench.history.store import HistoryStore
+
+    store = tmp_path / "h.sqlite"
+    for learner in ("ada", "bob"):
+        monkeypatch.setenv("WORKBENCH_LEARNER", learner)
+        HistoryStore(store).append({"workload": "cnn", "status": "ok", "samples_per_s": 10.0})
+    assert main(["history", "--store", str(store)]) == 0  # bob, a learner: his row only
+    out = capsys.readouterr().out
+    assert "learner" not in out and len(out.splitlines()) == 2
+
+    monkeypatch.setenv("WORKBENCH_ROLE", "instructor")
+    assert main(["history", "--store", str(store)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "learner" in lines[0] and " ada " in lines[1] and " bob " in lines[2]
+    assert main(["history", "--store", str(store), "--learner", "ada", "--json"]) == 0
+    assert [r["learner"] for r in json.loads(capsys.readouterr().out)] == ["ada"]
 
 
 def test_a_password_in_store_is_warned_about_and_not_shown(
