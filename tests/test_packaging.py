@@ -113,7 +113,7 @@ def test_the_wheel_carries_every_lesson_and_the_sdist_the_folder_it_maps(built):
 
 
 def test_the_installed_package_is_the_wheels_not_the_checkouts(venv):
-    code = ("import workbench, torch; from workbench.notebook import workshop; "
+    code = ("import workbench, torch; from workbench.workshop import checks as workshop; "
             "print(workbench.__file__); print(workshop.example_script())")  # fmt: skip
     p = _run(venv, venv["python"], "-c", code)
     assert p.returncode == 0, p.stderr

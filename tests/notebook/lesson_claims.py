@@ -30,7 +30,8 @@ from pathlib import Path
 from workbench.analysis.diagnosis import BALANCE_BAND
 from workbench.core.knobs import Knobs
 from workbench.core.results import NOISY_IQR_RATIO
-from workbench.notebook import reference, workshop, workshop_compute, workshop_transformer
+from workbench.workshop import checks as workshop
+from workbench.workshop import compute_lesson, reference, transformer_lesson
 
 ROOT = Path(__file__).resolve().parents[2]
 Value = float | tuple[float, ...]
@@ -152,7 +153,7 @@ def _cudnn_order_pct() -> float:
 
 def _transformer_mfu() -> tuple[float, float]:
     """The lowest and highest MFU of the published transformer runs in lesson 11's table."""
-    ranges = [re.findall(r"[\d.]+", row["figure"]) for row in workshop_compute.PUBLISHED
+    ranges = [re.findall(r"[\d.]+", row["figure"]) for row in compute_lesson.PUBLISHED
               if row["figure"].endswith("% MFU") and "vs" not in row["figure"]]  # fmt: skip
     values = [float(x) for pair in ranges for x in pair]
     return min(values), max(values)
@@ -166,12 +167,12 @@ COMPOSER = "https://docs.mosaicml.com/projects/composer/en/v0.3.0/method_cards/c
 CHECK_BAND = Setting("workshop.check_best's tolerance", lambda: _default(workshop.check_best,
                                                                         "tolerance"))  # fmt: skip
 NOISY = Setting("core.results.NOISY_IQR_RATIO", lambda: 100 * NOISY_IQR_RATIO)
-SAME_BAND = Setting("workshop_compute.SAME_BAND", lambda: 100 * workshop_compute.SAME_BAND)
+SAME_BAND = Setting("compute_lesson.SAME_BAND", lambda: 100 * compute_lesson.SAME_BAND)
 KEPT_BF16_OVER_TF32 = Ratio("wb-gpu-r50-bf16", "wb-gpu-r50-tf32")
 CUDNN_ORDER = Formula("|off 1 - off 2| / their mean, wb-gpu-r50-cudnn-off-1 and -off-2",
                       _cudnn_order_pct)  # fmt: skip
 TRANSFORMER_MFU = Formula(
-    "the published transformer MFU ranges of workshop_compute.PUBLISHED: Llama 3 "
+    "the published transformer MFU ranges of compute_lesson.PUBLISHED: Llama 3 "
     "(https://arxiv.org/abs/2407.21783) and Megatron-LM (https://arxiv.org/abs/2205.05198)",
     _transformer_mfu,
 )
@@ -190,7 +191,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("03", "3x", Ratio("wb-gpu-r50-tf32", "wb-gpu-r50-fp32")),
     Claim("03", "10%", Setting("workshop.check_speedup's rel_tol",
                                lambda: _default(workshop.check_speedup, "rel_tol"))),
-    Claim("03", "25%", Written("workbench/notebook/workshop.py", "PREDICTION_TOL = 0.25")),
+    Claim("03", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25")),
     # 04 batch size and memory
     Claim("04", "16 GB", Published(reference.find("dle-v100-fp32-1gpu").url,
                                    "NVIDIA's DGX-1 16GB (V100) ResNet-50 table")),
@@ -266,7 +267,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("guide", "1.25x", Ratio("torchao-llama3-8b-fp8-tensorwise", "torchao-llama3-8b-bf16")),
     Claim("guide", "1.10x", Ratio("torchao-llama3-8b-fp8-rowwise", "torchao-llama3-8b-bf16")),
     Claim("guide", "20%", Formula("llm.c's per-GPU rate x gpt:124m's FLOPs a token / the H200's "
-                                  "dense bf16 peak (workshop_transformer.llmc_anchor)",
-                                  lambda: workshop_transformer.llmc_anchor().mfu_needed_pct(
+                                  "dense bf16 peak (transformer_lesson.llmc_anchor)",
+                                  lambda: transformer_lesson.llmc_anchor().mfu_needed_pct(
                                       "h200"))),
 )  # fmt: skip

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis import board as figures
-from workbench.notebook import board_charts
+from workbench.workshop.board import charts as board_charts
+from workbench.workshop.board import figures
 
 
 def _values(chart, layer: int = -1) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Tests for workbench.history.classroom: exercise answers, stamped with learner and host."""
+"""Tests for workbench.workshop.classroom: exercise answers, stamped with learner and host."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench.history import classroom, identity
-from workbench.history.classroom import record_answer
+from workbench.history import identity
 from workbench.history.store import HistoryStore
+from workbench.workshop import classroom
+from workbench.workshop.classroom import record_answer
 
 
 def test_classroom_offers_the_identity_functions() -> None:

@@ -1,8 +1,8 @@
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.notebook import workshop
-from workbench.notebook import workshop_memory as lesson
-from workbench.notebook.predictions import BOOK
+from workbench.workshop import checks as workshop
+from workbench.workshop import memory_lesson as lesson
+from workbench.workshop.predictions import BOOK
 
 
 def _r(activations, sps=100.0, device="cpu", peak=None, **knobs):

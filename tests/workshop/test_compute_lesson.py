@@ -8,8 +8,8 @@ import pytest
 
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.notebook import workshop
-from workbench.notebook import workshop_compute as lesson
+from workbench.workshop import checks as workshop
+from workbench.workshop import compute_lesson as lesson
 
 EXERCISE = {"check_break_even": lesson.EXERCISES[0], "check_layout": lesson.EXERCISES[1],
             "check_share_of_peak": lesson.EXERCISES[2]}  # fmt: skip

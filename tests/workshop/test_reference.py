@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.core.knobs import Knobs
-from workbench.notebook import reference
+from workbench.workshop import reference
 
 
 def test_every_shipped_entry_has_its_provenance_and_the_lessons_have_figures():
@@ -83,7 +83,7 @@ def test_on_a_gpu_the_compute_lessons_are_never_data_bound_and_lesson_2_reaches_
     H200 run trains resnet50 in channels_last fastest in fp16, and at PyTorch's default math
     near its TF32 row (the lessons' GPU setting). Strict fp32 is slower than TF32, so these
     bound every precision the lessons sweep."""
-    from workbench.notebook import workshop
+    from workbench.workshop import checks as workshop
 
     decode = reference.find("wb-cpu-decode-1worker").value
     fastest = reference.find("wb-gpu-r50-fp16").value

@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from workbench.history import classroom
 from workbench.history.store import HistoryStore
-from workbench.notebook import predictions, workshop
-from workbench.notebook.predictions import BOOK, PredictionBook, same_prediction, standing
+from workbench.workshop import checks as workshop
+from workbench.workshop import classroom, predictions
+from workbench.workshop.predictions import BOOK, PredictionBook, same_prediction, standing
 
 
 def _clock():
@@ -101,7 +101,7 @@ CLASS_URL = "postgresql://board:s3cret@127.0.0.1:1/class"  # port 1: nothing lis
 
 @pytest.fixture
 def class_store(monkeypatch, tmp_path):
-    """Class mode with the rows going to a real SQLite store (as in test_workshop.py)."""
+    """Class mode with the rows going to a real SQLite store (as in test_checks.py)."""
     sqlite = HistoryStore(tmp_path / "class.sqlite")
     real = classroom.record_answer
 

@@ -1,10 +1,10 @@
-"""workbench.notebook.format_charts: the formats chart, checked on its Vega-Lite spec."""
+"""workbench.workshop.format_charts: the formats chart, checked on its Vega-Lite spec."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.notebook.format_charts import formats
+from workbench.workshop.format_charts import formats
 
 
 def _frame() -> pd.DataFrame:

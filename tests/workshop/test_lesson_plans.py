@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from workbench.core.knobs import Knobs
-from workbench.notebook import lesson_plans, reference, workshop
+from workbench.workshop import checks as workshop
+from workbench.workshop import lesson_plans, reference
 
 PLANNED = ("02", "03", "04", "06")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.analysis import board
 from workbench.history.store import records_frame
+from workbench.workshop.board import figures as board
 
 
 def _answer(i, learner, exercise, ok, prediction=None, measured=None, host="gpu1"):

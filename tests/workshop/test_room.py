@@ -1,4 +1,4 @@
-"""Tests for workbench.notebook.room: the spawner hook's GPU for each person (the instructor
+"""Tests for workbench.workshop.room: the spawner hook's GPU for each person (the instructor
 admitted, no silent doubling, the same GPU every time), and that a hub without torch can import
 it."""
 
@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from workbench.core.errors import InputError
-from workbench.notebook.room import RoomError, assign_device, seats
+from workbench.workshop.room import RoomError, assign_device, seats
 
 GPUS = ["0", "1", "2", "3"]
 ROSTER = ["alice", "bob", "chen"]
@@ -108,7 +108,7 @@ def test_a_hub_without_torch_can_import_it() -> None:
     hook must need nothing beyond the standard library."""
     code = (
         "import sys; before = set(sys.modules); "
-        "from workbench.notebook.room import assign_device; "
+        "from workbench.workshop.room import assign_device; "
         "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
         "- set(sys.stdlib_module_names)))"
     )

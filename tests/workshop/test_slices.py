@@ -1,4 +1,4 @@
-"""Tests for workbench.notebook.slices: which MIG slices run the core lessons, from the kept GPU
+"""Tests for workbench.workshop.slices: which MIG slices run the core lessons, from the kept GPU
 run's peaks (1g.10gb does not run lesson 3's fp32 batch 128; 3g.40gb runs every core step),
 the bounds where a step was not measured, and the instructor's check of one server."""
 
@@ -11,8 +11,9 @@ import pytest
 import workbench as wb
 from workbench.engine import hardware
 from workbench.engine.mig import MigSlice
-from workbench.notebook import slices, workshop
-from workbench.notebook.slices import (
+from workbench.workshop import checks as workshop
+from workbench.workshop import slices
+from workbench.workshop.slices import (
     MEMORY_MARGIN,
     fits,
     kept_entries,

@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from workbench.config.saved import load_config, save_config
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.history import classroom
 from workbench.history.store import HistoryStore
-from workbench.notebook import workshop, workshop_memory
+from workbench.workshop import checks as workshop
+from workbench.workshop import classroom, memory_lesson
 
 
 def _sweep(knob, rows):
@@ -172,14 +172,14 @@ def test_every_lesson_has_goals_an_exercise_with_a_check_and_a_summary(path):
     assert any("wb." in t for t in code), "no live cell calls the library"
     names = [n for t in code for n in re.findall(r"workshop\.(\w+)\(", t)]
     assert all(hasattr(workshop, n) for n in names), names
-    from workbench.notebook import (  # imported as `lesson`
-        workshop_compute,
-        workshop_memory,
-        workshop_transformer,
+    from workbench.workshop import (  # imported as `lesson`
+        compute_lesson,
+        memory_lesson,
+        transformer_lesson,
     )
 
-    own = {"10": workshop_memory, "11": workshop_compute, "12": workshop_transformer}.get(
-        path.name[:2], workshop_memory
+    own = {"10": memory_lesson, "11": compute_lesson, "12": transformer_lesson}.get(
+        path.name[:2], memory_lesson
     )
     names = [n for t in code for n in re.findall(r"lesson\.(\w+)\(", t)]
     assert all(hasattr(own, n) for n in names), names
@@ -372,7 +372,7 @@ def test_a_failed_measurement_is_recorded_with_its_exercise(class_store):
 
 
 def test_lesson_ten_checks_carry_their_exercise_names(class_store):
-    verdict = workshop_memory.check_monthly_saving("lots", None, None, 2.0, 100)
+    verdict = memory_lesson.check_monthly_saving("lots", None, None, 2.0, 100)
     assert verdict.exercise == "10-monthly-saving" and not verdict
     assert _stored(class_store)[-1]["exercise"] == "10-monthly-saving"
 

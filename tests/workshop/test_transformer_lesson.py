@@ -13,8 +13,9 @@ import pytest
 from workbench.analysis.sharding_compare import ShardingComparison
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.notebook import reference, workshop
-from workbench.notebook import workshop_transformer as lesson
+from workbench.workshop import checks as workshop
+from workbench.workshop import reference
+from workbench.workshop import transformer_lesson as lesson
 
 _ROOT = Path(__file__).resolve().parents[2]
 

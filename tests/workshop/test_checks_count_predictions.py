@@ -1,7 +1,7 @@
 """Every exercise check counts the first prediction committed before its burst, and nothing else.
 
-For each checker of the lessons (workshop.py, workshop_memory.py for lesson 10,
-workshop_compute.py for lesson 11, workshop_transformer.py for lesson 12), on measurements whose
+For each checker of the lessons (checks.py, memory_lesson.py for lesson 10,
+compute_lesson.py for lesson 11, transformer_lesson.py for lesson 12), on measurements whose
 right answer is known:
 
 - no prediction (None, the notebooks' default), or one handed to the check but never committed
@@ -29,7 +29,8 @@ from workbench.analysis.sharding_compare import ShardingComparison
 from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed.allreduce import CommResult
-from workbench.notebook import workshop, workshop_compute, workshop_memory, workshop_transformer
+from workbench.workshop import checks as workshop
+from workbench.workshop import compute_lesson, memory_lesson, transformer_lesson
 
 
 def _sweep(knob, rows):
@@ -81,7 +82,7 @@ def _mem(activations, **knobs):
                        memory_breakdown=parts)  # fmt: skip
 
 
-MEMORY = workshop_memory.memory_table({
+MEMORY = memory_lesson.memory_table({
     "baseline": _mem(16.0), "activation_checkpointing": _mem(2.0, activation_checkpointing=True),
     "grad_accum": _mem(8.0, batch_size=16, grad_accum=2),
     "optimizer_impl": _mem(16.0, optimizer_impl="for-loop"),
@@ -102,17 +103,17 @@ def _rank(params, activations, **knobs):
 
 
 # lesson 12 at a small batch: fsdp halves 80 MiB of states (40 freed), checkpointing frees 28
-PER_RANK = workshop_transformer.MemoryPerRank(
+PER_RANK = transformer_lesson.MemoryPerRank(
     "this CPU, gpt, two gloo ranks", _rank(20.0, 30.0),
     _rank(20.0, 2.0, activation_checkpointing=True),
     ShardingComparison("gpt", 2, results={"fsdp": _rank(10.0, 30.0, sharding="fsdp")}),
 )  # fmt: skip
-FP8_RUN = workshop_transformer.Fp8Run(
+FP8_RUN = transformer_lesson.Fp8Run(
     _burst(0.0), BurstResult(status="ok", tokens_per_s=1300.0, fp8_linears=48,
                              knobs=Knobs(precision="bf16", fp8="tensorwise")))  # fmt: skip
 FP8_RUN.against.tokens_per_s = 1000.0
 
-BREAK_EVEN = workshop_compute.break_even(_step(100.0, 4.0), _step(60.0, 2.0, compile_s=12.0))
+BREAK_EVEN = compute_lesson.break_even(_step(100.0, 4.0), _step(60.0, 2.0, compile_s=12.0))
 SHARE = _step(100.0, achieved_tflops=0.002, cpu_util_pct=150.0)  # 5% of a 40 GFLOP/s ceiling
 
 
@@ -161,17 +162,17 @@ CASES = [
         reads_answers=False),
     Case("09-format", lambda p, a: workshop.check_format(
         a, FORMATS, prediction=p, exercise="09-format"), "lmdb", "files"),
-    Case("10-frees-most", lambda p, a: workshop_memory.check_frees_most(
+    Case("10-frees-most", lambda p, a: memory_lesson.check_frees_most(
         p, MEMORY, answer=a), "activation_checkpointing", "optimizer_impl"),
-    Case("11-compile-break-even", lambda p, a: workshop_compute.check_break_even(
+    Case("11-compile-break-even", lambda p, a: compute_lesson.check_break_even(
         p, BREAK_EVEN), 300, 5000, reads_answers=False),
-    Case("11-channels-last", lambda p, a: workshop_compute.check_layout(
+    Case("11-channels-last", lambda p, a: compute_lesson.check_layout(
         p, _step(100.0), _step(80.0)), "faster", "same", reads_answers=False),
-    Case("11-share-of-peak", lambda p, a: workshop_compute.check_share_of_peak(
+    Case("11-share-of-peak", lambda p, a: compute_lesson.check_share_of_peak(
         p, SHARE, 40e9), 5, 60, reads_answers=False),
-    Case("12-memory", lambda p, a: workshop_transformer.check_memory(
+    Case("12-memory", lambda p, a: transformer_lesson.check_memory(
         p, PER_RANK, answer=a), "fsdp", "activation_checkpointing"),
-    Case("12-fp8", lambda p, a: workshop_transformer.check_fp8(p, FP8_RUN), 1.3, 3.0,
+    Case("12-fp8", lambda p, a: transformer_lesson.check_fp8(p, FP8_RUN), 1.3, 3.0,
          reads_answers=False),
 ]  # fmt: skip
 ANSWERING = [c for c in CASES if c.reads_answers]
@@ -293,7 +294,7 @@ def test_lesson_tens_saving_is_not_any_figure_printed_beside_it():
     """200 h at 2.5/h with 100 -> 125 samples/s: 500 with the start, 400 tuned, 100 saved. The
     bills, the hours and the price are all on screen; only the saving is right."""
     start, tuned = _mem(16.0), BurstResult(status="ok", device="cpu", samples_per_s=125.0)
-    check = workshop_memory.check_monthly_saving
+    check = memory_lesson.check_monthly_saving
     assert check(100.0, start, tuned, 2.5, 200)
     for copied in (500.0, 400.0, 200, 2.5, 125.0, 0.2 * 500, 0.25 * 500, 0):
         if copied == 100.0:

@@ -1,8 +1,8 @@
 """The instructor's board over a store: it shows the room's figures, says what it reads, keeps
 going when the store does not answer, and refreshes on a timer without holding the kernel.
 
-Tests workbench/notebook/board.py; not named test_board.py because tests/analysis/ has one
-(pytest's default import mode refuses two test modules of the same name)."""
+Tests workbench/workshop/board/widget.py (test_board_figures.py and test_board_charts.py test the
+board's tables and charts)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from workbench.history import classroom
 from workbench.history.store import HistoryStore
-from workbench.notebook import board as board_module
-from workbench.notebook.board import Board, store_note
+from workbench.workshop import classroom
+from workbench.workshop.board import Board, store_note
+from workbench.workshop.board import widget as board_module
 
 
 def _burst(learner, precision, sps):
