@@ -2,10 +2,10 @@
 
 Two families of landscapes (``--family cpu|gpu|all``, default all):
 
-- ``cpu``: ``workbench.tuning.landscapes`` (compute-bound, data-bound, memory-limited with an
+- ``cpu``: ``proving_ground.landscapes`` (compute-bound, data-bound, memory-limited with an
   OOM edge, cpu-contended, flat; batch x workers x prefetch; 2-30% noise per burst), started
   from the default knobs;
-- ``gpu``: ``workbench.tuning.gpu_landscapes`` (loader-capped, data-path, compute-bound,
+- ``gpu``: ``proving_ground.gpu_landscapes`` (loader-capped, data-path, compute-bound,
   memory-edge; the space ``default_space`` gives on CUDA: batch x workers x prefetch x
   pin_memory x precision x channels_last and the data path; heavy-tailed noise and drift
   between bursts), started from PyTorch's defaults at the user's batch size.
@@ -63,12 +63,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from proving_ground.gpu_landscapes import DEV_SEEDS, GPU_KINDS, HELD_OUT_SEEDS, draw_gpu
+from proving_ground.landscapes import KINDS, Bursts, Proving, draw
 
 from workbench.core.knobs import KnobError, Knobs
 from workbench.tuning import tuner
 from workbench.tuning.bottleneck import guided
-from workbench.tuning.gpu_landscapes import DEV_SEEDS, GPU_KINDS, HELD_OUT_SEEDS, draw_gpu
-from workbench.tuning.landscapes import KINDS, Bursts, Proving, draw
 from workbench.tuning.search import Search, coordinate
 from workbench.tuning.tuner import tune_on
 

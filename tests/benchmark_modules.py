@@ -1,5 +1,7 @@
 """The benchmark scripts as modules, for their tests: ``benchmarks/`` is not a package (its
-scripts run as ``python benchmarks/NAME.py``), so a test loads one from its file."""
+scripts run as ``python benchmarks/NAME.py``), so a test loads one from its file. The tuner's
+proving ground is a package in that folder (``benchmarks/proving_ground/``), imported as the
+scripts import it."""
 
 import importlib.util
 import sys
@@ -17,3 +19,12 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def proving_ground(name: str) -> ModuleType:
+    """``benchmarks/proving_ground/NAME.py``, the tuner's simulated landscapes, as the benchmark
+    scripts import it: ``proving_ground.NAME``, with ``benchmarks/`` on the path (at its end, so
+    that no script's name shadows an installed module)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    return importlib.import_module(f"proving_ground.{name}")

@@ -9,12 +9,15 @@ import re
 import statistics
 
 import pytest
+from benchmark_modules import proving_ground
 
 from workbench import Knobs
 from workbench.core.results import BurstResult
 from workbench.tuning import noise
-from workbench.tuning.landscapes import Bursts, draw
 from workbench.tuning.tuner import tune_on
+
+landscapes = proving_ground("landscapes")  # the tuner's simulated bursts (benchmarks/)
+Bursts, draw = landscapes.Bursts, landscapes.draw
 
 FIGURES = re.compile(r"\d+\.\d\dx|\(\d+\.\d+-\d+\.\d+")
 """A speed-up or an interval as the summary prints them: "1.25x", "(0.02-80.67"."""

@@ -285,7 +285,7 @@ class Search:
             knobs = with_knob(base, name, value)
         except KnobError:
             return None
-        if self.workload is None:  # a simulated landscape (workbench.landscapes): no workload
+        if self.workload is None:  # a simulated landscape (proving_ground): no workload
             return knobs
         if knobs != base and name in no_effect(knobs, self.device, self.workload):
             note = f"{name}={value}: no effect on {self.device.type}; not measured"

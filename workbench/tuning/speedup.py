@@ -50,9 +50,9 @@ most single knobs are worth, and a saving quoted from it is as loose. A quiet ma
 well inside it: 5% noise a burst with 3 and 3 runs gives a width of 1.25; 2 is reached at
 about 15% a burst with 3 and 3 runs (t = 2.78 at 4 degrees of freedom), or 8% with 2 and 2
 (t = 4.30): the readings of a loaded box. The "1.25x (0.02-80.67)" a loaded machine printed
-from three start runs was 4,000 wide. On the simulated landscapes (``tuning.landscapes``,
-seeds 200-399, 2-30% noise a burst) at 12 bursts the median width was 1.58, and 51 of 197
-tunes were wider than 2 though clear of 1: their words still say which config is faster."""
+from three start runs was 4,000 wide. On the simulated landscapes (the benchmarks' proving
+ground, seeds 200-399, 2-30% noise a burst) at 12 bursts the median width was 1.58, and 51 of
+197 tunes were wider than 2 though clear of 1: their words still say which config is faster."""
 
 
 def positions(bursts: Sequence[BurstResult], runs: Sequence[BurstResult]) -> list[int]:

@@ -202,9 +202,9 @@ def tune_on(
 ) -> TuneResult:
     """The same search and confirmation as ``tune``, with ``run`` where a burst would run.
 
-    ``run(knobs)`` returns a BurstResult (a simulated landscape's: ``tuning.landscapes``,
-    ``tuning.gpu_landscapes``); ``device`` is the kind of device the bursts stand for (on
-    ``cuda`` the search expects bf16 and channels_last to run faster: ``bottleneck``).
+    ``run(knobs)`` returns a BurstResult (a simulated landscape's, from the benchmarks' proving
+    ground: ``benchmarks/proving_ground/``); ``device`` is the kind of device the bursts stand
+    for (on ``cuda`` the search expects bf16 and channels_last to run faster: ``bottleneck``).
     Nothing is stored, no device is touched and no knob is checked for effect on this
     machine. This is how the proving ground runs the tuner on hundreds of landscapes.
     """

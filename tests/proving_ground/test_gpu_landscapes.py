@@ -1,6 +1,6 @@
-"""The GPU-shaped proving ground (workbench.tuning.gpu_landscapes): each family has the shape
-it claims, the space is the tuner's CUDA default space, readings are deterministic, noisy
-with heavy tails and drifting between bursts as drawn."""
+"""The GPU-shaped proving ground (benchmarks/proving_ground/gpu_landscapes.py): each family has
+the shape it claims, the space is the tuner's CUDA default space, readings are deterministic,
+noisy with heavy tails and drifting between bursts as drawn."""
 
 import math
 import statistics
@@ -8,16 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from benchmark_modules import proving_ground
 
 from workbench.core.knobs import Knobs
 from workbench.tuning import tuner
-from workbench.tuning.gpu_landscapes import (
-    DEV_SEEDS,
-    GPU_KINDS,
-    HELD_OUT_SEEDS,
-    draw_gpu,
-)
-from workbench.tuning.landscapes import Bursts
+
+gpu_landscapes = proving_ground("gpu_landscapes")
+DEV_SEEDS, GPU_KINDS = gpu_landscapes.DEV_SEEDS, gpu_landscapes.GPU_KINDS
+HELD_OUT_SEEDS, draw_gpu = gpu_landscapes.HELD_OUT_SEEDS, gpu_landscapes.draw_gpu
+Bursts = proving_ground("landscapes").Bursts
 
 SEEDS = range(60)
 

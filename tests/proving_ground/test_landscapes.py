@@ -1,4 +1,4 @@
-"""The proving ground (workbench.tuning.landscapes, benchmarks/tuner_landscapes.py): the simulated
+"""The proving ground (benchmarks/proving_ground/landscapes.py, tuner_landscapes.py): the simulated
 shapes are what they claim, readings are deterministic, and the tuner's headline holds."""
 
 import importlib.util
@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmark_modules import proving_ground
 
 from workbench.core.knobs import Knobs
-from workbench.tuning.gpu_landscapes import GPU_KINDS
-from workbench.tuning.landscapes import KINDS, NOISE_RANGE, Bursts, draw, grid
+
+landscapes = proving_ground("landscapes")
+GPU_KINDS = proving_ground("gpu_landscapes").GPU_KINDS
+KINDS, NOISE_RANGE, Bursts = landscapes.KINDS, landscapes.NOISE_RANGE, landscapes.Bursts
+draw, grid = landscapes.draw, landscapes.grid
 
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "tuner_landscapes.py"
 
