@@ -73,7 +73,7 @@ def _kept(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
-REHEARSAL_ROOM_S = 480
+REHEARSAL_ROOM_S = 580
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,8 @@ def dry_run(tmp_path_factory):
     out = tmp / "out"
     before = set((_BENCH / "results").iterdir())
     # The rehearsal's own budget (170 s) holds on a quiet 2-core machine (about 90 s seen);
-    # the suite may share the machine, so it gives the same plumbing more room.
+    # the suite may share the machine, so it gives the same plumbing all a call may have
+    # (beside four other test runs, load 19 on 2 cores, it needed more than 480 s).
     p = _rehearse(out, "--scratch", str(tmp / "scratch"), "--budget-s", str(REHEARSAL_ROOM_S))
     kept = sorted(out.glob("gpu-*-dry.json"))
     return p, out, kept, before
