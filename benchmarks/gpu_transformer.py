@@ -306,9 +306,9 @@ GOAL_GPUS = "H100 or H200"
 def anchor(folder: Path = REFERENCE) -> Any:
     """llm.c's run from the reference files in ``folder`` (each figure with its url), and
     ``gpt:124m``'s FLOPs a token counted on the meta device: lesson 12's own ``Anchor``
-    (``workbench.notebook.workshop_transformer``), so the lesson and the table agree."""
-    from workbench.notebook import reference
-    from workbench.notebook.workshop_transformer import llmc_anchor
+    (``workbench.workshop.transformer_lesson``), so the lesson and the table agree."""
+    from workbench.workshop import reference
+    from workbench.workshop.transformer_lesson import llmc_anchor
 
     return llmc_anchor(reference.load(folder))
 

@@ -33,7 +33,7 @@ import gpu_record
 import gpu_transformer
 
 if TYPE_CHECKING:
-    from workbench.notebook.workshop_transformer import Anchor
+    from workbench.workshop.transformer_lesson import Anchor
 
 ROOT = gpu_record.ROOT
 REFERENCE = ROOT / "notebooks" / "reference" / "gpu_runs.json"
@@ -188,7 +188,7 @@ def render(table: Table, runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
 def _published_rows(table: Table, lines: list[str]) -> list[str]:
     """The table's published entries as rows under the kept ones (their figure in the column
     of the table's first field, the rest "-"), and their citation lines ([a], [b], ...)."""
-    from workbench.notebook import reference
+    from workbench.workshop import reference
 
     refs = reference.load(gpu_transformer.REFERENCE) if table.published else []
     cited = []
@@ -459,8 +459,8 @@ def _anchor_text(a: Anchor) -> str:
 def _h100_text(a: Anchor) -> str:
     """llm.c's same run on 8x H100 and torchtitan's Llama 3.1 8B on 8x H100, published, every
     figure computed from the reference entries (lesson 12's helpers)."""
-    from workbench.notebook import reference
-    from workbench.notebook.workshop_transformer import LLMC_H100, torchtitan_published
+    from workbench.workshop import reference
+    from workbench.workshop.transformer_lesson import LLMC_H100, torchtitan_published
 
     said = ""
     if a.h100 is not None:
@@ -657,7 +657,7 @@ def blocks(runs: Sequence[tuple[Path, dict[str, Any]]], root: Path = ROOT) -> di
     import gpu_check
     import gpu_session
 
-    from workbench.notebook import slices
+    from workbench.workshop import slices
 
     out = {t.name: render(t, runs) for t in TABLES}
     out["data-paths"] = render_data_paths(runs)
@@ -828,7 +828,7 @@ def _measured_on(path: Path, run: dict[str, Any]) -> dict[str, Any]:
 PATH_LESSONS = ("02", "05")
 PATH_TRAINING = "training throughput through one data path: "
 PATH_ALONE = "the loader alone (no model) on one data path: "
-"""The prefixes of the data-path entries' ``what``; ``workbench.notebook.reference.data_paths``
+"""The prefixes of the data-path entries' ``what``; ``workbench.workshop.reference.data_paths``
 reads the path after them."""
 
 

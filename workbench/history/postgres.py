@@ -46,7 +46,7 @@ PG_SCHEMA_VERSION = 2
 """The PostgreSQL schema this library writes (its own numbering; the SQLite file has another).
 
 1: meta, bursts, answers, board. 2: answers gain ``kind``, ``late`` and ``changed_to``
-(predictions that count: ``workbench/notebook/predictions.py``)."""
+(predictions that count: ``workbench/workshop/predictions.py``)."""
 
 _SCHEMA = "workbench"
 PG_SCHEMA = _SCHEMA

@@ -71,7 +71,7 @@ SCHEMA_VERSION = 3
 
 1: bursts. 2: bursts gain ``learner`` and ``host``; ``answers`` and ``board`` (class mode).
 3: answers gain ``kind`` (a check's verdict or a committed prediction), ``late`` and
-``changed_to`` (predictions that count: ``workbench/notebook/predictions.py``)."""
+``changed_to`` (predictions that count: ``workbench/workshop/predictions.py``)."""
 
 _BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
