@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.core.knobs import Knobs
 from workbench.distributed.dispatch import run_burst
-from workbench.engine import loaders
+from workbench.engine import plan
 from workbench.engine.convert import convert_dataset
 from workbench.engine.device_images import DeviceImages, ImageRecipe, jpeg_decoder
 from workbench.engine.encoded import JPEG, PIXELS, EncodedFiles, collate_encoded, folder_samples
@@ -145,7 +145,7 @@ def test_overlap_on_a_side_stream_gives_the_same_batches(coloured):
 def test_the_bursts_device_path_runs_whole_on_cpu_tensors(tiny_data, monkeypatch):
     """The CPU twin of a decode=gpu burst: the refusal lifted, the same stream, pipeline and
     loop run on CPU tensors; what crosses is the JPEG bytes and the label."""
-    monkeypatch.setattr(loaders, "decode_no_effect", lambda *_: {})
+    monkeypatch.setattr(plan, "decode_no_effect", lambda *_: {})  # the burst's plan decides
     knobs = Knobs(decode="gpu", batch_size=6, num_workers=1)
     r = run_burst("cnn", knobs, data_dir=tiny_data, device="cpu", **FAST)
     assert r.ok, r.error

@@ -279,6 +279,11 @@ class BurstResult(Outcome):
     """A failed burst's (``error``, ``oom``) formatted traceback, the exception chain
     included; at most ``TRACEBACK_CHARS`` characters, its end kept (the raising frame and the
     message), so a stored result stays small. The CLI's ``--json`` shows it with ``--debug``."""
+    plan: dict[str, Any] | None = None
+    """What the burst decided before it built anything (``workbench.engine.plan.Plan``): where
+    it ran and why, the loader and decode path, the attention kernel, sharding, fp8, the math
+    switches and each knob that could not act here with its reason. None for a burst that never
+    planned (a job that failed before its ranks did, one superseded while it waited)."""
 
     @property
     def bad_knob(self) -> str | None:

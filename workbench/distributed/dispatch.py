@@ -2,8 +2,9 @@
 
 The engine measures a burst in one process (``workbench.engine.burst.run_in_process``); this
 layer adds the other way, a DDP job under torchrun (``workbench.distributed.jobs``). Knobs
-that only fresh processes can honour (``needs_processes``: several ranks, NCCL variables on a
-GPU) go to a job; everything else stays here. Either way the burst holds the process's burst
+that only fresh processes can honour (``engine.plan.processes_why``: several ranks, NCCL
+variables on a GPU) go to a job; everything else stays here, planned once
+(``engine.plan.plan_burst``) with that answer. Either way the burst holds the process's burst
 slot, so a newer burst anywhere in the kernel stops it first.
 """
 
@@ -17,11 +18,12 @@ from pathlib import Path
 import torch
 
 from workbench.core import cost
-from workbench.core.knobs import Knobs, needs_processes
+from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
-from workbench.distributed import jobs
 from workbench.engine import hardware
-from workbench.engine.burst import BurstProgress, Clock, finish, run_in_process, superseded
+from workbench.engine.burst import finish, run_in_process, superseded
+from workbench.engine.loop import BurstProgress, Clock
+from workbench.engine.plan import plan_burst, processes_why
 from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import WorkloadArg, resolve_target
@@ -74,10 +76,14 @@ def run_burst(
     knobs = Knobs() if knobs is None else knobs
     stop = cancel or threading.Event()
     dev = hardware.resolve_device(device)
-    if not needs_processes(knobs, dev.type):
+    why = processes_why(knobs, dev)  # the one "torchrun or here?"; the plan keeps the answer
+    if why is None:
         wl, dev = resolve_target(workload, dev, data_dir)
+        plan = plan_burst(knobs, wl, dev, processes=None)
         return run_in_process(wl, knobs, dev, win, record=record, store=store, cancel=stop,
-                              progress=progress, clock=clock, money=money)  # fmt: skip
+                              progress=progress, clock=clock, money=money, plan=plan)  # fmt: skip
+    from workbench.distributed import jobs  # torchrun, launchers, stores: a job's only
+
     with exclusive(stop) as got:  # superseded while it waited: no job starts beside the newer
         if got:
             result = jobs.run_distributed_burst(

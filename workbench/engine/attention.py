@@ -122,11 +122,16 @@ def attention_space(workload: Any, device: torch.device) -> dict[str, list[str]]
     return {"attention": ["auto", *fused]}
 
 
+def attention_scope(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """The SDPA switches for these knobs on ``device``: the chosen backend, or ``auto`` where
+    it has no kernel here (a burst's plan decides that once: ``engine.plan``)."""
+    return sdpa_scope(knobs.attention if acts_on(knobs, device) else "auto")
+
+
 @contextlib.contextmanager
-def attention_scope(knobs: Knobs, device: torch.device) -> Iterator[None]:
-    """The burst's SDPA switches: only the chosen backend enabled (all four for ``auto``, and
-    where the chosen one has no kernel on this device); restored exactly on the way out."""
-    chosen = knobs.attention if acts_on(knobs, device) else "auto"
+def sdpa_scope(chosen: str) -> Iterator[None]:
+    """The burst's SDPA switches: only the ``chosen`` backend enabled (all four for
+    ``auto``); restored exactly on the way out."""
     with sdpa_kernel(_enabled(chosen)):
         yield
 
@@ -311,6 +316,7 @@ __all__ = [
     "attention_scope",
     "attention_space",
     "production_scope",
+    "sdpa_scope",
     "uses_sdpa",
     "watch_attention",
 ]

@@ -56,14 +56,14 @@ import torch
 
 from workbench.core import ambient, cost
 from workbench.core.errors import InputError
-from workbench.core.knobs import Knobs, needs_processes
+from workbench.core.knobs import Knobs
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, mig, oom
-from workbench.engine.attention import attention_scope, watch_attention
+from workbench.engine.attention import sdpa_scope, watch_attention
 from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
-from workbench.engine.coordinator import Coordinator, Solo
+from workbench.engine.coordinator import Solo
 from workbench.engine.epochs import short_epochs_report
 from workbench.engine.failures import (
     compile_hint,
@@ -75,7 +75,9 @@ from workbench.engine.failures import (
 from workbench.engine.lightning_fit import fit_with_trainer, trainer_no_effect
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.loaders.device_batches import decode_ran
+from workbench.engine.loop import BurstProgress, Clock, LoopControl
 from workbench.engine.packing import RealTokens, documents_view, real_token_figures
+from workbench.engine.plan import Plan, plan_burst
 from workbench.engine.selfcheck import burst_problems
 from workbench.engine.signals import graceful_sigint
 from workbench.engine.slot import exclusive
@@ -83,12 +85,11 @@ from workbench.engine.telemetry import Sampler, TelemetrySummary, telemetry_prob
 from workbench.engine.timing import StepSamples, StepTimer, synchronize
 from workbench.engine.training import (
     TrainState,
-    backend_flags,
     build_train_state,
     check_model_takes,
     count_flops_live,
+    math_scope,
     micro_step,
-    no_effect,
     optimizer_step,
     precision_state,
     to_device,
@@ -99,28 +100,9 @@ from workbench.engine.workloads import Workload, count_train_flops, source_names
 from workbench.engine.workloads.lightning import is_lightning
 from workbench.history.store import record_result
 
-Clock = Callable[[], float]
-
-
-@dataclass(frozen=True, slots=True)
-class BurstProgress:
-    """Reported to ``progress`` callbacks: the panel's status line and progress bar."""
-
-    phase: str  # "setup", "warmup", "measuring", "done"
-    elapsed_s: float
-    window_s: float
-    steps: int
-
-
-@dataclass
-class BurstPlan:
-    """How to run one burst's loop: the window, who stops it, who hears about progress."""
-
-    window: BurstWindow
-    stop: threading.Event
-    progress: Callable[[BurstProgress], None] | None
-    clock: Clock
-    coord: Coordinator = field(default_factory=Solo)
+BurstPlan = LoopControl
+"""The loop's settings under their old name (``engine.loop.LoopControl``); the burst's
+decisions are its :class:`~workbench.engine.plan.Plan`."""
 
 
 @dataclass
@@ -165,19 +147,23 @@ def run_in_process(
     progress: Callable[[BurstProgress], None] | None = None,
     clock: Clock = time.perf_counter,
     money: tuple[float | None, float | None] = (None, None),
+    plan: Plan | None = None,
 ) -> BurstResult:
     """One measured burst in this process, holding the burst slot; recorded unless ``record``
-    is False. ``workbench.run_burst`` decides between this and a torchrun job: knobs that
-    need fresh processes (``needs_processes``) are refused here, never measured wrongly.
-    ``money``: the price per hour and epoch size its ``cost`` is figured from (``finish``)."""
-    if needs_processes(knobs, dev.type):  # run_burst sends these to torchrun; a caller's slip
+    is False. ``workbench.run_burst`` decides between this and a torchrun job: a ``plan``
+    (``engine.plan``; None: planned here) that needs fresh processes is refused here, never
+    measured wrongly. ``money``: the price per hour and epoch size its ``cost`` is figured
+    from (``finish``)."""
+    plan = plan_burst(knobs, wl, dev) if plan is None else plan
+    if plan.processes:  # run_burst sends these to torchrun; a caller's slip
         raise InputError(
             "world_size > 1, or NCCL variables or alloc_conf on a GPU, need a torchrun job: "
             "workbench.run_burst starts one; run_in_process is one process"
         )
-    plan = BurstPlan(window, cancel or threading.Event(), progress, clock)
-    with exclusive(plan.stop) as got, graceful_sigint(plan.stop) as sigint:
-        result = measure_here(wl, knobs, dev, plan) if got else superseded(wl, knobs, dev, window)
+    loop = LoopControl(window, cancel or threading.Event(), progress, clock)
+    with exclusive(loop.stop) as got, graceful_sigint(loop.stop) as sigint:
+        result = (measure_here(wl, knobs, dev, loop, plan) if got
+                  else superseded(wl, knobs, dev, window, plan))  # fmt: skip
     ambient.stamp(result, knobs, dev.type)  # the kernel's own environment, never silent
     finish(result, money, store)
     record_result(result, record, store)
@@ -196,17 +182,21 @@ class BurstInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def measure_here(wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan) -> BurstResult:
+def measure_here(
+    wl: Workload, knobs: Knobs, dev: torch.device, loop: LoopControl, plan: Plan | None = None
+) -> BurstResult:
     """The burst in this process (the kernel's, or one torchrun rank's); nothing recorded.
-    Run where it measures what the caller's own loop would get (``engine.burst_thread``)."""
-    run = lambda: _measure_on_device(wl, knobs, dev, plan)  # noqa: E731
-    return run_as_production(run, plan.stop, dev.type)
+    ``plan``: its decisions (None: planned here, before anything is built). Run where it
+    measures what the caller's own loop would get (``engine.burst_thread``)."""
+    plan = plan_burst(knobs, wl, dev) if plan is None else plan
+    run = lambda: _measure_on_device(wl, knobs, dev, loop, plan)  # noqa: E731
+    return run_as_production(run, loop.stop, dev.type)
 
 
 def _measure_on_device(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan
+    wl: Workload, knobs: Knobs, dev: torch.device, loop: LoopControl, plan: Plan
 ) -> BurstResult:
-    result = _new_result(wl, knobs, dev, plan.window.seconds)
+    result = _new_result(wl, knobs, dev, loop.window.seconds, plan)
     broken = cuda_health(dev)
     if broken is not None:
         result.status, result.error = "error", broken
@@ -218,11 +208,11 @@ def _measure_on_device(
         measured, parts = None, {}  # parts: the memory figures known so far, kept on failure
         try:
             with (
-                backend_flags(knobs, dev),
-                attention_scope(knobs, dev),
-                compiler.clean_compiler(knobs.compile != "off"),
+                math_scope(plan.fp32_math, plan.cudnn_benchmark),
+                sdpa_scope(plan.attention),
+                compiler.clean_compiler(plan.compile is not None),
             ):
-                measured = _guarded(wl, knobs, dev, plan, result, parts)
+                measured = _guarded(wl, knobs, dev, loop, plan, result, parts)
         finally:
             if measured is not None:
                 sampler.mark_window(*measured.wall_window)
@@ -245,20 +235,21 @@ def _device_scope(dev: torch.device) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
 
 
-def superseded(wl: Workload, knobs: Knobs, dev: torch.device, window: BurstWindow) -> BurstResult:
-    """A burst cancelled while it waited for another burst to let go of the slot."""
-    result = _new_result(wl, knobs, dev, window.seconds)
+def superseded(
+    wl: Workload, knobs: Knobs, dev: torch.device, window: BurstWindow, plan: Plan | None = None
+) -> BurstResult:
+    """A burst cancelled while it waited for another burst to let go of the slot. Its
+    ``no_effect`` is its plan's (planned here where none is given); its ``plan`` stays None
+    unless it was planned before it waited."""
+    result = _new_result(wl, knobs, dev, window.seconds, plan or plan_burst(knobs, wl, dev))
+    result.plan = plan.to_dict() if plan is not None else None
     result.status, result.error = "cancelled", "cancelled before it started"
     return result
 
 
-def check_burst_args(seconds: float, min_steps: int, warmup_steps: int) -> BurstWindow:
-    """Refuse a bad window before any work (sweeps and tunes check once, before their first
-    burst, so a typo is an error and not a row of failed bursts); the checked window."""
-    return BurstWindow(seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
-
-
-def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -> BurstResult:
+def _new_result(
+    wl: Workload, knobs: Knobs, dev: torch.device, seconds: float, plan: Plan
+) -> BurstResult:
     info = hardware.device_info(dev)
     return BurstResult(
         workload=wl.name,
@@ -268,7 +259,8 @@ def _new_result(wl: Workload, knobs: Knobs, dev: torch.device, seconds: float) -
         mig=info.mig.to_dict() if info.mig else None,
         knobs=knobs,
         seconds=float(seconds),
-        no_effect=no_effect(knobs, dev, wl),
+        no_effect=dict(plan.no_effect),
+        plan=plan.to_dict(),
         nccl_flags=nccl_flags(knobs.nccl),
         created_at=utc_now(),
         versions=hardware.versions(),
@@ -280,7 +272,8 @@ def _guarded(
     wl: Workload,
     knobs: Knobs,
     dev: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
+    plan: Plan,
     result: BurstResult,
     parts: dict[str, Any],
 ) -> _Measured | None:
@@ -288,7 +281,7 @@ def _guarded(
     try:
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(0)
-            return _measure(wl, knobs, dev, plan, parts)
+            return _measure(wl, knobs, dev, loop, plan, parts)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a failed burst is a result; the traceback frames die here
@@ -299,26 +292,32 @@ def _guarded(
 
 
 def _measure(
-    wl: Workload, knobs: Knobs, dev: torch.device, plan: BurstPlan, parts: dict[str, Any]
+    wl: Workload,
+    knobs: Knobs,
+    dev: torch.device,
+    loop: LoopControl,
+    plan: Plan,
+    parts: dict[str, Any],
 ) -> _Measured:
-    t0 = plan.clock()
-    _report(plan, "setup", 0.0, 0)
+    t0 = loop.clock()
+    loop.report("setup", 0.0, 0)
     wl = documents_view(wl, knobs, dev)  # packing: its documents' rows (a KnobError if none)
-    stream = build_loader(wl, knobs, dev, shard=plan.coord.shard)
+    stream = build_loader(wl, knobs, dev, shard=loop.coord.shard,
+                          decode_on_device=plan.decode_on_device)  # fmt: skip
     try:
-        state = build_train_state(wl, knobs, dev, wrap=plan.coord.wrap_model)
+        state = build_train_state(wl, knobs, dev, wrap=loop.coord.wrap_model, plan=plan)
         state.real_tokens = RealTokens.of(wl, knobs)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
-        batch, rule, host_bytes = _check_first_batch(state, stream, knobs, dev, wl, parts)
-        setup_s = plan.clock() - t0
+        batch, rule, host_bytes = _check_first_batch(state, stream, knobs, dev, wl, plan, parts)
+        setup_s = loop.clock() - t0
         h2d_first = host_bytes / max(1, rule.count(batch)) if host_bytes is not None else None
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
         parts["setup_peak_mib"] = _restart_peak(dev)  # set-up ends here; warm-up follows
-        if is_lightning(wl) and isinstance(plan.coord, Solo):
-            measured = _fit_with_trainer(state, stream, knobs, dev, plan, rule)
+        if is_lightning(wl) and isinstance(loop.coord, Solo):
+            measured = _fit_with_trainer(state, stream, knobs, dev, loop, rule)
         else:
-            measured = _warm_up_and_window(state, stream, knobs, dev, plan, rule)
+            measured = _warm_up_and_window(state, stream, knobs, dev, loop, rule)
         measured.no_effect = {**(state.no_effect or {}), **measured.no_effect}
         measured.notes = list(state.notes)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
@@ -341,16 +340,16 @@ def _warm_up_and_window(
     stream: BatchStream,
     knobs: Knobs,
     dev: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
     rule: SampleRule,
 ) -> _Measured:
     """The burst's own loop: warm-up steps, then the measured window."""
     counts = [compiler.read_counts()] if knobs.compile != "off" else None
-    warmup_s, compile_s = _warm_up(state, stream, knobs, dev, plan, rule)
+    warmup_s, compile_s = _warm_up(state, stream, knobs, dev, loop, rule)
     if counts is not None:
         counts.append(compiler.read_counts())
     drop_before_window(stream)  # cache=cold only
-    measured = _window(state, stream, knobs, dev, plan, rule)
+    measured = _window(state, stream, knobs, dev, loop, rule)
     if counts is not None:
         measured.compile_report = compiler.report(*counts, compiler.read_counts())
     measured.ran_on = _device_name(next(state.model.parameters(), None))
@@ -363,15 +362,15 @@ def _fit_with_trainer(
     stream: BatchStream,
     knobs: Knobs,
     dev: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
     rule: SampleRule,
 ) -> _Measured:
     """A Lightning workload in one process: Lightning's own ``Trainer.fit`` of the module, in
     place of the warm-up and the window, timed by the same rules (``engine.lightning_fit``).
     The Trainer builds its own optimizer (``configure_optimizers``): the memory figures take
     that one."""
-    report = lambda phase, elapsed, steps: _report(plan, phase, elapsed, steps)  # noqa: E731
-    fit = fit_with_trainer(state.plain or state.model, stream, knobs, dev, plan, rule, report)
+    fit = fit_with_trainer(state.plain or state.model, stream, knobs, dev, loop, rule,
+                           loop.report)  # fmt: skip
     if fit.optimizer is not None:
         state.optimizer = fit.optimizer
     return _Measured(
@@ -412,6 +411,7 @@ def _check_first_batch(
     knobs: Knobs,
     dev: torch.device,
     wl: Workload,
+    plan: Plan,
     parts: dict[str, Any],
 ) -> tuple[Batch, SampleRule, int | None]:
     """Set-up's early check: one batch from the stream, on the device. How its samples are
@@ -432,19 +432,24 @@ def _check_first_batch(
     rule = sample_rule(batch, wl.samples_of)
     with watch_attention(knobs, strict=False) as seen:  # evaluation mode: not what trains
         check_model_takes(state, batch, wl)
-    _check_attention(state, batch, knobs, parts, seen.calls > 0)
+    _check_attention(state, batch, knobs, plan, parts, seen.calls > 0)
     return batch, rule, host_bytes
 
 
 def _check_attention(
-    state: TrainState, batch: Batch, knobs: Knobs, parts: dict[str, Any], calls_sdpa: bool
+    state: TrainState,
+    batch: Batch,
+    knobs: Knobs,
+    plan: Plan,
+    parts: dict[str, Any],
+    calls_sdpa: bool,
 ) -> None:
     """A training-mode forward (with gradients, its graph dropped), its SDPA calls watched:
     the kernel each runs in training (``attention_backend``), or a KnobError when the chosen
     ``attention`` cannot run them (``engine.attention``). Without compile it is the forward
     that counts the activations; compiled, one is run for a model that calls SDPA."""
     with watch_attention(knobs) as seen:
-        if knobs.compile == "off":  # compiled graphs save other tensors than the eager model
+        if plan.compile is None:  # compiled graphs save other tensors than the eager model
             parts["activations_mib"] = memory.activation_mib(state, batch)
         elif calls_sdpa:
             training_forward(state, batch)
@@ -465,25 +470,25 @@ def _warm_up(
     stream: BatchStream,
     knobs: Knobs,
     dev: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
     rule: SampleRule,
 ) -> tuple[float, float | None]:
     """Steps outside the window; returns (warmup_s, compile_s)."""
-    start = plan.clock()
+    start = loop.clock()
     step_s: list[float] = []
-    for _ in range(plan.window.warmup_steps):
-        if plan.stop.is_set():
+    for _ in range(loop.window.warmup_steps):
+        if loop.stop.is_set():
             break
-        t = plan.clock()
+        t = loop.clock()
         _train_one_step(state, stream, knobs, dev, None, rule)
         synchronize(dev)
-        step_s.append(plan.clock() - t)
-        _report(plan, "warmup", plan.clock() - start, len(step_s))
+        step_s.append(loop.clock() - t)
+        loop.report("warmup", loop.clock() - start, len(step_s))
     compile_s = None
     if knobs.compile != "off" and step_s:
         rest = sorted(step_s[1:])
         compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
-    return plan.clock() - start, compile_s
+    return loop.clock() - start, compile_s
 
 
 def _train_one_step(
@@ -522,36 +527,36 @@ def _window(
     stream: BatchStream,
     knobs: Knobs,
     dev: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
     rule: SampleRule,
 ) -> _Measured:
     """The measured window. Ranks of a DDP job start it together, agree on its last step
     (rank 0's clock decides, over a host-side channel: no device sync per step) and end it
     together, so the window's wall time covers the slowest rank."""
-    timer = StepTimer(dev, plan.clock)
+    timer = StepTimer(dev, loop.clock)
     steps = samples = 0
     epochs_before = stream.epochs
     if state.real_tokens is not None:
         state.real_tokens.reset()  # the window's tokens, not the warm-up's
     synchronize(dev)
-    plan.coord.barrier()
-    start, wall_start = plan.clock(), time.perf_counter()
-    while not plan.stop.is_set():
+    loop.coord.barrier()
+    start, wall_start = loop.clock(), time.perf_counter()
+    while not loop.stop.is_set():
         timer.step_start()
         trained = _train_one_step(state, stream, knobs, dev, timer, rule)
         timer.step_end()
         steps += 1
         samples += trained
-        elapsed = plan.clock() - start
-        _report(plan, "measuring", elapsed, steps)
-        done = elapsed >= plan.window.seconds and steps >= plan.window.min_steps
-        if plan.coord.agree_stop(done):
+        elapsed = loop.clock() - start
+        loop.report("measuring", elapsed, steps)
+        done = elapsed >= loop.window.seconds and steps >= loop.window.min_steps
+        if loop.coord.agree_stop(done):
             break
     timing = timer.finish()  # records the closing mark and synchronizes
-    plan.coord.barrier()
-    measured_s = plan.clock() - start
+    loop.coord.barrier()
+    measured_s = loop.clock() - start
     loss = state.last_loss
-    _report(plan, "done", measured_s, steps)
+    loop.report("done", measured_s, steps)
     return _Measured(
         setup_s=0.0,
         warmup_s=0.0,
@@ -564,7 +569,7 @@ def _window(
         flops_per_sample=None,
         final_loss=float(loss) * state.grad_accum if loss is not None else None,
         epochs=stream.epochs,
-        cancelled=plan.stop.is_set(),
+        cancelled=loop.stop.is_set(),
         real_tokens=state.real_tokens.total if state.real_tokens is not None else None,
         short_epochs=short_epochs_report(
             stream.epoch_handling,
@@ -574,11 +579,6 @@ def _window(
             timing.step_ms,
         ),
     )
-
-
-def _report(plan: BurstPlan, phase: str, elapsed_s: float, steps: int) -> None:
-    if plan.progress is not None:
-        plan.progress(BurstProgress(phase, elapsed_s, plan.window.seconds, steps))
 
 
 def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) -> None:

@@ -181,14 +181,15 @@ def convert(model: nn.Module, recipe: str) -> tuple[nn.Module, Fp8Plan]:
 
 
 def convert_for_burst(
-    model: nn.Module, knobs: Knobs, device: torch.device, workload_name: str
+    model: nn.Module, recipe: str | None, workload_name: str
 ) -> tuple[nn.Module, int | None, str | None]:
-    """The burst's conversion: (the model, Linear layers converted, or None where the knob did
-    not act, and the reason it found no layer to convert). Nothing happens where the device
-    cannot run float8 (``fp8_no_effect`` reports that from the start)."""
-    if knobs.fp8 == "off" or device_refusal(device) is not None:
+    """The burst's conversion with the recipe its plan chose (``engine.plan``: None where the
+    knob is off or the device cannot run float8, which ``fp8_no_effect`` reports from the
+    start): (the model, Linear layers converted, or None where the knob did not act, and the
+    reason it found no layer to convert)."""
+    if recipe is None:
         return model, None, None
-    model, plan = convert(model, knobs.fp8)
+    model, plan = convert(model, recipe)
     why = plan.no_effect(workload_name)
     return model, (len(plan.converted) if why is None else None), why
 

@@ -58,7 +58,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -67,11 +67,9 @@ from workbench.core.knobs import Knobs
 from workbench.engine.batches import SampleRule
 from workbench.engine.loaders import BatchStream, drop_before_window
 from workbench.engine.loaders.torch_loader import TorchStream
+from workbench.engine.loop import LoopControl
 from workbench.engine.timing import StepSamples, StepTimer, synchronize
 from workbench.engine.workloads.lightning import lightning_module, lightning_package
-
-if TYPE_CHECKING:  # the burst's plan; burst.py imports this module
-    from workbench.engine.burst import BurstPlan
 
 Report = Callable[[str, float, int], None]
 
@@ -147,7 +145,7 @@ def fit_with_trainer(
     stream: BatchStream,
     knobs: Knobs,
     device: torch.device,
-    plan: BurstPlan,
+    loop: LoopControl,
     rule: SampleRule,
     report: Report,
 ) -> FitWindow:
@@ -156,7 +154,7 @@ def fit_with_trainer(
     pl = lightning_package()
     module = lightning_module(model)
     data = _train_data(stream)
-    clock = FitClock(device, plan, rule, report, before_window=lambda: drop_before_window(stream))
+    clock = FitClock(device, loop, rule, report, before_window=lambda: drop_before_window(stream))
     with _quiet(pl):
         trainer = pl.Trainer(**trainer_kwargs(knobs, device), callbacks=[clock.callback(pl)])
         _fit(trainer, module, data)
@@ -226,15 +224,15 @@ class FitClock:
     def __init__(
         self,
         device: torch.device,
-        plan: BurstPlan,
+        loop: LoopControl,
         rule: SampleRule,
         report: Report,
         before_window: Callable[[], None] = lambda: None,
     ) -> None:
-        self._device, self._plan, self._rule, self._report = device, plan, rule, report
+        self._device, self._loop, self._rule, self._report = device, loop, rule, report
         self._before_window = before_window
-        self._timer = StepTimer(device, plan.clock)
-        self._fit_start = plan.clock()
+        self._timer = StepTimer(device, loop.clock)
+        self._fit_start = loop.clock()
         self._wall_fit_start = time.perf_counter()
         self._stepped = 0  # the Trainer's global_step at the last step boundary
         self._warm = 0
@@ -249,9 +247,9 @@ class FitClock:
     # -- the Trainer's hooks --------------------------------------------------------------
     def train_start(self, trainer: Any, module: nn.Module) -> None:
         self._ran_on = _where(module)
-        if self._plan.stop.is_set():
+        if self._loop.stop.is_set():
             trainer.should_stop = True
-        elif self._plan.window.warmup_steps == 0:
+        elif self._loop.window.warmup_steps == 0:
             self._open(trainer)
 
     def batch_start(self, batch: Any) -> None:
@@ -270,22 +268,22 @@ class FitClock:
 
     # -- the window -----------------------------------------------------------------------
     def _step_boundary(self, trainer: Any) -> None:
-        window = self._plan.window
+        window = self._loop.window
         if self._start is None:
             self._warm += 1
-            self._report("warmup", self._plan.clock() - self._fit_start, self._warm)
-            if self._warm >= window.warmup_steps and not self._plan.stop.is_set():
+            self._report("warmup", self._loop.clock() - self._fit_start, self._warm)
+            if self._warm >= window.warmup_steps and not self._loop.stop.is_set():
                 self._open(trainer)
         elif self._window is None:
             self._timer.step_end()
             self.steps += 1
-            elapsed = self._plan.clock() - self._start
+            elapsed = self._loop.clock() - self._start
             self._report("measuring", elapsed, self.steps)
             if elapsed >= window.seconds and self.steps >= window.min_steps:
                 self._close(trainer)
-            elif not self._plan.stop.is_set():
+            elif not self._loop.stop.is_set():
                 self._timer.step_start()
-        if self._plan.stop.is_set():
+        if self._loop.stop.is_set():
             if self._start is not None and self._window is None:
                 self._close(trainer)
             trainer.should_stop = True
@@ -294,7 +292,7 @@ class FitClock:
         self._before_window()  # cache=cold: drop the dataset's pages again
         synchronize(self._device)
         self._ran_on = _where(trainer.lightning_module) or self._ran_on
-        self._start, self._wall_start = self._plan.clock(), time.perf_counter()
+        self._start, self._wall_start = self._loop.clock(), time.perf_counter()
         self._warmup_s = self._start - self._fit_start
         self._timer.step_start()
         self._batch_end = time.perf_counter()
@@ -302,7 +300,7 @@ class FitClock:
     def _close(self, trainer: Any) -> None:
         timing = self._timer.finish()  # the closing mark, and a synchronize
         assert self._start is not None
-        measured_s = self._plan.clock() - self._start
+        measured_s = self._loop.clock() - self._start
         self._window = FitWindow(
             warmup_s=self._warmup_s,
             measured_s=measured_s,
@@ -321,14 +319,14 @@ class FitClock:
         cancelled) is measured up to its end; one that never opened it is an error."""
         if self._window is None and self._start is not None:
             self._close(trainer)
-        cancelled = self._plan.stop.is_set()
+        cancelled = self._loop.stop.is_set()
         if self._window is None:
             if not cancelled:
                 raise RuntimeError(
                     f"Trainer.fit ended after {self._stepped} optimizer steps, before the "
-                    f"measured window opened (warm-up: {self._plan.window.warmup_steps} steps)"
+                    f"measured window opened (warm-up: {self._loop.window.warmup_steps} steps)"
                 )
-            warmup_s = self._plan.clock() - self._fit_start
+            warmup_s = self._loop.clock() - self._fit_start
             wall = (self._wall_fit_start, time.perf_counter())
             self._window = FitWindow(warmup_s=warmup_s, wall_window=wall)
         self._window.cancelled = cancelled

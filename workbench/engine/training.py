@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,11 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core import ambient, nccl
 from workbench.core.errors import KnobError
-from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
+from workbench.core.knobs import Knobs
 from workbench.core.torch_math import TORCH_DEFAULTS
-from workbench.engine.attention import attention_no_effect
 from workbench.engine.batches import (
     Batch,
     BatchError,
@@ -38,11 +35,11 @@ from workbench.engine.batches import (
     split_batch,
 )
 from workbench.engine.failures import describe_error, is_oom_error
-from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, fp8_no_effect, refusal_of
-from workbench.engine.loaders.dali import dali_no_effect  # decides from the knobs; no DALI import
-from workbench.engine.loaders.device_batches import decode_no_effect
+from workbench.engine.fp8 import COMPILE_NOTE, convert_for_burst, refusal_of
 from workbench.engine.memory_knobs import NO_BLOCKS, apply_activation_checkpointing, with_impl
-from workbench.engine.sharding import is_sharded, sharded_notes, sharding_no_effect
+from workbench.engine.plan import Plan, math_switches, plan_burst
+from workbench.engine.plan import no_effect as no_effect  # the plan's; callers import it here
+from workbench.engine.sharding import is_sharded, sharded_notes
 from workbench.engine.workloads import Workload
 from workbench.engine.workloads.base import call_model, default_loss, logits_of
 from workbench.engine.workloads.checks import WorkloadWarning, default_loss_misfit
@@ -114,12 +111,15 @@ def build_train_state(
     knobs: Knobs,
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] | None = None,
+    plan: Plan | None = None,
 ) -> TrainState:
-    """Model, optimizer and step helpers. ``fp8`` converts the Linear layers first
+    """Model, optimizer and step helpers, as the burst's ``plan`` decided them (None: planned
+    here). ``fp8`` converts the Linear layers first
     (``engine.fp8``); ``wrap`` (DDP or FSDP2 in a distributed burst) goes around the model
     after the layout change and activation checkpointing and before the optimizer and
     ``torch.compile``, as PyTorch documents: FSDP2 replaces the parameters with sharded ones,
     which the optimizer must hold (DDP keeps them, so the order is DDP's too)."""
+    plan = plan_burst(knobs, workload, device) if plan is None else plan
     model = workload.model().to(device)
     use_nhwc = knobs.channels_last and _has_conv(model)
     if use_nhwc:
@@ -127,7 +127,7 @@ def build_train_state(
     model.train()
     notes: dict[str, str] = {}
     # float8 first, as torchtitan converts: before checkpointing, DDP and compile wrap it
-    model, fp8_linears, fp8_idle = convert_for_burst(model, knobs, device, workload.name)
+    model, fp8_linears, fp8_idle = convert_for_burst(model, plan.fp8, workload.name)
     if fp8_idle:
         notes["fp8"] = fp8_idle
     plain = model
@@ -142,15 +142,14 @@ def build_train_state(
     optimizer, scheduler, why = _optimizer_and_schedule(workload, plain, knobs.optimizer_impl)
     if why:
         notes["optimizer_impl"] = why
-    if knobs.compile != "off":
-        mode = None if knobs.compile == "default" else knobs.compile
-        model = torch.compile(model, mode=mode)
+    if plan.compile is not None:
+        model = torch.compile(model, mode=None if plan.compile == "default" else plan.compile)
     return TrainState(
         model=model,
         optimizer=optimizer,
         loss_fn=workload.loss,
-        scaler=torch.amp.GradScaler(device.type) if knobs.precision == "fp16" else None,
-        autocast=_autocast_factory(knobs.precision, device),
+        scaler=torch.amp.GradScaler(device.type) if plan.grad_scaler else None,
+        autocast=_autocast_factory(plan.autocast, device),
         channels_last=use_nhwc,
         grad_accum=knobs.grad_accum,
         no_sync=no_sync,
@@ -158,11 +157,11 @@ def build_train_state(
         plain=plain,
         wrapped=is_sharded(plain) or (model is not plain and not _is_compiled_plain(model, plain)),
         no_effect=notes,
-        notes=found + ([COMPILE_NOTE] if fp8_linears and knobs.compile == "off" else []),
+        notes=found + ([COMPILE_NOTE] if fp8_linears and plan.compile is None else []),
         step=workload.step,
         scheduler=scheduler,
         fp8_linears=fp8_linears,
-        fp8_recipe=knobs.fp8 if fp8_linears else None,
+        fp8_recipe=plan.fp8 if fp8_linears else None,
     )
 
 
@@ -201,8 +200,8 @@ def _has_conv(model: nn.Module) -> bool:
     return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
-def _autocast_factory(precision: str, device: torch.device):
-    dtype = _AUTOCAST_DTYPES.get(precision)
+def _autocast_factory(precision: str | None, device: torch.device):
+    dtype = _AUTOCAST_DTYPES.get(precision or "")
     if dtype is None:
         return contextlib.nullcontext
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
@@ -397,10 +396,16 @@ def optimizer_step(state: TrainState) -> None:
         state.scheduler.step()
 
 
+def backend_flags(knobs: Knobs, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """:func:`math_scope` for ``knobs`` on ``device`` (a burst reads its plan's instead)."""
+    return math_scope(*math_switches(knobs, device))
+
+
 @contextlib.contextmanager
-def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
-    """Set the fp32 math mode and cudnn.benchmark for the burst; restore the previous values
-    exactly after.
+def math_scope(fp32_math: str | None, cudnn_benchmark: bool | None) -> Iterator[None]:
+    """Set the fp32 math mode and cudnn.benchmark for the burst, as its plan says
+    (``Plan.fp32_math``, ``Plan.cudnn_benchmark``; both None on a CPU: nothing written);
+    restore the previous values exactly after.
 
     A burst measures what the knobs name whatever the kernel was left in: ``default`` (and
     bf16/fp16, whose fp32 ops outside autocast run PyTorch's own math) puts back, for the
@@ -409,17 +414,16 @@ def backend_flags(knobs: Knobs, device: torch.device) -> Iterator[None]:
     ``fp32-strict`` is IEEE everywhere (cuDNN too); ``tf32`` is TF32 for matmuls and
     convolutions. cudnn.benchmark is the knob's.
     """
-    if device.type != "cuda":
+    if fp32_math is None:
         yield
         return
     saved = _read_flags()
     try:
-        tf32 = _FP32_MODES.get(knobs.precision)
-        if tf32 is None:
+        if fp32_math == "torch":
             _write_torch_defaults()
         else:
-            _write_math(tf32)
-        torch.backends.cudnn.benchmark = knobs.cudnn_benchmark
+            _write_math(fp32_math == "tf32")
+        torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
         yield
     finally:
         _restore_flags(saved)
@@ -592,59 +596,3 @@ def precision_state() -> dict[str, Any]:
         except RuntimeError as exc:
             state[name] = f"error: {str(exc).splitlines()[0][:80]}"
     return state
-
-
-def no_effect(knobs: Knobs, device: torch.device, workload: Workload) -> dict[str, str]:
-    """Knobs that cannot act in this burst, each with the reason (reported, never faked)."""
-    reasons: dict[str, str] = {}
-    cuda = device.type == "cuda"
-    if not cuda:
-        reasons.update(_cpu_reasons(knobs))
-    elif knobs.precision in {"tf32", "bf16"} and torch.cuda.get_device_capability(device)[0] < 8:
-        reasons["precision"] = f"{knobs.precision} tensor cores need compute capability 8.0+"
-    if knobs.channels_last and workload.tokens:
-        reasons["channels_last"] = f"workload {workload.name} has no 4-D image tensors"
-    if knobs.loader == "synthetic":
-        data_knobs = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "cache")
-        for name in data_knobs:
-            if getattr(knobs, name) != getattr(Knobs(), name):
-                reasons[name] = "the synthetic loader replays one device-resident batch"
-    reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
-    reasons.update(decode_no_effect(knobs, device, workload))
-    reasons.update(attention_no_effect(knobs, device))
-    reasons.update(sharding_no_effect(knobs))
-    reasons.update(fp8_no_effect(knobs, device))
-    reasons.update(_dist_reasons(knobs, device))
-    reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
-    return reasons
-
-
-def _dist_reasons(knobs: Knobs, device: torch.device) -> dict[str, str]:
-    """DDP and NCCL knobs act only in a torchrun job; NCCL ones only on the NCCL backend.
-
-    A one-rank job on a GPU (NCCL variables set) still wraps the model in DDP, so the DDP
-    knobs act there; in this process (world_size 1, no NCCL variables) nothing wraps it.
-    """
-    reasons: dict[str, str] = {}
-    if not needs_processes(knobs, device.type):
-        for name in DDP_KNOBS:
-            if getattr(knobs, name) != getattr(Knobs(), name):
-                reasons[name] = "DDP settings act only in a distributed job (world_size > 1)"
-    if knobs.nccl and device.type != "cuda":
-        reasons["nccl"] = nccl.ON_GLOO
-    return reasons
-
-
-def _cpu_reasons(knobs: Knobs) -> dict[str, str]:
-    reasons = {}
-    if knobs.pin_memory:
-        reasons["pin_memory"] = "pinned memory speeds host-to-GPU copies; this burst ran on the CPU"
-    if knobs.precision == "tf32":
-        reasons["precision"] = "TF32 is an NVIDIA tensor-core mode; the CPU ran IEEE fp32"
-    if knobs.cudnn_benchmark:
-        reasons["cudnn_benchmark"] = "cuDNN runs only on NVIDIA GPUs"
-    if knobs.alloc_conf:
-        reasons["alloc_conf"] = "the CUDA caching allocator's settings; this burst ran on the CPU"
-    if knobs.compile == "reduce-overhead":
-        reasons["compile"] = "reduce-overhead adds CUDA graphs, which need CUDA; compiled without"
-    return reasons

@@ -33,10 +33,13 @@ def build_loader(
     knobs: Knobs,
     device: torch.device,
     shard: tuple[int, int] | None = None,
+    decode_on_device: bool | None = None,
 ) -> BatchStream:
     """The stream ``knobs.loader`` names. ``shard=(rank, world_size)``: this rank's slice of
-    the dataset in a DDP job (every rank reads different samples, as DistributedSampler does)."""
-    stream = _build(workload, knobs, device, shard)
+    the dataset in a DDP job (every rank reads different samples, as DistributedSampler does).
+    ``decode_on_device``: whether ``decode=gpu`` acts, as the burst's plan decided it
+    (``engine.plan``); None: decided here."""
+    stream = _build(workload, knobs, device, shard, decode_on_device)
     if knobs.cache == "cold":  # dropped now (set-up and warm-up read cold) and before the window
         stream.cold_files = drop_dataset_pages(workload, knobs)  # type: ignore[attr-defined]
     return stream
@@ -53,7 +56,11 @@ def drop_before_window(stream: BatchStream) -> None:
 
 
 def _build(
-    workload: Workload, knobs: Knobs, device: torch.device, shard: tuple[int, int] | None
+    workload: Workload,
+    knobs: Knobs,
+    device: torch.device,
+    shard: tuple[int, int] | None,
+    decode_on_device: bool | None,
 ) -> BatchStream:
     if knobs.loader == "synthetic":
         dataset = dataset_for(workload, knobs)
@@ -63,7 +70,11 @@ def _build(
             return build_dali_stream(workload, knobs, device)
         return build_dali_stream(workload, knobs, device, shard=shard)
     dataset = workload.dataset()  # once: decode=gpu's check, its stream and the loader read it
-    if knobs.decode == "gpu" and not decode_no_effect(knobs, device, workload, dataset):
+    if decode_on_device is None:
+        decode_on_device = knobs.decode == "gpu" and not decode_no_effect(
+            knobs, device, workload, dataset
+        )
+    if decode_on_device:
         return build_device_stream(workload, knobs, device, shard, dataset)
     return TorchStream(
         dataset_for(workload, knobs, dataset),
