@@ -55,31 +55,21 @@ from workbench.distributed.jobsecret import (
     receive_secret_shell,
     write_secret_file,
 )
+from workbench.distributed.nodes import (  # what every launcher shares (slurm.py too)
+    NODE_ENV,
+    NODE_INDEX_ENV,
+    RANK_WORKBENCH_VARS,
+    LaunchError,
+    private_names,
+)
 from workbench.distributed.torchrun import stop_process_trees
 
 LAUNCHERS = ("local", "ssh", "slurm")
-NODE_ENV = "WORKBENCH_NODE"
-"""The node's name, as each rank reports it (``local-0``, the ssh host, the SLURM node)."""
-NODE_INDEX_ENV = "WORKBENCH_NODE_INDEX"
-"""Set by the local launcher only: which block of this machine's GPUs the node's ranks take."""
 SSH_CONNECT_TIMEOUT_S = 10
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # never a leading '-': ssh would read an option
 _HOST = re.compile(rf"^(?:{_NAME}@)?{_NAME}(?::[0-9]{{1,5}})?$")
 _FORWARDED_PREFIXES = ("NCCL_", "PYTORCH_", "TORCH_", "GLOO_", "OMP_", "CUDA_")
 _FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-RANK_WORKBENCH_VARS = ("WORKBENCH_HOME", "WORKBENCH_DATA", "WORKBENCH_FORMATS",
-                       "WORKBENCH_DEBUG", "WORKBENCH_COUNT_GRAD_SYNCS",
-                       "WORKBENCH_COMM_FAULT_RANK")  # fmt: skip
-"""The WORKBENCH_* variables a rank reads: its data and caches, debug and test switches."""
-_PRIVATE_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "PGPASS")
-
-
-class LaunchError(RuntimeError):
-    """A node could not be reached, or a command there failed; ``host`` names the node."""
-
-    def __init__(self, host: str, message: str) -> None:
-        super().__init__(f"node {host}: {message}")
-        self.host = host
 
 
 class Launcher(Protocol):
@@ -216,19 +206,6 @@ def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
         if (k.startswith(_FORWARDED_PREFIXES) or k in _FORWARDED_NAMES
             or k in RANK_WORKBENCH_VARS) and not private_names([k])
     }  # fmt: skip
-
-
-def private_names(names: Sequence[str]) -> list[str]:
-    """Of ``names``, those no agent is given: WORKBENCH_* variables ranks do not read (the
-    store's DSN, the class identity, the lab's token) and any name that says it holds a
-    password, a secret or a token (the job's secret travels as a file, never as a value)."""
-    return [n for n in names if _private(n)]
-
-
-def _private(name: str) -> bool:
-    if name.startswith("WORKBENCH_"):
-        return name not in RANK_WORKBENCH_VARS  # the secret file's path is set per launcher
-    return any(word in name.upper() for word in _PRIVATE_WORDS)
 
 
 class LocalLauncher:

@@ -43,12 +43,13 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from workbench.core.allocconf import ENV_VARS as ALLOC_ENV_VARS
 from workbench.core.knobs import Knobs
 from workbench.distributed import allreduce
-from workbench.distributed.launchers import NODE_ENV, NODE_INDEX_ENV
+from workbench.distributed.nodes import NODE_ENV, NODE_INDEX_ENV
 from workbench.distributed.storejob import StoreJob, is_job_url
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
 from workbench.engine import hardware
-from workbench.engine.burst import BurstPlan, BurstProgress, measure_here
+from workbench.engine.burst import measure_here
 from workbench.engine.failures import describe_error, is_oom_error, traceback_text
+from workbench.engine.loop import BurstProgress, LoopControl
 from workbench.engine.sharding import ddp_model, shard_model, shards
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_workload
@@ -229,9 +230,9 @@ def _burst(spec: JobSpec, dev: torch.device, backend: str, events: EventLog) -> 
     wl = resolve_workload(spec.workload, spec.data_dir)
     window = BurstWindow(seconds=spec.seconds, min_steps=spec.min_steps,
                          warmup_steps=spec.warmup_steps)  # fmt: skip
-    plan = BurstPlan(window, threading.Event(), _progress_writer(events, coord.rank),
-                     time.perf_counter, coord)  # fmt: skip
-    result = measure_here(wl, knobs, dev, plan)
+    loop = LoopControl(window, threading.Event(), _progress_writer(events, coord.rank),
+                       time.perf_counter, coord)  # fmt: skip
+    result = measure_here(wl, knobs, dev, loop)  # planned there, as every rank plans
     if result.status != "ok":
         raise RankFailed(result.status, result.error, result.traceback)
     rows = coord.gather({**_rank_row(result, coord.rank, dev), **coord.sync_counts})

@@ -17,7 +17,7 @@ jupyter ...``), which would otherwise leave our step pending forever.
 The job's secret reaches each agent on its stdin (srun hands its stdin to every task): a
 small shell stores it in a private folder of the node and runs the agent
 (``workbench.distributed.jobsecret.agent_shell``). The environment goes whole (modules, PATH)
-less the variables no rank may see (``launchers.private_names``: WORKBENCH_STORE and the
+less the variables no rank may see (``nodes.private_names``: WORKBENCH_STORE and the
 like, anything named as a password, secret or token).
 
 Each agent learns its node's name from ``SLURMD_NODENAME``, which srun sets per task; the
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from workbench.core.errors import InputError
 from workbench.distributed.jobsecret import agent_shell
-from workbench.distributed.launchers import NODE_ENV, LaunchError, private_names
+from workbench.distributed.nodes import NODE_ENV, LaunchError, private_names
 
 __all__ = [
     "SlurmAllocation",
