@@ -74,6 +74,7 @@ def test_two_rank_burst_counts_every_rank_and_keeps_the_env_out_of_this_process(
         r = wb.run_burst("cnn", knobs, data_dir=tiny_data, store=store_path, **FAST)
     assert r.status == "ok", r.error
     assert r.backend == "gloo" and [row["rank"] for row in r.ranks] == [0, 1]
+    assert r.plan["processes"] is True and r.plan["sharding"] == "ddp"  # the ranks' plan
     assert r.samples == sum(row["samples"] for row in r.ranks) == 2 * r.ranks[0]["samples"]
     assert r.samples_per_s == pytest.approx(r.samples / r.measured_s)
     assert r.ranks[0]["steps"] == r.ranks[1]["steps"] >= 3  # the window ends on the same step
@@ -129,6 +130,7 @@ def test_an_fsdp_job_shards_the_model_and_each_rank_holds_half_of_it(tiny_data):
     assert r.grad_mib_per_rank == pytest.approx(whole_mib / 2, rel=0.01)
     assert r.memory_breakdown["params_mib"] == pytest.approx(whole_mib / 2, rel=0.01)
     assert r.no_effect == {} and r.notes == []  # it acted, on blocks of its own
+    assert r.plan["sharding"] == "fsdp"
     assert r.final_loss is not None and r.final_loss == r.final_loss
     assert _no_children_left() == []
 
