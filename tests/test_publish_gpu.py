@@ -459,9 +459,19 @@ def _tx_run(results: Path, stamp: str, device: str, *, eager=210_000.0, default=
     step = {"name": "transformer", "status": "passed", "bursts": bursts,
             "skipped": [{"what": "attention-math", "reason": "would not fit (est 12 s, 3 s of "
                          "the step's 570 s left): --steps transformer runs it"}]}  # fmt: skip
+    return _write_kept(
+        results,
+        stamp,
+        device,
+        step,
+        "bash benchmarks/gpu_session.sh --steps transformer --budget-s 570",
+    )
+
+
+def _write_kept(results: Path, stamp: str, device: str, step: dict, command: str) -> Path:
+    """One kept run of one step, as gpu_session.py writes it, under ``results``."""
     doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": "bash benchmarks/gpu_session.sh --steps transformer --budget-s 570",
-           "git_commit": "abcdef1234", "git_dirty": False,
+           "command": command, "git_commit": "abcdef1234", "git_dirty": False,
            "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
            "device": device, "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
            "steps": [step]}  # fmt: skip
@@ -470,8 +480,13 @@ def _tx_run(results: Path, stamp: str, device: str, *, eager=210_000.0, default=
     return path
 
 
+def _block(text: str, name: str) -> str:
+    """The generated table ``name`` of a page (between its gpu-table markers)."""
+    return text.split(f"<!-- gpu-table: {name} -->\n", 1)[1].split("<!-- /gpu-table")[0]
+
+
 def _tx_block(text: str) -> str:
-    return text.split("<!-- gpu-table: transformer -->\n", 1)[1].split("<!-- /gpu-table")[0]
+    return _block(text, "transformer")
 
 
 def test_the_transformer_block_sets_the_anchor_and_waits_for_the_first_gpu_run(publish):
@@ -641,19 +656,13 @@ def _fidelity_run(results: Path, stamp: str, device: str, *, images=(0.99, 1.01,
                              tokens, 50.0)  # fmt: skip
     step = {"name": "fidelity", "status": "passed", "bursts": [], "skipped": skipped,
             "facts": {"fidelity": {"goal": list(gf.GOAL), "rows": rows}}}  # fmt: skip
-    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": "bash benchmarks/gpu_session.sh --steps fidelity",
-           "git_commit": "abcdef1234", "git_dirty": False,
-           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
-           "device": device, "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
-           "steps": [step]}  # fmt: skip
-    path = results / f"gpu-{stamp}-{device.lower().replace(' ', '-')}.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return _write_kept(
+        results, stamp, device, step, "bash benchmarks/gpu_session.sh --steps fidelity"
+    )
 
 
 def _fidelity_block(text: str) -> str:
-    return text.split("<!-- gpu-table: fidelity -->\n", 1)[1].split("<!-- /gpu-table")[0]
+    return _block(text, "fidelity")
 
 
 def test_the_fidelity_table_waits_for_the_next_gpu_window(publish):
