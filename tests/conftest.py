@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
 # A suite started in the background by a non-interactive shell (`make test &`, nohup) inherits
 # SIGINT ignored, and so would every process it starts: the Ctrl-C tests would fail for the
 # shell's sake. Python's own handler is what a terminal gives; children get the default again.

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import torch
 from blocked_imports import run_with_ui_blocked
-from conftest import IN_CI
+from ci_env import IN_CI
 
 from workbench import Knobs, Workload, run_burst
 from workbench.analysis.advice import data_advice

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI
+from ci_env import IN_CI
 
 from workbench import cli
 from workbench.engine import storage
