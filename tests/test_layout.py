@@ -42,7 +42,10 @@ HEAVY = (
 # CLI's commands share (the dispatcher loads it: no torch for `--version`, `--help`) and
 # ``import workbench``, the production side's ``workbench.config`` (no torch until a method
 # needs it). A command's own module has its imports at its top: only that command loads it.
-LIGHT_PATHS = ("workbench/__init__.py", "workbench/cli/common.py", "workbench/config/")
+# ... and distributed/dispatch.py: a burst in this process must not load a torchrun job's
+# launchers and stores (tests/engine/test_import_cost.py counts the modules).
+LIGHT_PATHS = ("workbench/__init__.py", "workbench/cli/common.py", "workbench/config/",
+               "workbench/distributed/dispatch.py")  # fmt: skip
 # The package's own modules that are heavy to import, allowed inside a function anywhere
 # (with the reason): the sample datasets (PIL, numpy) and the charts (Altair).
 HEAVY_OWN = ("workbench.engine.datasets", "workbench.engine", "workbench.notebook.plots",
