@@ -15,7 +15,9 @@ What the borrowed box allows shapes everything here: about 15 minutes of device 
 - **OUT holds three files, whatever happens**: the kept run (``gpu-<date>-<device>.json``),
   ``summary.txt`` and ``logs.tar.gz`` (every step's log, each cut to its tail so the archive
   stays under ``LOG_ARCHIVE_MAX_BYTES``). Data sets, work folders, snapshots and the steps'
-  own parts live in a scratch folder outside OUT (``--scratch``, else a new temporary one).
+  own parts live in a scratch folder outside OUT (``--scratch``, else ``BOX_SCRATCH`` on a
+  GPU, shared by a window's calls so the data sets are drawn once, or a temporary folder
+  removed at the end of a dry run).
   The session checks OUT against ``OUT_FILES_MAX`` / ``OUT_FILE_MAX_BYTES`` at the end.
 - **Nothing measured is lost.** Each step runs in its own process group; the session reads its
   part every second while it runs and rewrites the kept run (temporary file, then
@@ -392,7 +394,9 @@ def run_session(args: argparse.Namespace) -> int:
     steps = selected_steps(args)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    scratch = _scratch(args.scratch, out_dir)
+    root, owned = _scratch(args.scratch, out_dir, dry)
+    scratch = root / datetime.now(timezone.utc).strftime("run-%Y%m%d-%H%M%S")
+    scratch.mkdir(parents=True, exist_ok=True)
     results = Path(args.results_dir) if args.results_dir else (out_dir if dry else
                                                                gpu_record.RESULTS)  # fmt: skip
     device = gpu_record.device_name()
@@ -409,7 +413,7 @@ def run_session(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.monotonic()
-    extra = ["--workdir", str(scratch / "work")] + (["--seconds", str(args.seconds)]
+    extra = ["--workdir", str(root / "work")] + (["--seconds", str(args.seconds)]
                                                     if args.seconds else [])  # fmt: skip
     extra += ["--lessons", args.lessons] if args.lessons else []
     for step in steps:
@@ -432,13 +436,24 @@ def run_session(args: argparse.Namespace) -> int:
     doc["ended_at"] = gpu_record.utc_now()
     doc["wall_s"] = round(time.monotonic() - started, 1)
     s.save()
-    return _report(s)
+    code = _report(s)
+    if owned:  # a dry run's own temporary folder: nothing in it is kept but through OUT
+        shutil.rmtree(root, ignore_errors=True)
+    return code
 
 
-def _scratch(given: str | None, out_dir: Path) -> Path:
-    """Where the steps' parts, logs and data live: never inside OUT (it would come back, or
-    crowd out what must)."""
-    scratch = Path(given) if given else Path(tempfile.mkdtemp(prefix="wb-gpu-scratch-"))
+BOX_SCRATCH = Path("/tmp/wb-gpu-session")
+"""A GPU run's scratch folder unless ``--scratch`` names one: the same for every call of a
+window, so a later call on the still-warm box reuses the data sets the first drew (12,800
+JPEGs: ~20 s of the box's time); each call's parts and logs go to a ``run-<time>`` folder in it."""
+
+
+def _scratch(given: str | None, out_dir: Path, dry: bool) -> tuple[Path, bool]:
+    """Where the steps' parts, logs and data live, and whether this run made it (then it is
+    removed at the end): never inside OUT (it would come back, or crowd out what must)."""
+    made = not given and dry
+    scratch = Path(given) if given else (Path(tempfile.mkdtemp(prefix="wb-gpu-scratch-"))
+                                         if dry else BOX_SCRATCH)  # fmt: skip
     scratch = scratch.resolve()
     if scratch == out_dir.resolve() or out_dir.resolve() in scratch.parents:
         raise SystemExit(
@@ -446,7 +461,7 @@ def _scratch(given: str | None, out_dir: Path) -> Path:
             f"{OUT_FILES_MAX} files of OUT come back; give a folder outside it"
         )
     scratch.mkdir(parents=True, exist_ok=True)
-    return scratch
+    return scratch, made
 
 
 def _report(s: Session) -> int:
@@ -547,8 +562,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run that call's steps (docs/development.md: the order of a window)",
     )
     ap.add_argument("--results-dir", default=None, help="where the kept run goes")
-    ap.add_argument("--scratch", default=None, help="work folder outside OUT (default: a new "
-                    "temporary folder)")  # fmt: skip
+    ap.add_argument("--scratch", default=None, help="work folder outside OUT (default: "
+                    f"{BOX_SCRATCH} on a GPU, a new temporary folder on a dry run)")  # fmt: skip
     ap.add_argument("--seconds", type=float, default=None, help="each burst's window")
     ap.add_argument("--lessons", default=None, help="the lessons steps' lessons instead of "
                     "their own (numbers, core, optional, all, unmeasured)")  # fmt: skip

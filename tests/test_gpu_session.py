@@ -453,7 +453,10 @@ def test_the_log_archive_keeps_each_logs_tail_under_its_limit(session, tmp_path)
 
 def test_the_scratch_folder_is_never_inside_out(session, tmp_path):
     with pytest.raises(SystemExit, match="is inside OUT"):
-        session._scratch(str(tmp_path / "out" / "work"), tmp_path / "out")
+        session._scratch(str(tmp_path / "out" / "work"), tmp_path / "out", False)
+    root, made = session._scratch(None, tmp_path / "out", True)  # a dry run's own, removed
+    assert made and root.is_dir() and root.name.startswith("wb-gpu-scratch-")
+    assert session._scratch(None, tmp_path / "out", False) == (session.BOX_SCRATCH, False)
 
 
 @pytest.mark.parametrize("argv, said", [
