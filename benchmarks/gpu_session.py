@@ -92,7 +92,6 @@ end, where the failure is."""
 LOG_TAIL_CHARS = 3000
 REHEARSAL_BUDGET_S = 170.0
 """The rehearsal's whole budget: three minutes on a 2-core CPU with the start-up."""
-REHEARSE_FAIL_ENV = "WORKBENCH_REHEARSE_FAIL"
 REHEARSAL_ENV = "WORKBENCH_REHEARSAL"
 FAIL_MODES = ("timeout", "segv")
 BLOCKED_ON_THE_BOX = ("ipywidgets", "altair", "anywidget", "vl_convert", "jupyterlab",
@@ -359,21 +358,23 @@ class Session:
         """Keep a running step's part in the kept run as it grows."""
 
         def keep(part: dict[str, Any]) -> None:
-            rec = {**part, "status": "running", "est_s": step.est_s}
-            steps = self.doc["steps"]
-            if steps and steps[-1].get("name") == step.name and steps[-1]["status"] == "running":
-                steps[-1] = rec
-            else:
-                steps.append(rec)
+            self._replace_running(
+                {**part, "name": step.name, "status": "running", "est_s": step.est_s}
+            )
             self.save()
 
         return keep
 
-    def finish_step(self, rec: dict[str, Any]) -> None:
+    def _replace_running(self, rec: dict[str, Any]) -> None:
+        """Put ``rec`` where its step's running record is, else after the last step."""
         steps = self.doc["steps"]
         if steps and steps[-1].get("name") == rec["name"] and steps[-1]["status"] == "running":
             steps.pop()
         steps.append(rec)
+
+    def finish_step(self, rec: dict[str, Any]) -> None:
+        self._replace_running(rec)
+        steps = self.doc["steps"]
         self.doc["running"] = None
         self.doc["summary"] = gpu_record.summary(steps)
         self.save()
@@ -520,7 +521,7 @@ def rehearse(args: argparse.Namespace, argv: list[str]) -> int:
     folder = Path(tempfile.mkdtemp(prefix="wb-rehearsal-"))
     env = box_conditions_env(folder, dict(os.environ))
     if args.rehearse_fail:
-        env[REHEARSE_FAIL_ENV] = args.rehearse_fail
+        env[gpu_proc.REHEARSE_FAIL_ENV] = args.rehearse_fail
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv], env=env,
                             start_new_session=True)  # fmt: skip
     try:

@@ -20,7 +20,7 @@ and each such part says so with the workbench's own reason instead of a number m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -479,17 +479,19 @@ TORCHTITAN_H100 = ("torchtitan-llama31-8b-h100-bf16", "torchtitan-llama31-8b-h10
 
 def torchtitan_published(refs: Iterable[reference.Reference] | None = None) -> pd.DataFrame:
     """torchtitan's published H100 rows with each one's ratio over its bf16 eager row."""
-    refs = list(reference.load() if refs is None else refs)
-    out = reference.ratios(TORCHTITAN_H100, over=TORCHTITAN_H100[:1], refs=refs)
-    out["hardware"] = [reference.find(i, refs).hardware for i in TORCHTITAN_H100]
-    out["source"] = [reference.find(i, refs).cited() for i in TORCHTITAN_H100]
-    return out
+    return _published_over_first(TORCHTITAN_H100, refs)
 
 
 def fp8_published(refs: Iterable[reference.Reference] | None = None) -> pd.DataFrame:
     """torchao's published float8 rows with each one's ratio over its bf16 row, computed."""
+    return _published_over_first(FP8_PUBLISHED, refs)
+
+
+def _published_over_first(ids: Sequence[str],
+                          refs: Iterable[reference.Reference] | None) -> pd.DataFrame:  # fmt: skip
+    """Published rows ``ids``, each with its ratio over the first, its hardware and source."""
     refs = list(reference.load() if refs is None else refs)
-    out = reference.ratios(FP8_PUBLISHED, over=FP8_PUBLISHED[:1], refs=refs)
-    out["hardware"] = [reference.find(i, refs).hardware for i in FP8_PUBLISHED]
-    out["source"] = [reference.find(i, refs).cited() for i in FP8_PUBLISHED]
+    out = reference.ratios(ids, over=ids[:1], refs=refs)
+    out["hardware"] = [reference.find(i, refs).hardware for i in ids]
+    out["source"] = [reference.find(i, refs).cited() for i in ids]
     return out
