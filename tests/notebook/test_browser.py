@@ -58,7 +58,10 @@ def server(chromium, tiny_data, tmp_path_factory):
     """
     shutil.rmtree(ARTIFACTS, ignore_errors=True)  # no stale pictures from an earlier run
     base = tmp_path_factory.mktemp("jupyterlab")
-    env = {"WORKBENCH_DATA": str(tiny_data), "WORKBENCH_HOME": str(base / "wbhome")}
+    # Run All past the lesson's empty prediction: an explicit, recorded skip (without it the
+    # measuring cell stops the run before its burst, as it does for a learner)
+    env = {"WORKBENCH_DATA": str(tiny_data), "WORKBENCH_HOME": str(base / "wbhome"),
+           "WORKBENCH_PREDICTIONS": "skip"}  # fmt: skip
     notebook = REPO / QUICKSTART
     original = notebook.read_bytes()
     with lab.lab_server(REPO, base, env, log_copy=ARTIFACTS / "jupyter-server.log") as srv:

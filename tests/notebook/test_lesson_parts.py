@@ -1,11 +1,14 @@
 """Lessons run in the ways the guide plans them besides top to bottom: lesson 10's core part
 (cost per run) on its own, as the half day teaches it, and lesson 6 with one rank, as on a
-machine with one GPU (the GPU session runs it so), where it falls back and says why."""
+machine with one GPU (the GPU session runs it so), where it falls back and says why. Each
+plays a learner who predicts (``benchmarks/lesson_predictions.py``): a measuring cell with no
+prediction does not start its burst."""
 
 from pathlib import Path
 
 import nbformat
 import pytest
+from benchmark_modules import load_benchmark
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
@@ -13,7 +16,11 @@ CORE_HEADING = "## 3. Money: cost per run (the core part)"
 ONE_RANK = "ranks = torch.cuda.device_count() if gpu else 2"
 
 
-def _run(nb, tmp_path) -> list:
+rehearsal = load_benchmark("lesson_predictions")
+
+
+def _run(nb, tmp_path, lesson) -> list:
+    nb = rehearsal.with_predictions(nb, lesson)
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
     return [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
@@ -31,7 +38,7 @@ def test_lesson_10s_core_part_runs_after_the_set_up_cell_alone(tiny_data, tmp_pa
     setup = next(c for c in nb.cells if c.cell_type == "code")
     start = next(i for i, c in enumerate(nb.cells) if c.source.startswith(CORE_HEADING))
     nb.cells = [setup, *nb.cells[start:]]
-    assert not _run(nb, tmp_path)
+    assert not _run(nb, tmp_path, "10")
     printed = "\n".join(_text(c) for c in nb.cells)
     assert "start:" in printed and "tuned:" in printed and "per million samples" in printed
 
@@ -42,7 +49,7 @@ def test_lesson_6_with_one_rank_falls_back_and_finishes(tiny_data, tmp_path, mon
     nb = nbformat.read(NOTEBOOKS / "06_distributed_and_nccl.ipynb", as_version=4)
     setup = next(c for c in nb.cells if ONE_RANK in c.source)
     setup.source = setup.source.replace(ONE_RANK, "ranks = 1  # as on a machine with one GPU")
-    assert not _run(nb, tmp_path)
+    assert not _run(nb, tmp_path, "06")
     printed = "\n".join(_text(c) for c in nb.cells)
     assert "one process here (one GPU): no ranks to compare" in printed
     assert "1 rank(s)" in printed and "one rank: nothing crosses a link" in printed

@@ -226,3 +226,43 @@ def test_knob_columns_without_a_knobs_dict_are_read_too():
     ])  # fmt: skip
     effects = board.knob_effect(flat, "precision", "bf16", "default")
     assert effects["ratio"].tolist() == [3.0] and effects["held"].tolist() == ["batch_size=8"]
+
+
+def test_a_reset_starts_the_learners_exercise_over_on_the_board():
+    """gus skipped a burst, guessed late, then reset (``workshop.reset_exercise``) and guessed
+    again: only what came after the reset counts, marked as a reset."""
+    rows = board.answers_frame([
+        _row(1, "gus", "prediction"),
+        _row(2, "gus", "prediction", prediction=1.7, late=True),
+        _row(3, "gus", "reset"),
+        _row(4, "gus", "prediction", prediction=1.2, late=False),
+        _row(5, "hal", "prediction", prediction=2.0, late=False),
+    ])  # fmt: skip
+    firsts = board.first_predictions(rows).set_index("learner")
+    assert firsts.loc["gus", "prediction"] == 1.2 and not firsts.loc["gus", "late"]
+    assert firsts.loc["gus", "reset"] and not firsts.loc["hal", "reset"]
+    just_reset = board.first_predictions(rows[rows["id"] <= 3]).set_index("learner")
+    assert just_reset.loc["gus", "prediction"] is None and just_reset.loc["gus", "reset"]
+
+
+def test_the_summary_groups_seats_by_device_so_a_cpu_never_joins_a_gpus_median():
+    bursts = records_frame([
+        _burst(1, "ann", "gpu1", 900.0), _burst(2, "bob", "gpu2", 880.0),
+        {**_burst(3, "cy", "laptop", 20.0), "device": "cpu", "device_name": "a laptop CPU"},
+    ])  # fmt: skip
+    devices = board.seat_devices(bursts)
+    assert devices == {"ann": "GPU of gpu1", "bob": "GPU of gpu2", "cy": "a laptop CPU"}
+    answers = board.answers_frame([
+        _answer(1, "ann", "03-precision", True, measured=2.0),
+        _answer(2, "bob", "03-precision", True, measured=2.2, host="gpu2"),
+        _answer(3, "cy", "03-precision", True, measured=0.4, host="laptop"),
+        _answer(4, "dee", "03-precision", True, measured=0.5, host="nowhere"),
+    ])  # fmt: skip
+    mixed = board.exercise_summary(answers)
+    assert len(mixed) == 1 and mixed["device"].tolist() == [None]
+    same = {**devices, "bob": "GPU of gpu1"}
+    grouped = board.exercise_summary(answers, same).set_index("device")
+    assert grouped.loc["GPU of gpu1", "measured"] == pytest.approx(2.1)
+    assert grouped.loc["a laptop CPU", "measured"] == pytest.approx(0.4)
+    assert grouped.loc[board.UNKNOWN_DEVICE, "learners"] == 1
+    assert grouped["learners"].sum() == 4

@@ -5,9 +5,10 @@ compute_lesson.py for lesson 11, transformer_lesson.py for lesson 12), on measur
 right answer is known:
 
 - no prediction (None, the notebooks' default), or one handed to the check but never committed
-  before the burst: "make a prediction first", not correct;
-- a right prediction committed after a burst had run without one (copied from the table): late,
-  judged, not correct;
+  before the burst: "make a prediction first", not correct (with None the burst does not even
+  start: ``commit_prediction`` stops the cell);
+- a right prediction committed after a burst had run without one (skipped on purpose,
+  ``workshop.SKIP``, then copied from the table): late, judged, not correct;
 - a wrong first prediction changed to the right one after the burst: shown as an edit, the
   first counts, not correct;
 - the right value copied from the table into ``answer``: a sentence of its own, never the
@@ -198,14 +199,16 @@ def test_no_prediction_is_not_correct_and_says_make_a_prediction_first(case):
     for verdict in (case.check(None, None), case.check(case.right, None)):  # never committed
         assert not verdict.ok and "make a prediction first" in verdict.message
         assert verdict.answered and verdict.exercise == case.exercise
-    commit(case, None)  # the burst ran with the notebook's default
+    with pytest.raises(workshop.PredictionNeeded):  # the notebook's default: no burst starts
+        commit(case, None)
+    commit(case, workshop.SKIP)  # the burst ran without a prediction, on purpose
     after = case.check(case.right, None)
     assert not after.ok and "ran with no prediction committed" in after.message
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.exercise)
 def test_a_right_prediction_committed_after_the_burst_is_late_and_not_correct(case):
-    commit(case, None)  # the burst ran; the learner copies the right value from its table
+    commit(case, workshop.SKIP)  # the burst ran; the learner copies the right value from its table
     commit(case, case.right)
     verdict = case.check(case.right, None)
     assert not verdict.ok and verdict.late is True

@@ -69,7 +69,9 @@ def test_record_answer_refuses_what_is_not_an_answer(tmp_path: Path) -> None:
         record_answer({"exercise": "x", "score": 3}, store=store)
     with pytest.raises(ValueError, match="'ok' must be True, False or None"):
         record_answer({"exercise": "x", "ok": "yes"}, store=store)
-    with pytest.raises(ValueError, match="'kind' must be one of \\['check', 'prediction'\\]"):
+    with pytest.raises(
+        ValueError, match="'kind' must be one of \\['check', 'prediction', 'reset'\\]"
+    ):
         record_answer({"exercise": "x", "kind": "guess"}, store=store)
     with pytest.raises(ValueError, match="'late' must be True, False or None"):
         record_answer({"exercise": "x", "late": "yes"}, store=store)

@@ -24,9 +24,10 @@ _REQUIRED = ("workload", "status")
 _FRONT = ("id", "created_at", "workload", "device", "status", "learner", "host")
 _ANSWER_FIELDS = ("exercise", "ok", "message", "prediction", "measured", "kind", "late",
                   "changed_to")  # fmt: skip
-ANSWER_KINDS = ("check", "prediction")
-"""What an answer row is: a check's verdict, or a prediction committed as a burst started
-(``workshop.commit_prediction``). Rows written before the kinds existed read as "check"."""
+ANSWER_KINDS = ("check", "prediction", "reset")
+"""What an answer row is: a check's verdict, a prediction committed as a burst started
+(``workshop.commit_prediction``), or an exercise started over (``workshop.reset_exercise``).
+Rows written before the kinds existed read as "check"."""
 
 
 def burst_row(record: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -54,7 +54,14 @@ from workbench.workshop.lesson_plans import (
     lesson_workload,
     loader_ceiling_estimate,
 )
-from workbench.workshop.predictions import BOOK, Commit, PredictionBook, standing
+from workbench.workshop.predictions import (
+    BOOK,
+    SKIP,
+    Commit,
+    PredictionBook,
+    PredictionNeeded,
+    standing,
+)
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis
@@ -65,11 +72,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOOK",
+    "SKIP",
     "Check",
     "ClassBoardWarning",
     "Commit",
     "LessonPlan",
     "PredictionBook",
+    "PredictionNeeded",
     "ceilings",
     "check_best",
     "check_comm_peak",
@@ -92,6 +101,7 @@ __all__ = [
     "on_gpu",
     "prediction_note",
     "record",
+    "reset_exercise",
     "run_example",
     "sample_dataset",
     "start",
@@ -228,18 +238,25 @@ def commit_prediction(prediction: Any, *, exercise: str, store: Any = None) -> C
     """Commit ``prediction`` for ``exercise`` as its burst starts: the first line of the cell
     that measures it. Prints one line; returns the first committed prediction (None: none).
 
-    The first prediction is the one the exercise's check judges; one made after a burst of the
-    exercise already ran is late (judged, never counted as correct); a later different value is
-    kept as an edit (``workbench.workshop.predictions``). With ``prediction=None`` the burst runs
-    all the same, and nothing committed after it counts.
+    With no prediction (``None``) and no earlier skip the burst does not start: the cell stops
+    here with one line (:class:`PredictionNeeded`), and nothing is counted, so a Shift-Enter
+    too many never makes the learner's prediction late. ``SKIP`` runs the burst without one, on
+    purpose, and records it (so does ``None`` under ``WORKBENCH_PREDICTIONS=skip``, for an
+    instructor's unattended run). The first prediction is the one the exercise's check judges;
+    one made after a skipped burst is late (judged, never counted as correct); a later
+    different value is kept as an edit (``workbench.workshop.predictions``).
 
     In class mode (or into ``store`` when one is given) the commit goes to the class board at
     once, so the board shows first predictions even when the check is never run; a store that
     is down costs the board that row, never the lesson (as ``record``).
     """
+    if prediction is None and os.environ.get(SKIP_VARIABLE, "").strip().lower() == "skip":
+        prediction = SKIP
     event = BOOK.commit(exercise, prediction)
+    if not event.runs:
+        raise PredictionNeeded(event.line())
     print(event.line())
-    if event.kind in ("none", "first", "edit") and _board_wanted(store):
+    if event.kind in ("skip", "first", "edit") and _board_wanted(store):
         first = event.entry.first
         row = {"exercise": exercise, "ok": None, "message": event.line(), "measured": None,
                "kind": "prediction", "prediction": None if first is None else first.value,
@@ -247,6 +264,33 @@ def commit_prediction(prediction: Any, *, exercise: str, store: Any = None) -> C
                "changed_to": event.value if event.kind == "edit" else None}  # fmt: skip
         _send(row, store, f"your prediction for {exercise}", "the burst", 3)
     return event.entry.first
+
+
+SKIP_VARIABLE = "WORKBENCH_PREDICTIONS"
+"""``WORKBENCH_PREDICTIONS=skip``: every empty prediction counts as an explicit, recorded skip
+(an instructor's unattended run of the lessons; a learner sets ``SKIP`` instead)."""
+
+
+def reset_exercise(exercise: str | None = None, *, store: Any = None) -> str:
+    """Start ``exercise`` over without restarting the kernel (default: the exercise committed
+    most recently): its first prediction, edits, skips and bursts are forgotten, the reset is
+    counted, and the next prediction is marked as made after a reset. Prints and returns one
+    line. In class mode the reset goes to the class store too, and the board starts the
+    exercise over for this learner there."""
+    name = exercise or BOOK.last_exercise()
+    if not name:
+        line = "Nothing to start over: no exercise has a prediction or a burst yet."
+        print(line)
+        return line
+    entry = BOOK.reset(name)
+    line = (f"{name} starts over (reset {entry.resets}): set your prediction, then run its "
+            "measuring cell; the check will say the prediction came after a reset.")  # fmt: skip
+    print(line)
+    if _board_wanted(store):
+        row = {"exercise": name, "ok": None, "message": line, "measured": None, "kind": "reset",
+               "prediction": None, "late": None, "changed_to": None}  # fmt: skip
+        _send(row, store, f"the reset of {name}", "the reset", 3)
+    return line
 
 
 def _board_wanted(store: Any) -> bool:
@@ -404,6 +448,8 @@ def _judge_first(
         ok = judged.ok and not first.late
         if first.late:
             parts.insert(0, stand.late_sentence())
+        elif first.reset:
+            parts.insert(0, stand.reset_sentence())
         if stand.changed:
             parts.append(stand.edit_sentence())
         fields.update(prediction=first.value, late=first.late)

@@ -45,6 +45,10 @@ def correct(summary: pd.DataFrame) -> alt.Chart | alt.LayerChart:
     data = summary.assign(wrong=summary["learners"] - summary["correct"])
     columns = ["exercise", "correct_pct", "learners", "correct", "wrong", "measured"]
     data = data.assign(measured=data["measured"].map(_label))
+    if "device" in data.columns:  # one bar per exercise and device: the seats grouped
+        data = data.assign(exercise=[e if d is None or d != d else f"{e} ({d})"
+                                     for e, d in zip(data["exercise"], data["device"],
+                                                     strict=True)])  # fmt: skip
     return (
         alt.Chart(_data(data, columns), title=alt.TitleParams(title, anchor="start"))
         .mark_bar(color=_GREEN)

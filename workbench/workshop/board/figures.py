@@ -86,13 +86,15 @@ def latest_answers(answers: pd.DataFrame) -> pd.DataFrame:
     return ordered.drop_duplicates(["exercise", "learner"], keep="last").reset_index(drop=True)
 
 
-FIRST_COLUMNS = ["exercise", "learner", "host", "prediction", "late", "edited", "changed_to"]
+FIRST_COLUMNS = ["exercise", "learner", "host", "prediction", "late", "edited", "changed_to",
+                 "reset"]  # fmt: skip
 
 
 def first_predictions(answers: pd.DataFrame) -> pd.DataFrame:
     """Each learner's first prediction per exercise (module docstring): ``exercise, learner,
-    host, prediction`` (None: none committed), ``late``, ``edited`` and ``changed_to`` (the
-    newest value that differs from the first)."""
+    host, prediction`` (None: none committed), ``late``, ``edited``, ``changed_to`` (the
+    newest value that differs from the first) and ``reset`` (the learner started the exercise
+    over, ``workshop.reset_exercise``: only what came after the latest reset counts)."""
     rows = []
     for (exercise, learner), group in answers.groupby(["exercise", "learner"], sort=False):
         ordered = group.sort_values("id", kind="stable").to_dict("records")
@@ -101,24 +103,52 @@ def first_predictions(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def _first(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first prediction of one learner's rows of one exercise (oldest first)."""
+    """The first prediction of one learner's rows of one exercise (oldest first), counted from
+    the latest reset row on: a reset starts the exercise over on the board as in the book."""
+    resets = [i for i, row in enumerate(rows) if row["kind"] == "reset"]
+    host, reset = rows[-1]["host"], bool(resets)
+    rows = rows[resets[-1] + 1 :] if resets else rows
     at = next((i for i, row in enumerate(rows) if not _null(row["prediction"])), None)
     if at is None:
-        return {"host": rows[-1]["host"], "prediction": None, "late": False, "edited": False,
-                "changed_to": None}  # fmt: skip
+        return {"host": host, "prediction": None, "late": False, "edited": False,
+                "changed_to": None, "reset": reset}  # fmt: skip
     first = rows[at]
     before = rows[:at]  # a burst that started with no prediction, before the first one
     late = _true(first["late"]) or any(row["kind"] == "prediction" for row in before)
     later = [value for row in rows[at:] for value in (row["prediction"], row["changed_to"])
              if not _null(value) and not _same(value, first["prediction"])]  # fmt: skip
     return {"host": first["host"], "prediction": _plain(first["prediction"]), "late": late,
-            "edited": bool(later), "changed_to": _plain(later[-1]) if later else None}  # fmt: skip
+            "edited": bool(later), "changed_to": _plain(later[-1]) if later else None,
+            "reset": reset}  # fmt: skip
 
 
-def exercise_summary(answers: pd.DataFrame) -> pd.DataFrame:
-    """One row per exercise, in the order exercises were first answered or predicted.
+def seat_devices(bursts: pd.DataFrame) -> dict[str, str]:
+    """Each learner's device, from their newest burst: the device's name (a GPU, a MIG slice
+    or a CPU), else its kind ("cpu", "cuda:0"). Learners without a burst are not listed."""
+    if bursts.empty or "learner" not in bursts.columns:
+        return {}
+    out: dict[str, str] = {}
+    for row in bursts.sort_values("id", kind="stable").to_dict("records"):
+        name = _clean(row.get("device_name")) or _clean(row.get("device"))
+        if not _null(row.get("learner")) and name:
+            out[str(row["learner"])] = str(name)
+    return out
 
-    Columns: ``exercise``, ``answers`` (all checks run), ``learners`` (who ran a check),
+
+UNKNOWN_DEVICE = "device not known yet"
+"""A seat's group on the board before it has run a burst."""
+
+
+def exercise_summary(
+    answers: pd.DataFrame, devices: Mapping[str, str] | None = None
+) -> pd.DataFrame:
+    """One row per exercise, in the order exercises were first answered or predicted; with
+    ``devices`` (learner -> device, :func:`seat_devices`), one row per exercise and device, so
+    that a CPU seat's measurement never sits in a GPU seat's median (each machine measured its
+    own right answer: a room's median over both means neither).
+
+    Columns: ``exercise``, ``device`` (None when not grouped), ``answers`` (all checks run),
+    ``learners`` (who ran a check),
     ``correct`` and ``correct_pct`` (latest verdicts), ``measured`` (median of numbers, else the
     most common value), ``measured_min``/``measured_max`` and ``spread_pct`` (range over median,
     numbers only), ``predicted`` (learners with a first prediction), ``late`` and ``edited``
@@ -126,23 +156,42 @@ def exercise_summary(answers: pd.DataFrame) -> pd.DataFrame:
     most common of the first predictions made in time) and ``close_pct`` (share of those close
     to the learner's own measurement, where the learner has one). Unknown figures are None.
     """
-    columns = ["exercise", "answers", "learners", "correct", "correct_pct", "measured",
+    columns = ["exercise", "device", "answers", "learners", "correct", "correct_pct", "measured",
                "measured_min", "measured_max", "spread_pct", "predicted", "late", "edited",
                "prediction", "close_pct"]  # fmt: skip
     latest = latest_answers(answers)
     firsts = first_predictions(answers)
     checks = answers[answers["kind"] == "check"]
+
     rows = []
-    for exercise in pd.unique(answers["exercise"]):
-        mine = latest[latest["exercise"] == exercise]
-        guesses = firsts[firsts["exercise"] == exercise]
-        rows.append({"exercise": exercise,
-                     "answers": int((checks["exercise"] == exercise).sum()),
+    groups = pd.DataFrame({"exercise": answers["exercise"], "device": _seats(answers, devices)})
+    for exercise, device in groups.drop_duplicates().itertuples(index=False):
+        mine = latest[_group(latest, exercise, device, devices)]
+        guesses = firsts[_group(firsts, exercise, device, devices)]
+        rows.append({"exercise": exercise, "device": device,
+                     "answers": int(_group(checks, exercise, device, devices).sum()),
                      "learners": len(mine), "correct": int(mine["ok"].sum()),
                      "correct_pct": _pct(int(mine["ok"].sum()), len(mine)),
                      **_measured(list(mine["measured"])),
                      **_predictions(guesses, mine)})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def _seats(frame: pd.DataFrame, devices: Mapping[str, str] | None) -> pd.Series:
+    """Each row's seat device (None for every row when the board does not group by device)."""
+    if devices is None:
+        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+    return frame["learner"].map(lambda who: devices.get(str(who), UNKNOWN_DEVICE))
+
+
+def _group(
+    frame: pd.DataFrame, exercise: Any, device: Any, devices: Mapping[str, str] | None
+) -> pd.Series:
+    """The rows of ``frame`` in one exercise and, when grouping, one device."""
+    same = frame["exercise"] == exercise
+    if devices is None:
+        return same
+    return same & _seats(frame, devices).eq(device)
 
 
 def exercise_answers(answers: pd.DataFrame, exercise: str) -> pd.DataFrame:

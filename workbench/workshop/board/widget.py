@@ -57,7 +57,8 @@ def read_board(store: Any, knob: str, new: Any, old: Any) -> BoardView:
     answers = figures.answers_frame(store.answers())
     bursts = store.frame()
     effects = figures.knob_effect(bursts, knob, new, old)
-    return BoardView(answers=answers, summary=figures.exercise_summary(answers),
+    devices = figures.seat_devices(bursts)  # a CPU seat's figures never join a GPU seat's
+    return BoardView(answers=answers, summary=figures.exercise_summary(answers, devices),
                      best=figures.best_configs(bursts), effects=effects,
                      spread=figures.effect_spread(effects), bursts=len(bursts),
                      read_at=time.strftime("%H:%M:%S"))  # fmt: skip
@@ -208,7 +209,7 @@ class _BoardWidgets:
                                   "prediction(s) committed")  # fmt: skip
         self.answers.value = _table(view.summary, _SUMMARY, "no answers yet")
         self.charts["correct"].chart = board_charts.correct(view.summary)
-        exercises = list(view.summary["exercise"])
+        exercises = list(pd.unique(view.summary["exercise"]))
         keep = self.exercise.value if self.exercise.value in exercises else None
         self.exercise.options = exercises
         self.exercise.value = keep or (exercises[-1] if exercises else None)
@@ -231,7 +232,7 @@ class _BoardWidgets:
 
 # -- tables ----------------------------------------------------------------------------------
 
-_SUMMARY = {"exercise": "exercise", "learners": "learners", "correct_pct": "% correct",
+_SUMMARY = {"exercise": "exercise", "device": "seats on", "learners": "learners", "correct_pct": "% correct",
             "measured": "measured (median)", "measured_min": "min", "measured_max": "max",
             "spread_pct": "spread %", "predicted": "predicted", "late": "late",
             "edited": "edited after", "prediction": "first prediction",
