@@ -113,3 +113,36 @@ def test_tune_help_names_the_speedup_fields(capsys):
     for name in ("speedup_low", "drift_pct_per_burst", "speedup_uncertain", "speedup_doubt"):
         assert name in text
     assert "null when it finished fewer than two runs" in text and "more than 2x" in text
+
+
+BUSY = {0: [100.0, 45.0, 160.0, 70.0, 130.0, 52.0], 1: [328.0, 120.0, 95.0, 210.0, 140.0, 260.0]}
+"""The busy-machine tune of issue 42, replayed: 3.28x on the pick's first burst, ~50% noise."""
+
+
+def test_an_uncertain_tune_says_so_before_the_path_and_how_to_re_measure(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "t.yaml"
+    code = _scripted_tune(monkeypatch, BUSY, "--budget", "8", "--out", str(out))
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and lines[-1] == f"wrote {out} (marked uncertain in its first lines)"
+    assert lines[-2].startswith("UNCERTAIN: the runs cannot tell the best from the start")
+    assert f"workbench tune --workload tiny --budget 16 --seconds 6 --out {out}" in lines[-2]
+    assert out.read_text().startswith("# UNCERTAIN")
+
+
+def test_an_uncertain_tune_keeps_an_earlier_certain_config_unless_forced(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "t.yaml"
+    steady = {0: [50.0, 51.0, 49.0], 1: [100.0, 98.0, 102.0]}
+    assert _scripted_tune(monkeypatch, steady, "--budget", "8", "--out", str(out)) == 0
+    before = out.read_text()
+    capsys.readouterr()
+    code = _scripted_tune(monkeypatch, BUSY, "--budget", "8", "--out", str(out), "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["out"] is None and "--force" in doc["not_written"]
+    assert out.read_text() == before
+    code = _scripted_tune(monkeypatch, BUSY, "--budget", "8", "--out", str(out), "--force")
+    assert code == 0 and out.read_text().startswith("# UNCERTAIN")
+    assert "not written" not in capsys.readouterr().out

@@ -436,3 +436,32 @@ def test_an_interrupt_inside_fit_on_the_main_thread_stays_a_keyboard_interrupt(m
         run_burst(Workload.from_lightning(Interrupted, PointsData), Knobs(batch_size=16), **FAST)
     assert type(caught.value) is KeyboardInterrupt  # not SystemExit
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+def test_a_saved_config_names_no_loss_or_optimizer_the_module_did_not_use(tmp_path, capsys):
+    """Its training_step and configure_optimizers trained: the file and `workbench show` give
+    the Trainer line with the precision, and no warning about an optimizer it never saved."""
+    from workbench.cli import main
+    from workbench.config.saved import ConfigError, load_config, save_config
+
+    path = tmp_path / "lit.yaml"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wl = Workload.from_lightning(LitNet, PointsData)
+        save_config(Knobs(precision="bf16", grad_accum=2), path, workload=wl)
+    said = " ".join(str(w.message) for w in caught)
+    assert "optimizer" not in said and "wrap it in a function" not in said
+    assert "no other process can rebuild" in said  # a Workload object: the CLI cannot rerun it
+    text = path.read_text()
+    assert "default_loss" not in text and "\ntraining:" not in text and "cfg.loss()" not in text
+    assert "lightning.Trainer(**cfg.lightning_trainer_kwargs())" in text.split("\n\n")[0]
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "trainer = lightning.Trainer(**cfg.lightning_trainer_kwargs())" in out
+    assert "precision='bf16-mixed'" in out and "accumulate_grad_batches=2" in out
+    assert "cfg.loss()" not in out and "no other process can rebuild it" in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(path)
+    with pytest.raises(ConfigError, match="its module's own training_step and configure_opt"):
+        cfg.loss()

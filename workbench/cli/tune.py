@@ -19,6 +19,7 @@ from workbench.cli.common import (
     json_doc,
     parse_values,
 )
+from workbench.config.marks import OverwriteRefused, remeasure
 from workbench.config.saved import collate_fn_name, save_config
 from workbench.core.errors import KnobError
 from workbench.core.knobs import Knobs
@@ -49,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, default=16, help="most bursts to run (default 16)")
     p.add_argument("--margin", type=float, default=0.1, help="memory share kept free (0-0.9)")
     p.add_argument("--out", required=True, metavar="FILE.yaml", help="the tuned config")
+    p.add_argument(
+        "--force", action="store_true",
+        help="overwrite --out even when it holds a config an earlier tune could tell and this "
+        "tune cannot (speedup_uncertain); refused by default",
+    )  # fmt: skip
     add_run_args(p, seconds=3.0)
     add_money(p, tune=True)
 
@@ -74,15 +80,39 @@ def run(args: argparse.Namespace) -> int:
              price_per_hour=args.price_per_hour, epoch_samples=args.epoch_samples,
              hours_per_month=args.hours_per_month)  # fmt: skip
     # the median claimed, and the collate function every burst batched with
-    saved = t.best_result is not None
-    written = save_config(t, out, collate_fn=wl.collate_fn) if saved else None
+    written, refused = None, None
+    if t.best_result is not None:
+        try:
+            written = save_config(t, out, collate_fn=wl.collate_fn, force=args.force)
+        except OverwriteRefused as exc:  # the tune's result is still printed below
+            refused = str(exc)
     if args.json:
-        print(json_doc({**t.to_dict(), "out": str(written) if written else None}, args))
+        print(json_doc({**t.to_dict(), "out": str(written) if written else None,
+                        **({"not_written": refused} if refused else {})}, args))  # fmt: skip
     else:
-        print(t.summary() + (f"\nwrote {written}" if written else "\nnothing written"))
+        print(t.summary())
+        spec = args.workload or default_workload_name(dev.type)
+        print(_outcome(t, written, refused, spec, out))
     if t.stopped == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if written else EXIT_FAILED
+
+
+def _outcome(t: Any, written: Any, refused: str | None, workload: str, out: Any) -> str:
+    """The lines after the summary: an uncertain tune says so, and how to re-measure, before
+    the path it wrote (or why it wrote none)."""
+    lines = []
+    if t.speedup_uncertain and (written or refused):
+        again = remeasure({"tune": {"bursts": len(t.bursts)}, "workload": workload}, str(out))
+        lines.append(f"UNCERTAIN: the runs cannot tell the best from the start; {again}")
+    if refused:
+        lines.append(f"not written: {refused}")
+    elif written:
+        marked = " (marked uncertain in its first lines)" if t.speedup_uncertain else ""
+        lines.append(f"wrote {written}{marked}")
+    else:
+        lines.append("nothing written")
+    return "\n".join(lines)
 
 
 def _parse_space(items: Sequence[str]) -> dict[str, list[Any]] | None:

@@ -19,7 +19,7 @@ from typing import Any
 from workbench.config.yaml_text import ConfigError, check_keys
 
 KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune", "cost",
-        "ambient_env")  # fmt: skip
+        "ambient_env", "trainer", "workload_importable")  # fmt: skip
 COST_KEYS = ("price_per_hour", "per_million_samples", "idle_share_pct", "epoch_samples",
              "per_epoch")  # fmt: skip
 """The price the knobs were judged at and what it made of the measurement (``workbench.core.cost``);
@@ -182,7 +182,28 @@ def normalize(data: Any, path: str | Path | None) -> dict[str, Any]:
         "tune": _tune(data.get("tune"), path),
         **_read_cost(data.get("cost"), path),
         **_read_ambient(data.get("ambient_env"), path),
+        **_read_workload_marks(data, path),
     }
+
+
+def _read_workload_marks(data: Mapping[str, Any], path: str | Path | None) -> dict[str, Any]:
+    """``trainer`` (``lightning``: the module's training_step and configure_optimizers
+    trained, not a loss and an optimizer of the file's) and ``workload_importable`` (false:
+    ``workload`` is a Workload object's display name, which no other process can rebuild);
+    present only when so."""
+    out: dict[str, Any] = {}
+    if data.get("trainer") is not None:
+        trainer = _text(data.get("trainer"), "provenance.trainer", path)
+        if trainer != "lightning":
+            raise ConfigError(path, "provenance.trainer", f"{trainer!r} is not allowed: lightning")
+        out["trainer"] = trainer
+    importable = data.get("workload_importable")
+    if importable is not None:
+        if importable is not False:
+            problem = f"{importable!r} is not allowed: false (left out when it is importable)"
+            raise ConfigError(path, "provenance.workload_importable", problem)
+        out["workload_importable"] = False
+    return out
 
 
 def _read_ambient(data: Any, path: str | Path | None) -> dict[str, Any]:

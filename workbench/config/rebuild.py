@@ -26,7 +26,7 @@ from workbench.config.names import (
 from workbench.config.tuned_config import TRAINING_KEYS, TunedConfig
 from workbench.config.yaml_text import ConfigError, check_keys
 
-__all__ = ["read_training", "source_of", "with_source"]
+__all__ = ["read_training", "source_of", "unrebuildable", "with_source"]
 
 
 def source_of(obj: Any, workload: Any) -> dict[str, str | None] | None:
@@ -37,8 +37,7 @@ def source_of(obj: Any, workload: Any) -> dict[str, str | None] | None:
         from workbench.engine.workloads import resolve_workload, source_names
 
         wl = resolve_workload(workload)
-        names = source_names(wl)
-        return {**names, "workload": names["workload"] or wl.name}
+        return {**source_names(wl), "display": wl.name}
     result = getattr(obj, "best_result", obj)
     source = getattr(result, "workload_source", None)
     return dict(source) if isinstance(source, Mapping) else None
@@ -65,8 +64,24 @@ def with_source(
         training[key], note = _training_name(source.get(key), f"training.{key}")
         notes += [note] if note else []
     prov = dict(cfg.provenance)
-    prov["workload"] = source.get("workload") or prov.get("workload")
+    prov["workload"] = source.get("workload") or source.get("display") or prov.get("workload")
+    if source.get("workload") is None and prov["workload"]:
+        prov["workload_importable"] = False
+        notes.append(unrebuildable(prov["workload"]))
+    if source.get("trainer") == "lightning":  # its training_step and configure_optimizers
+        prov["trainer"], training = "lightning", None
     return replace(cfg, collate_fn=collate, training=training, provenance=prov), notes
+
+
+def unrebuildable(name: str) -> str:
+    """Why ``provenance.workload`` cannot be run again by name, and the fix."""
+    return (
+        f"provenance.workload: {name!r} names a workload no other process can rebuild (a "
+        "Workload object, or a name registered in this process only): `workbench burst/tune "
+        "--workload` cannot run it again. Define a function returning the Workload at the top "
+        "level of a module and pass 'module:function' (or save_config(..., "
+        "workload=that_function))"
+    )
 
 
 def _training_name(spelled: str | None, key: str) -> tuple[str | None, str | None]:

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from workbench.config import provenance
+from workbench.config import marks, provenance
 from workbench.config.comm_suggestions import check_comm
 from workbench.config.names import checked_name, saved_name
 from workbench.config.nccl_suggestions import check_suggestions, from_comm
@@ -88,6 +88,7 @@ def save_config(
     collate_fn: Callable[..., Any] | str | None = None,
     comm: Mapping[str, Any] | None = None,
     workload: Any = None,
+    force: bool = False,
 ) -> Path:
     """Write Knobs, a BurstResult (with what it measured), a TuneResult (the median of its
     best config's runs and the speed-up with its interval, ``provenance.from_tune``) or a
@@ -116,6 +117,10 @@ def save_config(
     never saved among the variables applied: a knob ``nccl={...}`` of that kind (it acted in the
     bursts) and a comm sweep's winner over one go to ``suggestions.nccl`` with their figures,
     and a ConfigWarning says which moved.
+
+    A TuneResult whose runs could not tell its pick from the start (``speedup_uncertain``) is
+    saved marked so in the file's first lines, and never over a config an earlier tune could
+    tell (ConfigError; ``force=True`` overwrites it).
     """
     target = Path(path).expanduser()
     given = _given_knobs(knobs_or_result)
@@ -129,11 +134,24 @@ def save_config(
         cfg = replace(cfg, nccl_suggestions={**cfg.nccl_suggestions, **swept})
     moved = sorted(n for n in (given.nccl if given else {}) if nccl.is_debug_only(n))
     notes += [_moved_note("knobs.nccl", moved, "saved")] if moved else []
+    if not force:
+        marks.refuse_uncertain_over_certain(cfg.provenance, target, _earlier_provenance(target))
     text = config_text(cfg)
     _, checked = _parse(load_text(text, target), target)
     _warn(target, notes + checked)
     write_text(target, text)
     return target
+
+
+def _earlier_provenance(target: Path) -> dict[str, Any] | None:
+    """The provenance of the config already at ``target``; None when there is none or it does
+    not load (nothing there worth keeping from an overwrite)."""
+    if not target.is_file():
+        return None
+    try:
+        return dict(_parse(read_yaml(target), target)[0].provenance)
+    except Exception:  # not a config of ours, or a broken one: save_config overwrites it
+        return None
 
 
 def _given_knobs(obj: Any) -> Knobs | None:
@@ -486,6 +504,8 @@ workbench tuned config. In a training script:
 `workbench show FILE` checks this file and prints the lines to paste.
 The knobs are the source of truth: env's NCCL_* part, dataloader and launch are copies written
 from them, and loading checks that they agree. Change a knob, not its copy."""
+_TRAINING_LINE = "loss_fn = cfg.loss(); optimizer = cfg.optimizer(model.parameters())"
+"""The header's line a Lightning workload's file replaces (``marks.LIGHTNING_LINE``)."""
 
 _NOTES = {
     "knobs": "The tuned knobs (workbench.Knobs; wb.knob_specs() describes each). A knob left "
@@ -530,8 +550,13 @@ _NOT_MEASURED = (
 
 
 def config_text(cfg: TunedConfig) -> str:
-    """The file's text: a pure function of the config (same config, same bytes)."""
-    return render(_HEADER, _sections(cfg))
+    """The file's text: a pure function of the config (same config, same bytes). A tune that
+    could not tell its pick from the start says so in the first lines (``marks``); a Lightning
+    workload's file shows the Trainer line in place of the loss and optimizer it did not use."""
+    header = _HEADER
+    if cfg.provenance.get("trainer") == "lightning":
+        header = header.replace(_TRAINING_LINE, marks.LIGHTNING_LINE)
+    return render(marks.uncertain_header(cfg.provenance) + header, _sections(cfg))
 
 
 def _sections(cfg: TunedConfig) -> list[Section]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from workbench.config import changes as _changes
 from workbench.config import device_decode, provenance
+from workbench.config import marks as _marks
 from workbench.config import nccl_suggestions as _suggestions
 from workbench.config.changes import Change
 from workbench.config.comm_suggestions import describe_comm
@@ -407,6 +408,11 @@ class TunedConfig:
         return import_named(saved, key, self.path)
 
     def _why_not_saved(self, name: str) -> str:
+        if self.provenance.get("trainer") == "lightning":
+            return (f"a Lightning workload trained with its module's own training_step and "
+                    f"configure_optimizers, not a {name} of the file's: "
+                    f"lightning.Trainer(**cfg.lightning_trainer_kwargs()).fit(module, "
+                    f"datamodule)")  # fmt: skip
         if self.training is None:
             return (f"this config was saved without its workload (Knobs alone, or a file from "
                     f"before schema 3); save_config(result, path) or save_config(knobs, path, "
@@ -659,6 +665,8 @@ class TunedConfig:
         return "\n".join(
             [
                 f"# {self.path or 'config'}: {provenance.summary(self.provenance)}",
+                *_marks.uncertain_lines(self.provenance),
+                *self._workload_lines(),
                 "# environment of the training processes (export before launching)",
                 *(exports or ["# (nothing to export)"]),
                 "# what cfg.apply() changes in a fresh process (PyTorch's defaults, no variable "
@@ -697,7 +705,10 @@ class TunedConfig:
         return list(_DECODE_LINES)
 
     def _training_lines(self) -> list[str]:
-        """The workload's training functions by name, where the file has them."""
+        """The workload's training functions by name, where the file has them; for a Lightning
+        workload the Trainer line (its module's own training_step and optimizers trained)."""
+        if self.provenance.get("trainer") == "lightning":
+            return self._lightning_lines()
         if self.training is None:
             return []
         calls = {"loss": "loss_fn = cfg.loss()", "optimizer": "optimizer = cfg.optimizer(params)"}
@@ -708,6 +719,33 @@ class TunedConfig:
             lines.append(f"{calls[name]}  # {saved}" if saved else
                          f"# {name}: not saved (no importable name): pass your own")  # fmt: skip
         return lines
+
+    def _lightning_lines(self) -> list[str]:
+        """The Trainer line with what ``lightning_trainer_kwargs`` gives (its strategy named,
+        not built: show imports no lightning)."""
+        k = self.knobs
+        words = [f"precision={_LIGHTNING_PRECISION.get(k.precision, '32-true')!r}",
+                 f"accumulate_grad_batches={k.grad_accum}", f"benchmark={k.cudnn_benchmark}",
+                 f"devices={k.world_size // k.nodes}", f"num_nodes={k.nodes}"]  # fmt: skip
+        if k.world_size > 1:
+            words.append("strategy=" + ("ModelParallelStrategy" if k.sharding == "fsdp"
+                                        else "DDPStrategy(**cfg.ddp_kwargs())"))  # fmt: skip
+        workload = self.provenance.get("workload")
+        return [f"# a Lightning workload{f' ({workload})' if workload else ''}: its own "
+                "training_step and configure_optimizers trained (no loss or optimizer saved)",
+                "trainer = lightning.Trainer(**cfg.lightning_trainer_kwargs())",
+                f"#   = Trainer({', '.join(words)})",
+                "# the DataModule's train_dataloader: cfg.dataloader(self.train_set, "
+                "shuffle=True)"]  # fmt: skip
+
+    def _workload_lines(self) -> list[str]:
+        """Where the file names a Workload object no other process can rebuild, it says so."""
+        if self.provenance.get("workload_importable") is not False:
+            return []
+        name = self.provenance.get("workload")
+        return [f"# workload {name!r}: no other process can rebuild it by this name (a "
+                "Workload object's, or registered in one process only); `workbench burst/tune "
+                "--workload` needs a module:function returning it"]  # fmt: skip
 
     def _attention_lines(self) -> list[str]:
         """How the tuned attention kernel is kept in production, where one was chosen."""

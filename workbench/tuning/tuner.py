@@ -53,6 +53,10 @@ rules in ``noise.py``):
    every contender *close* to the leader (within ``tune_noise.Z_CLOSE`` standard
    errors, the top ``MAX_CONTENDERS``) are measured again until each has
    ``tune_noise.runs_needed(noise)`` runs; the winner is the highest *median*.
+   When the runs still cannot tell the winner from the start (step 6's ``speedup_uncertain``)
+   and budget is left, more interleaved passes over the start and the two leaders follow
+   (``settle``, up to ``SETTLE_RUNS`` each); a tune that still cannot tell says so, and its
+   saved config is marked uncertain in its first lines (``workbench.config.saved``).
 5. **The speed-up with its interval**: the winner's median over the start's, with a 95%
    interval from the pooled noise (``tune_noise.ratio_interval``); when it holds 1 the
    summary says the runs cannot separate them.
@@ -124,6 +128,9 @@ MAX_MARGIN = 0.9
 START_RUNS = 2
 """Runs of the start the confirmation gives before the contenders' own (the speed-up's
 denominator: one run has no spread to show)."""
+SETTLE_RUNS = 2 * tune_noise.MAX_RUNS
+"""Most runs of the start and of each leader when the confirmed runs still cannot tell them
+apart (``settle``): past it a busy machine is reported uncertain, not outwaited."""
 
 
 def tune(
@@ -233,6 +240,7 @@ def _drive(search: Search, start: Knobs) -> None:
             best = coordinate(search, joint)
         search.reserve, search.knob = (lambda: 0), None
         confirm(search, start, best)
+        settle(search, start)
     except KeyboardInterrupt:
         search.stopped = "interrupted"
 
@@ -289,6 +297,42 @@ def confirm(search: Search, start: Knobs, answer: Knobs | None = None) -> None:
             if search.measure(knobs, stage, again=True) is None:
                 return
         first = False
+
+
+def settle(search: Search, start: Knobs) -> None:
+    """When the confirmed runs still cannot tell the pick from the start
+    (``speedup.judge``), the budget the confirmation left goes to more interleaved passes over
+    the start and the leaders (``RESERVED_CONTENDERS``), until the runs tell, each has
+    ``SETTLE_RUNS``, or the budget ends. A tune that converged early would otherwise save a
+    guess with bursts unspent; one that still cannot tell says so (``speedup_uncertain``)."""
+    while not search.halted:
+        pick = _doubtful_pick(search, start)
+        if pick is None:
+            return
+        leaders = [m.knobs for m in contenders(search, RESERVED_CONTENDERS)]
+        todo = [k for k in dict.fromkeys([start, pick, *leaders])
+                if len(search.runs.get(k, [])) < SETTLE_RUNS]  # fmt: skip
+        if len(todo) < 2 or start not in todo:  # a pass without the start compares nothing
+            return
+        for knobs in todo:
+            stage = "start, again" if knobs == start else "re-measure (uncertain)"
+            if search.measure(knobs, stage, again=True) is None:
+                return
+
+
+def _doubtful_pick(search: Search, start: Knobs) -> Knobs | None:
+    """The tune's pick when the runs cannot tell it from the start (as ``_result`` judges
+    it); None when they can, or when there is no pick other than the start."""
+    found = candidates(search)
+    best = next((c for c in found if c.fits), None)
+    begin = next((c for c in found if c.knobs == start), None)
+    if best is None or begin is None or best.knobs == start:
+        return None
+    if not best.samples_per_s or not begin.samples_per_s:
+        return None
+    speedup = best.samples_per_s / begin.samples_per_s
+    _, _, doubt = judge(search, best.knobs, start, speedup, tune_drift(search, start, speedup))
+    return best.knobs if doubt else None
 
 
 def _start_due(search: Search, start: Knobs, need: int, first: bool, others_due: bool) -> bool:

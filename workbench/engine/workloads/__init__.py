@@ -29,6 +29,7 @@ from workbench.engine.workloads.checks import Shown as _Shown
 from workbench.engine.workloads.checks import WorkloadFieldError, WorkloadWarning
 from workbench.engine.workloads.gpt import gpt, gpt_124m
 from workbench.engine.workloads.hf import hf_causal_lm, hf_gpt2  # imports no transformers
+from workbench.engine.workloads.lightning import is_lightning  # imports no lightning
 from workbench.engine.workloads.vision import cnn, resnet50
 
 WorkloadFactory = Callable[..., Workload]
@@ -250,13 +251,20 @@ def source_names(workload: Workload) -> dict[str, str | None]:
     object with no name of its own (a partial, an ``nn.Module`` loss), ``<partial object>``,
     for the reader to refuse or leave out with the reason; ``collate_fn`` None is torch's
     default collate. Plain strings: the result stays JSON.
+
+    A workload whose ``step`` hook computes the loss used no ``loss``: None. A Lightning
+    workload also trained with its module's ``configure_optimizers``, not an optimizer a file
+    could name: ``optimizer`` None and ``trainer`` ``"lightning"``, so a saved config says
+    so and names no function that did not train.
     """
-    return {
+    lightning = is_lightning(workload)
+    names = {
         "workload": importable_name(workload),
         "collate_fn": _function_name(workload.collate_fn),
-        "loss": _function_name(workload.loss),
-        "optimizer": _function_name(workload.optimizer),
+        "loss": None if workload.step is not None else _function_name(workload.loss),
+        "optimizer": None if lightning else _function_name(workload.optimizer),
     }
+    return {**names, "trainer": "lightning"} if lightning else names
 
 
 def _function_name(fn: object) -> str | None:
