@@ -25,6 +25,7 @@ _EXPORTS = {
     "run_burst": "workbench.distributed.dispatch",
     "BurstProgress": "workbench.engine.burst",
     "BurstResult": "workbench.core.results",
+    "BurstFailed": "workbench.core.results",
     "Workload": "workbench.engine.workloads",
     "register_workload": "workbench.engine.workloads",
     "workload_names": "workbench.engine.workloads",
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from workbench.analysis.sweeps import sweep
     from workbench.config.saved import TunedConfig, load_config, save_config
     from workbench.core.knobs import KnobError, Knobs, RenamedValueWarning, knob_specs
-    from workbench.core.results import BurstResult
+    from workbench.core.results import BurstFailed, BurstResult
     from workbench.distributed.allreduce import CommResult
     from workbench.distributed.dispatch import run_burst
     from workbench.distributed.jobs import comm_bench
@@ -119,7 +120,7 @@ def __dir__() -> list[str]:
 
 __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "Knobs", "KnobError", "RenamedValueWarning", "knob_specs", "run_burst", "BurstProgress",
-    "BurstResult",
+    "BurstResult", "BurstFailed",
     "Workload", "register_workload", "workload_names", "hf_causal_lm", "HistoryStore",
     "open_store",
     "retry_pending", "DataError", "build_datasets", "ensure_datasets", "history", "Bench",

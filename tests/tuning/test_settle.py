@@ -42,7 +42,7 @@ def test_the_busy_tune_re_measures_the_leaders_interleaved_then_still_says_uncer
     assert order.count(0) == order.count(1) == SETTLE_RUNS  # stopped by the cap, not the budget
     assert len(t.bursts) == 2 * SETTLE_RUNS < 30 and t.stopped == "converged"
     tail = order[8:]  # after the confirmation: start and pick take turns
-    assert all(a != b for a, b in zip(tail[::2], tail[1::2]))
+    assert all(a != b for a, b in zip(tail[::2], tail[1::2], strict=True))
 
 
 def test_without_budget_left_nothing_more_runs():

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import re
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -491,6 +492,24 @@ def unknown_knob(name: str, value: Any) -> KnobError:
     return KnobError(name, value, f"unknown knob{hint}; known: {_known()}")
 
 
+def not_an_argument(
+    function: str, name: str, given: Mapping[str, Any], arguments: Sequence[str]
+) -> UnknownKnob:
+    """The refusal of ``function(..., name=...)`` where ``name`` is no argument: a knob (or a
+    typo of one) goes in ``Knobs(...)``; a typo of an argument names the argument."""
+    value = given[name]
+    knob = name if name in SPECS else _closest_name(name)
+    if knob is not None and not _NCCL_NAME.match(knob):
+        meant = "" if knob == name else f" (did you mean {knob}?)"
+        allowed = (f"{function} takes no knob by keyword{meant}: knobs go in Knobs, "
+                   f"{function}(workload, wb.Knobs({knob}={value!r}))")  # fmt: skip
+        return UnknownKnob(name, value, allowed)
+    close = difflib.get_close_matches(name, arguments, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return UnknownKnob(name, value, f"no argument of {function}: {hint}its arguments are "
+                                    f"{', '.join(arguments)}")  # fmt: skip
+
+
 def _closest_name(name: str) -> str | None:
     """The knob name a typo most likely meant; an NCCL variable typed in lower case is read
     in upper case (``nccl_algo`` -> NCCL_ALGO), as NCCL spells it."""
@@ -698,10 +717,31 @@ DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
 """The knobs DistributedDataParallel takes as arguments (the burst's and a saved config's)."""
 
 
-def needs_processes(knobs: Knobs, device_type: str) -> bool:
-    """True when a burst with these knobs must run as a torchrun job: several ranks or nodes, NCCL
-    variables that only a fresh NCCL communicator reads, or allocator settings that CUDA reads
-    once at start-up (a CPU has neither NCCL nor the CUDA allocator: one process will do, and
-    the knobs are reported as having no effect)."""
-    fresh_only = bool(knobs.nccl) or bool(knobs.alloc_conf)
-    return knobs.world_size > 1 or knobs.nodes > 1 or (fresh_only and device_type == "cuda")
+class UnknownKnob(KnobError, TypeError):
+    """A keyword that is no knob (``Knobs(batchsize=64)``): a KnobError with the nearest real
+    name, and still the TypeError Python gives for an unexpected keyword."""
+
+
+def _refuse_unknown_keywords(init: Any) -> Any:
+    """``Knobs(...)``'s generated ``__init__``, refusing a keyword that is no knob by name
+    with "did you mean ...?" (Python's own message names neither the fix nor the knobs)."""
+
+    @functools.wraps(init)
+    def checked(self: Knobs, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs:
+            if name in SPECS:
+                continue
+            if _NCCL_NAME.match(name):
+                nccl = f"an NCCL variable: Knobs(nccl={{{name!r}: {str(kwargs[name])!r}}})"
+                raise UnknownKnob(name, kwargs[name], nccl)
+            raise UnknownKnob(name, kwargs[name], unknown_knob(name, kwargs[name]).allowed or "")
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+Knobs.__init__ = _refuse_unknown_keywords(Knobs.__init__)  # type: ignore[method-assign]
+
+DEFAULTS = Knobs()
+"""Every knob at its default, built once: "did this knob move?" is ``getattr(knobs, name) !=
+getattr(DEFAULTS, name)``, with no new Knobs (and its checks) made per question."""

@@ -83,6 +83,36 @@ class Outcome:
         return self.status == "ok"
 
 
+NOISY_MEANING = (
+    "step times spread more than 10% of their median (IQR/median): one reading of this "
+    "config is loose; compare configs over repeated bursts (a tune does)"
+)
+"""What ``noisy`` means, said once where it is shown (a summary, under a table)."""
+
+
+class BurstFailed(RuntimeError):
+    """A burst that did not end ok (``oom``, ``error``, ``cancelled``), raised by
+    ``BurstResult.raise_for_status`` (or ``run_burst(..., check=True)``) for scripts that
+    want an exception; the message is the burst's error, ``result`` the whole result, and the
+    burst's own traceback (its ``traceback`` field) is kept in ``burst_traceback``."""
+
+    def __init__(self, result: BurstResult) -> None:
+        self.result, self.status = result, result.status
+        self.burst_traceback = result.traceback
+        where = f" (knobs: {result.knobs!r})" if result.knobs.changes() else ""
+        told = f"{result.workload} burst {result.status}{where}: {result.error}"
+        if result.traceback:
+            told += "\nthe burst's traceback (its end):\n" + result.traceback.rstrip()
+        super().__init__(told)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable (a job's ranks): Knobs are not
+        return (_failed_from_dict, (self.result.to_dict(),))
+
+
+def _failed_from_dict(data: dict[str, Any]) -> BurstFailed:
+    return BurstFailed(BurstResult.from_dict(data))
+
+
 @dataclass(kw_only=True, slots=True)
 class BurstResult(Outcome):
     """One burst: the contract's fields first, then what users need beside them."""
@@ -303,6 +333,14 @@ class BurstResult(Outcome):
     def _knob_error(self) -> re.Match[str] | None:
         return KNOB_ERROR.match(self.error or "") if self.status == "error" else None
 
+    def raise_for_status(self) -> BurstResult:
+        """This result when the burst ended ok; else raise :class:`BurstFailed` with its
+        error (a failed burst is a result, not an exception, until a script asks):
+        ``r = wb.run_burst("cnn", k).raise_for_status()``."""
+        if self.status != "ok":
+            raise BurstFailed(self)
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; non-finite floats become None."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -344,7 +382,8 @@ class BurstResult(Outcome):
         if self.samples_from not in (None, "all tensors"):
             parts.append(f"samples counted by {self.samples_from}")
         if self.noisy:
-            parts.append("NOISY")
+            spread_pct = 100 * (self.step_ms_iqr or 0) / (self.step_ms_p50 or 1)
+            parts.append(f"NOISY ({spread_pct:.0f}%: {NOISY_MEANING})")
         line = ", ".join(parts)
         if self.suspect:
             line += "\nSUSPECT (do not trust these numbers): " + "; ".join(self.suspect)

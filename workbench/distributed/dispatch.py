@@ -14,11 +14,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from workbench.core import cost
-from workbench.core.knobs import Knobs
+from workbench.core.knobs import Knobs, not_an_argument
 from workbench.core.results import BurstResult
 from workbench.engine import hardware
 from workbench.engine.burst import finish, run_in_process, superseded
@@ -50,8 +51,15 @@ def run_burst(
     epoch_samples: float | None = None,
     launcher: str | None = None,
     hosts: Sequence[str] | str | None = None,
+    check: bool = False,
+    **misspelt: Any,
 ) -> BurstResult:
     """Run one measured training burst and return (and record) its BurstResult.
+
+    A burst that fails (``oom``, ``error``) is a result, not an exception; ``check=True``
+    raises it (``BurstResult.raise_for_status``: ``BurstFailed`` with the burst's error). A
+    keyword that is no argument (``batchsize=64``) is refused naming the nearest one, a knob
+    among them (knobs go in ``Knobs(...)``).
 
     ``workload``: a built-in name (``cnn``, ``resnet50``, ``gpt``), a Workload, or a factory;
     None picks ``cnn`` on a CPU and ``resnet50`` on a GPU. The window: ``window`` (a
@@ -71,6 +79,29 @@ def run_burst(
     ``slurm``; None: slurm inside an allocation, ssh with ``hosts``, else local) starts one
     torchrun agent per node, ``hosts`` (ssh) names them.
     """
+    if misspelt:
+        raise not_an_argument("run_burst", next(iter(misspelt)), misspelt, _ARGUMENTS)
+    result = _dispatch(workload, knobs, window, seconds, min_steps, warmup_steps, device,
+                       data_dir, record, store, cancel, progress, clock, timeout_s,
+                       price_per_hour, epoch_samples, launcher, hosts)  # fmt: skip
+    return result.raise_for_status() if check else result
+
+
+_ARGUMENTS = ("workload", "knobs", "seconds", "min_steps", "warmup_steps", "window", "device",
+              "data_dir", "record", "store", "cancel", "progress", "clock", "timeout_s",
+              "price_per_hour", "epoch_samples", "launcher", "hosts", "check")  # fmt: skip
+
+
+def _dispatch(
+    workload: WorkloadArg, knobs: Knobs | None, window: BurstWindow | None,
+    seconds: float | None, min_steps: int | None, warmup_steps: int | None,
+    device: str | torch.device | None, data_dir: str | Path | None, record: bool,
+    store: object, cancel: threading.Event | None,
+    progress: Callable[[BurstProgress], None] | None, clock: Clock, timeout_s: float | None,
+    price_per_hour: float | None, epoch_samples: float | None, launcher: str | None,
+    hosts: Sequence[str] | str | None,
+) -> BurstResult:  # fmt: skip
+    """``run_burst``'s body: here or as a torchrun job."""
     win = BurstWindow.of(window, seconds=seconds, min_steps=min_steps, warmup_steps=warmup_steps)
     money = (cost.resolve_price(price_per_hour), cost.check_count(epoch_samples, "epoch_samples"))
     knobs = Knobs() if knobs is None else knobs
