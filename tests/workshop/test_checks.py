@@ -50,10 +50,13 @@ def test_a_sweeps_extra_runs_for_drift_count_for_nothing():
     """The first value's re-measurements (``reference``) read the drift, not the value: a
     slowed machine's last run must not pull the first value's median down."""
     frame = _sweep("num_workers", [(0, 200.0, "ok"), (1, 170.0, "ok"), (0, 120.0, "ok")])
-    assert workshop.check_best(1, frame, "num_workers")  # counted, 0 reads 160: 1 "wins"
+    assert workshop._medians(frame, "num_workers", "samples_per_s")[0] == 160.0  # counted
     frame["reference"] = [False, False, True]
-    assert workshop.check_best(0, frame, "num_workers")
-    assert not workshop.check_best(1, frame, "num_workers")
+    assert workshop._medians(frame, "num_workers", "samples_per_s") == {0: 200.0, 1: 170.0}
+    # and a drift that large (200 -> 120 for the same knobs) is this seat's noise: 0 against
+    # 1 (18% apart) cannot be ranked, so nothing is graded (tests/workshop/test_noise.py)
+    busy = workshop.check_best(0, frame, "num_workers")
+    assert not busy and not busy.answered and "too busy to tell" in busy.message
 
 
 def test_check_best_says_why_it_cannot_read_a_frame_instead_of_raising():

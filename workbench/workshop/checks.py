@@ -15,7 +15,12 @@ when right, with a sentence saying why) and never raises: a measurement that can
 (no successful burst, a knob the sweep did not vary) becomes a verdict that says so.
 
 Bursts are noisy, so "the best value" accepts any value within ``tolerance`` of the best
-median: a short burst cannot tell those apart, and the check says so.
+median (or of this seat's noise, when larger): a short burst cannot tell those apart, and the
+check says so. Before grading a ratio or a ranking, a check asks what this seat's noise is
+(``workbench.workshop.noise``: repeats, drift, or what the seat showed earlier); when the
+noise is at least the effect, it says "this machine is too busy to tell" and what to do, and
+grades nothing. A knob that could not act here (``no_effect``) is never graded as a speed-up:
+the right answer is then 1, no change.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 from workbench.history.dsn import scrub
 from workbench.history.store import StoreError, store_url_from_environment
-from workbench.workshop import classroom
+from workbench.workshop import classroom, noise
 from workbench.workshop.lesson_plans import (
     LessonPlan,
     gpu_verdicts,
@@ -622,6 +627,10 @@ def check_best(
     """
     medians = _medians(frame, knob, metric)
     best = max(medians, key=medians.__getitem__)
+    busy = _too_busy(frame, knob, metric, medians, exercise, prediction)
+    if busy is not None:
+        return busy
+    tolerance = _widened(tolerance, frame, knob, metric)
 
     def judge(guess: Any) -> Check:
         fields = {"exercise": exercise, "measured": best}
@@ -634,14 +643,36 @@ def check_best(
                                "sweep", **fields)  # fmt: skip
         if got >= top * (1 - tolerance):
             return Check(True, f"{knob}={value} gave {got:,.1f}, within {tolerance:.0%} of the "
-                               f"best ({knob}={best}: {top:,.1f}); a burst this short cannot "
-                               "tell them apart", **fields)  # fmt: skip
+                               f"best ({knob}={best}: {top:,.1f}); bursts this short on this "
+                               "machine cannot tell them apart", **fields)  # fmt: skip
         return Check(False, f"{knob}={value} gave {got:,.1f} {metric}, but {knob}={best} gave "
                             f"{top:,.1f} ({top / got - 1:.0%} more); compare the {metric} "
                             "column", **fields)  # fmt: skip
 
     question = f"the {knob} value you expect to give the highest {metric}"
     return _judge(judge, answer, prediction, exercise, question)
+
+
+def _too_busy(frame: pd.DataFrame, knob: str, metric: str, medians: Mapping[Any, float],
+              exercise: str, prediction: Any) -> Check | None:  # fmt: skip
+    """Says "too busy to tell" when this seat's noise covers the whole spread between the values
+    (no ranking of them can be read), else None."""
+    low, high = min(medians.values()), max(medians.values())
+    seat = noise.seat_noise(frame, knob, metric)
+    if low <= 0 or len(medians) < 2:
+        return None
+    effect = 100.0 * (high / low - 1)
+    if not seat.hides(effect):
+        return None
+    said = f"the values of {knob} measured {low:,.1f} to {high:,.1f} {metric}"
+    return Check(False, noise.busy_message(seat, effect, said), exercise=exercise,
+                 prediction=prediction, answered=False)  # fmt: skip
+
+
+def _widened(tolerance: float, frame: pd.DataFrame, knob: str, metric: str) -> float:
+    """``tolerance``, or this seat's noise when larger: values within it cannot be ranked."""
+    seat = noise.seat_noise(frame, knob, metric)
+    return max(tolerance, (seat.pct or 0.0) / 100)
 
 
 @_never_raises
@@ -677,11 +708,18 @@ def check_speedup(
     rel_tol: float = 0.1,
     prediction: float | None = None,
     exercise: str = "",
+    limit: float | None = None,
 ) -> Check:
     """Is ``answer`` the ratio ``metric(new) / metric(old)`` of the medians, within ``rel_tol``?
 
     Above 1 means ``new`` is faster, below 1 slower (0.25: four times slower). A prediction
     judged in place of a missing answer gets a wider band (25%): it was made blind.
+
+    Noise first (``workbench.workshop.noise``): when ``new`` could not act here, both bursts
+    ran the same computation and the right answer is 1 (the measured ratio is named as noise);
+    when this seat's noise is at least the ratio's distance from 1, or the ratio passes
+    ``limit`` (the most the knob can give here, e.g. packing's 1 / (1 - padding share)) by
+    more than the noise, nothing is graded: "this machine is too busy to tell".
     """
     medians = _medians(frame, knob, metric)
     for value in (new, old):
@@ -690,6 +728,24 @@ def check_speedup(
     ratio = medians[new] / medians[old]
     words = f"{knob}={new} ran at {ratio:.2f}x the {metric} of {knob}={old}"
     words += f" ({medians[new]:,.1f} vs {medians[old]:,.1f})"
+    why_not = noise.cannot_act(frame, knob, new) or noise.cannot_act(frame, knob, old)
+    if why_not:
+        words = (f"{knob}={new} could not act here ({why_not}), so both bursts ran the same "
+                 f"computation: the measured {ratio:.2f}x is this machine's noise, not a "
+                 "speed-up, and the right answer here is 1 (no change)")  # fmt: skip
+        ratio = 1.0
+    else:
+        seat = noise.seat_noise(frame, knob, metric)
+        effect = noise.effect_pct(ratio)
+        beyond = limit is not None and ratio > limit * (1 + (seat.pct or 0.0) / 100)
+        if seat.hides(effect) or beyond:
+            said = words + (f", above the {limit:.2f}x the most it can give here"
+                            if beyond else "")  # fmt: skip
+            why = (noise.busy_message(seat, effect, said) if not beyond else
+                   f"{noise.BUSY}: {said}, so the bursts measured a disturbance, not the "
+                   f"knob. {noise.WHAT_TO_DO}")  # fmt: skip
+            return Check(False, why, exercise=exercise, prediction=prediction,
+                         answered=False)  # fmt: skip
 
     def judge(guess: Any, tol: float = rel_tol) -> Check:
         fields = {"exercise": exercise, "measured": round(ratio, 3)}
@@ -727,6 +783,10 @@ def check_knee(
     clears it (by more than ``tolerance``): near the bar, noise decides, and both are accepted.
     """
     medians = _medians(frame, knob, metric)
+    busy = _too_busy(frame, knob, metric, medians, exercise, prediction)
+    if busy is not None:
+        return busy
+    tolerance = _widened(tolerance, frame, knob, metric)
     bar = share * max(medians.values())
     ordered = sorted(medians)
     expected = next(v for v in ordered if medians[v] >= bar)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from workbench.engine import hardware
+from workbench.workshop import noise
 from workbench.workshop.checks import Check, _judge_first, _never_raises
 
 if TYPE_CHECKING:
@@ -208,18 +209,31 @@ def check_layout(
     *,
     knob: str = "channels_last",
     tolerance: float = SAME_BAND,
+    gauge: BurstResult | None = None,
 ) -> Check:
     """Is ``prediction`` ("faster", "slower" or "same") what turning ``knob`` on did here?
 
     "same" means within ``tolerance`` (or the bursts' own noise, when larger); near a band's
     edge (``EDGE``) both neighbouring answers count. A knob that could not act on this device
-    (``no_effect``) is "same" by construction, and the verdict says why. ``measured``: the
-    speed ratio (changed over base), or None.
+    (``no_effect``) is "same" by construction, whatever the ratio read, and the verdict says
+    why. ``gauge``: a burst that repeats the baseline's computation (lesson 11's
+    ``cudnn_benchmark`` row on a CPU, where that knob cannot act): its distance from the
+    baseline is this seat's noise, and when that (or the noise the seat showed earlier) is at
+    least the effect, nothing is graded: "this machine is too busy to tell". ``measured``: the
+    speed ratio (changed over base; 1 where the knob could not act), or None.
     """
     measured = None
-    if _failed("baseline", base) is None and _failed(knob, changed) is None:
-        measured = round(_band(base, changed, tolerance)[0], 3)  # type: ignore[arg-type]
     exercise = EXERCISES[1] if knob == "channels_last" else f"11-{knob.replace('_', '-')}"
+    if _failed("baseline", base) is None and _failed(knob, changed) is None:
+        assert base is not None and changed is not None
+        ratio = _band(base, changed, tolerance)[0]
+        measured = 1.0 if _cannot_act(changed, knob) else round(ratio, 3)
+        seat = _seat_noise(base, gauge)
+        effect = noise.effect_pct(ratio)
+        if measured != 1.0 and effect > 100 * tolerance and seat.hides(effect):
+            said = f"{knob} ran {ratio:.2f}x the baseline's throughput"
+            return Check(False, noise.busy_message(seat, effect, said), exercise=exercise,
+                         prediction=prediction, answered=False)  # fmt: skip
     return _judge_first(
         lambda guess: _layout_verdict(guess, base, changed, knob, tolerance), prediction,
         exercise=exercise, what='"faster", "slower" or "same"', variable="prediction_layout",
@@ -248,12 +262,34 @@ def _layout_verdict(
     right = _acceptable(ratio, band)
     what = (f"{knob} ran {ratio:.2f}x the baseline's throughput ({changed.samples_per_s:,.1f} vs "
             f"{base.samples_per_s:,.1f} samples/s; 'same' is within {band:.0%})")  # fmt: skip
-    why_not = (changed.no_effect or {}).get(knob)
+    why_not = _cannot_act(changed, knob)
     if why_not:
-        what += f"; {knob} could not act here: {why_not}"
+        right = {"same"}
+        what = (f"{knob} could not act here ({why_not}): both bursts ran the same computation, "
+                f"so its {ratio:.2f}x of the baseline is this machine's noise and the answer "
+                "is 'same'")  # fmt: skip
     if said in right:
         return Check(True, what)
     return Check(False, f"{what}: the measurement says {' or '.join(sorted(right))}")
+
+
+def _cannot_act(changed: BurstResult, knob: str) -> str | None:
+    why = (changed.no_effect or {}).get(knob)
+    return None if why is None else str(why)
+
+
+def _seat_noise(base: BurstResult, gauge: BurstResult | None) -> noise.Noise:
+    """The noise a layout verdict allows for: the gauge's distance from the baseline (when the
+    gauge's knob could not act, so it repeated the baseline's computation), else what the
+    seat showed earlier (``noise.SEAT``)."""
+    if (gauge is not None and gauge.ok and gauge.no_effect and base.samples_per_s
+            and gauge.samples_per_s):  # fmt: skip
+        gauged = noise.Noise(noise.effect_pct(gauge.samples_per_s / base.samples_per_s),
+                             f"a repeat of the baseline ({', '.join(gauge.no_effect)} could "
+                             "not act)")  # fmt: skip
+        noise.SEAT.note(gauged)
+        return gauged
+    return noise.SEAT.recent()
 
 
 def _acceptable(ratio: float, band: float) -> set[str]:

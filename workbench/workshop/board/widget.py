@@ -232,8 +232,9 @@ class _BoardWidgets:
 
 # -- tables ----------------------------------------------------------------------------------
 
-_SUMMARY = {"exercise": "exercise", "device": "seats on", "learners": "learners", "correct_pct": "% correct",
-            "measured": "measured (median)", "measured_min": "min", "measured_max": "max",
+_SUMMARY = {"exercise": "exercise", "device": "seats on", "learners": "learners",
+            "correct_pct": "% correct", "measured": "measured (median)", "measured_min": "min",
+            "measured_max": "max",
             "spread_pct": "spread %", "predicted": "predicted", "late": "late",
             "edited": "edited after", "prediction": "first prediction",
             "close_pct": "% first predictions close", "answers": "attempts"}  # fmt: skip
