@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import main
+from workbench.cli.common import workload_is_here
 
 
 def test_argparse_errors_are_one_line_too(capsys):
@@ -158,13 +159,14 @@ def test_a_file_in_the_current_directory_never_shadows_an_installed_package(tmp_
 @pytest.mark.parametrize(
     ("workload", "words"),
     [
-        ("nomodule:make", "no module named 'nomodule' on the import path (which includes the "
-                          "current directory, {here}); one of cnn, resnet50, gpt, gpt:124m, "
-                          "hf:gpt2, or module:function that returns a Workload"),
+        ("nomodule:make", "no module named 'nomodule' on the import path (the current "
+                          "directory, {here}, is not on it); one of cnn, resnet50, gpt, "
+                          "gpt:124m, hf:gpt2, or module:function that returns a Workload"),
         ("mymodel:make", "module mymodel ({here}/mymodel.py) has no 'make'; its functions: "
                          "make_model, not_a_workload"),
         ("mymodel:not_a_workload", "mymodel:not_a_workload returned dict, not a Workload"),
-        ("mymodel", "'mymodel' is a module: add its function's name, e.g. 'mymodel:make'"),
+        ("mymodel", "'mymodel' is a module: name its function, one of mymodel:make_model, "
+                    "mymodel:not_a_workload"),
     ],
     ids=["no-module", "no-function", "not-a-workload", "module-only"],
 )  # fmt: skip
@@ -183,7 +185,28 @@ def test_a_bad_workload_name_exits_2_with_one_line_naming_the_option(
         assert err.startswith(f"workbench burst: error: --workload='{workload}' is not allowed: ")
         assert words.format(here=tmp_path) in err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert sys.path[-1] == str(tmp_path) and str(tmp_path) not in sys.path[:-1]
+    if workload.startswith("nomodule"):  # no such module here: the folder stays off the path
+        assert str(tmp_path) not in sys.path
+    else:
+        assert sys.path[-1] == str(tmp_path) and str(tmp_path) not in sys.path[:-1]
+
+
+def test_the_current_folder_goes_on_the_path_only_for_a_module_there_or_when_asked(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # as python -m puts it
+    (tmp_path / "mymodel.py").write_text(USER_MODULE)
+    assert main(["history", "--json"]) == 0
+    assert str(tmp_path) not in sys.path  # a shared folder's libraries are not searched
+    assert main(["--trust-cwd", "history", "--json"]) == 0
+    assert sys.path[-1] == str(tmp_path)
+    assert main(["history", "--trust-cwd", "--json"]) == 0 and sys.path[-1] == str(tmp_path)
+    assert main(["history", "--json"]) == 0 and str(tmp_path) not in sys.path
+    capsys.readouterr()
+    assert workload_is_here("mymodel:make_model") and workload_is_here("mymodel")
+    assert not workload_is_here("cnn") and not workload_is_here("elsewhere:make")
 
 
 def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monkeypatch, capsys):

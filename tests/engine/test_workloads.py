@@ -213,10 +213,18 @@ def test_a_function_that_returns_something_else_is_named(here):
         resolve_workload(f"{name}:make")
 
 
-def test_a_module_name_without_its_function_gets_a_hint(here):
+def test_a_module_name_without_its_function_lists_its_workload_functions(here):
     name = _module(here, FACTORY)
-    with pytest.raises(UnknownWorkload, match=f"'{name}' is a module: .* e.g. '{name}:make'"):
+    with pytest.raises(UnknownWorkload, match=f"'{name}' is a module: name its function, one "
+                                              f"of {name}:make_model$"):  # fmt: skip
         resolve_workload(name)
+    typed = _module(here, FACTORY + "\ndef helper():\n    pass\n\n"
+                    "def make_typed() -> wb.Workload:\n    return make_model()\n")  # fmt: skip
+    with pytest.raises(UnknownWorkload, match=f"one of {typed}:make_typed$"):  # annotated first
+        resolve_workload(typed)
+    empty = _module(here, "X = 1\n")
+    with pytest.raises(UnknownWorkload, match=f"'{empty}' is a module: .* e.g. '{empty}:make'"):
+        resolve_workload(empty)
 
 
 def test_data_dir_reaches_a_function_that_takes_it_and_is_never_dropped(here, tmp_path):

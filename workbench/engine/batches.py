@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +155,9 @@ def sample_rule(batch: Batch, samples_of: SamplesOf | None = None) -> SampleRule
             ) from exc
         return SampleRule("samples_of", hook=samples_of)
     dims = leading_dims(batch)
+    unstacked = _unstacked_items(batch)
+    if unstacked and (not dims or len({d for _, d in dims}) > 1):
+        raise BatchError(unstacked)
     if not dims:
         raise BatchError(
             f"the batch has no tensor with a batch dimension: {describe_batch(batch)}. {_HOOK_FIX}"
@@ -198,6 +201,43 @@ def _steady_path(batch: Batch, dims: list[tuple[Path, int]]) -> Path:
     batch size by chance in the first batch only), else the first tensor."""
     target = [p for p, _ in dims if _is_pair(batch) and p[0] == 1]
     return target[0] if target else dims[0][0]
+
+
+def _unstacked_items(batch: Batch) -> str | None:
+    """Where the batch holds a list of per-item dicts (a collate that returned its items as
+    they came), the message that says to stack them: counting them with a hook would still
+    leave the model a list. None for any other batch."""
+    found = _item_list(batch, ())
+    if found is None:
+        return None
+    path, n, keys = found
+    return (
+        f"{_spelled(batch, path) if path else 'the batch'} is a list of {n} per-item dicts (keys "
+        f"{', '.join(map(str, keys))}): the collate_fn returned the items unstacked, so no "
+        "tensor holds the batch and the model would get a list. Stack them in the collate_fn, "
+        "one tensor per key: {k: torch.stack([item[k] for item in items]) for k in items[0]} "
+        "(pad ragged ones first), or leave collate_fn=None: default_collate stacks dicts"
+    )
+
+
+def _item_list(node: Batch, path: Path) -> tuple[Path, int, list[Any]] | None:
+    """The first list of two or more dicts with the same keys holding tensors, depth first."""
+    if isinstance(node, Mapping):
+        children: Iterable[tuple[Any, Batch]] = node.items()
+    elif isinstance(node, (tuple, list)):
+        items = list(node)
+        if len(items) >= 2 and all(isinstance(i, Mapping) for i in items):
+            keys = list(items[0])
+            if keys and all(list(i) == keys for i in items) and leading_dims(items[0]):
+                return path, len(items), keys
+        children = enumerate(items)
+    else:
+        return None
+    for key, child in children:
+        found = _item_list(child, (*path, key))
+        if found:
+            return found
+    return None
 
 
 def _hook_count(hook: SamplesOf, batch: Batch) -> int:

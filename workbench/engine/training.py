@@ -42,7 +42,11 @@ from workbench.engine.plan import no_effect as no_effect  # the plan's; callers 
 from workbench.engine.sharding import is_sharded, sharded_notes
 from workbench.engine.workloads import Workload
 from workbench.engine.workloads.base import call_model, default_loss, logits_of
-from workbench.engine.workloads.checks import WorkloadWarning, default_loss_misfit
+from workbench.engine.workloads.checks import (
+    WorkloadWarning,
+    default_loss_misfit,
+    loss_broadcast_misfit,
+)
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -137,7 +141,7 @@ def build_train_state(
     if wrap is not None:
         model = wrap(model)  # a burst in this process passes Solo's, which returns the model
         no_sync = _accumulation_no_sync(model, knobs)
-        cannot, found = sharded_notes(plain, knobs)  # a sharded model without blocks says so
+        cannot, found = sharded_notes(plain)  # a sharded model without blocks says so
         notes.update(cannot)
     optimizer, scheduler, why = _optimizer_and_schedule(workload, plain, knobs.optimizer_impl)
     if why:
@@ -257,7 +261,9 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
         with torch.no_grad(), state.autocast():
             output = state.forward(model, inputs)
             stage = "loss"
-            state.loss_fn(output, target)
+            with warnings.catch_warnings(record=True) as said:  # torch's own broadcast warning
+                warnings.simplefilter("always")
+                state.loss_fn(output, target)
     except Exception as exc:
         if is_oom_error(exc) or isinstance(exc, KnobError):  # a knob this model cannot take
             raise
@@ -269,6 +275,22 @@ def check_model_takes(state: TrainState, batch: Batch, workload: Workload) -> No
         model.train(was_training)
     if state.loss_fn is default_loss:
         _check_default_loss(state, logits_of(output), target)
+    _check_loss_shapes(state, output, target, said)
+
+
+def _check_loss_shapes(
+    state: TrainState, output: Any, target: Any, said: list[warnings.WarningMessage]
+) -> None:
+    """Warn, once per burst at set-up, when the loss broadcast the output against a target
+    of another shape (``loss_broadcast_misfit``), and keep it for the result; torch's own
+    warning about it is replaced by this one, the loss's other warnings pass on as they were."""
+    why = loss_broadcast_misfit(output, target, [str(w.message) for w in said])
+    if why is not None:
+        warnings.warn(why, WorkloadWarning, stacklevel=2)
+        state.notes.append(why)
+    for w in said:
+        if why is None or "broadcast" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _raise_fp8_refusal(exc: Exception, state: TrainState) -> None:

@@ -116,9 +116,27 @@ def _allowed() -> str:
 
 def _unknown_name_help(name: str) -> str:
     hint = ""
-    if name.isidentifier() and _module_exists(name):
-        hint = f"; {name!r} is a module: add its function's name, e.g. '{name}:make'"
+    if all(part.isidentifier() for part in name.split(".")) and _module_exists(name):
+        found = _workload_functions(name)
+        if found:
+            hint = (f"; {name!r} is a module: name its function, one of "
+                    f"{', '.join(f'{name}:{f}' for f in found)}")  # fmt: skip
+        else:
+            hint = f"; {name!r} is a module: add its function's name, e.g. '{name}:make'"
     return f"{_allowed()}{hint}"
+
+
+def _workload_functions(module_name: str) -> list[str]:
+    """The module's public functions that say they return a Workload (by annotation), else all
+    its public functions; none when it does not import."""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # its own error is not this message's: the plain hint stays
+        return []
+    own = [(n, f) for n, f in vars(module).items() if inspect.isfunction(f)
+           and f.__module__ == module_name and not n.startswith("_")]  # fmt: skip
+    typed = [n for n, f in own if "Workload" in str(f.__annotations__.get("return", ""))]
+    return sorted(typed or [n for n, _ in own])
 
 
 def _call_factory(factory: WorkloadFactory, spec: str, data_dir: str | Path | None) -> Workload:

@@ -239,9 +239,44 @@ def default_loss_misfit(logits: Any, target: Any) -> str | None:
     )
 
 
+def loss_broadcast_misfit(output: Any, target: Any, said: list[str]) -> str | None:
+    """Why the loss compared an output and a target of different shapes by broadcasting
+    (``mse_loss`` of ``[B, 1]`` against ``[B]`` compares every output with every target: a
+    ``[B, B]`` loss that trains the wrong thing without an error), or None.
+
+    Read from torch's own warning about it (``said``: the messages the loss call warned) or,
+    for a loss that warns nothing, from a float target whose shape broadcasts with the
+    output's to a third shape (integer targets are class indices: cross-entropy's ``[B, C]``
+    against ``[B]`` is right)."""
+    if not isinstance(output, torch.Tensor) or not isinstance(target, torch.Tensor):
+        return None
+    if output.shape == target.shape:
+        return None
+    torch_said = any("broadcast" in text for text in said)
+    try:
+        both = torch.broadcast_shapes(output.shape, target.shape)
+    except RuntimeError:
+        return None
+    if not torch_said and (not target.is_floating_point() or both in (output.shape, target.shape)):
+        return None
+    return (
+        f"the loss compared the output {list(output.shape)} with the target "
+        f"{list(target.shape)} by broadcasting them to {list(both)}: every output is compared "
+        "with targets of other samples, so this model would not learn what you mean. Make the "
+        "shapes agree in the loss or the model (e.g. output.squeeze(-1), or "
+        "target.unsqueeze(-1)); the throughput measured is right either way"
+    )
+
+
 def _rows_sum_to_one(target: torch.Tensor) -> bool:
     sums = target.detach().float().sum(dim=1)
     return bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
 
 
-__all__ = ["WorkloadFieldError", "WorkloadWarning", "check_fields", "default_loss_misfit"]
+__all__ = [
+    "WorkloadFieldError",
+    "WorkloadWarning",
+    "check_fields",
+    "default_loss_misfit",
+    "loss_broadcast_misfit",
+]
