@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from workbench.core import allocconf
-from workbench.core.knobs import KnobError, Knobs, check_value, needs_processes, parse_value
+from workbench.core.knobs import KnobError, Knobs, check_value, parse_value
 from workbench.distributed.jobs import worker_env
 
 GOOD = [
@@ -60,13 +60,6 @@ def test_unset_is_the_empty_string_and_reads_from_text():
     )
     with pytest.raises(KnobError):
         Knobs(alloc_conf=True)
-
-
-def test_a_gpu_burst_with_alloc_conf_runs_in_a_fresh_process_a_cpu_burst_does_not():
-    k = Knobs(alloc_conf="expandable_segments:True")
-    assert needs_processes(k, "cuda")
-    assert not needs_processes(k, "cpu")
-    assert not needs_processes(Knobs(), "cuda")
 
 
 def test_the_fresh_process_gets_both_variables_and_the_knob_wins(monkeypatch):

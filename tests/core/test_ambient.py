@@ -55,14 +55,14 @@ def test_notes_say_whether_the_variable_acted_on_this_device():
 
 def test_library_overrides_are_no_effect_entries_on_a_gpu_only():
     off = {"NVIDIA_TF32_OVERRIDE": "0"}
-    assert "strict fp32" in ambient.conflicts(off, Knobs(precision="tf32"), "cuda")["precision"]
-    assert ambient.conflicts(off, Knobs(precision="bf16"), "cuda") == {}
-    assert ambient.conflicts(off, Knobs(precision="tf32"), "cpu") == {}
+    assert "strict fp32" in ambient.conflicts(off, "tf32", "cuda")["precision"]
+    assert ambient.conflicts(off, "bf16", "cuda") == {}
+    assert ambient.conflicts(off, "tf32", "cpu") == {}
     forced = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
-    strict = ambient.conflicts(forced, Knobs(precision="fp32-strict"), "cuda")["precision"]
+    strict = ambient.conflicts(forced, "fp32-strict", "cuda")["precision"]
     assert "not strict" in strict
-    assert "not PyTorch's default" in ambient.conflicts(forced, Knobs(), "cuda")["precision"]
-    assert "convolutions in IEEE" in ambient.conflicts(off, Knobs(), "cuda")["precision"]
+    assert "not PyTorch's default" in ambient.conflicts(forced, "default", "cuda")["precision"]
+    assert "convolutions in IEEE" in ambient.conflicts(off, "default", "cuda")["precision"]
 
 
 def test_launch_blocking_and_no_caching_make_a_gpu_burst_suspect():

@@ -5,7 +5,7 @@ import torch
 from workloads_for_tests import tensor_workload
 
 from workbench.core.errors import InputError
-from workbench.core.knobs import Knobs, needs_processes
+from workbench.core.knobs import Knobs
 from workbench.core.results import BurstResult
 from workbench.distributed import jobs
 from workbench.distributed.dispatch import run_burst
@@ -13,13 +13,6 @@ from workbench.engine.burst import run_in_process
 from workbench.engine.window import BurstWindow
 
 FAST = BurstWindow(seconds=0.1, min_steps=2, warmup_steps=1)
-
-
-def test_which_knobs_need_a_torchrun_job():
-    assert not needs_processes(Knobs(), "cuda")
-    assert needs_processes(Knobs(world_size=2), "cpu")
-    assert needs_processes(Knobs(nccl={"NCCL_ALGO": "Ring"}), "cuda")
-    assert not needs_processes(Knobs(nccl={"NCCL_ALGO": "Ring"}), "cpu")  # no NCCL on a CPU
 
 
 def test_one_process_knobs_run_here_with_the_window_given(monkeypatch):

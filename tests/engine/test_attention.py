@@ -122,11 +122,11 @@ def test_a_burst_leaves_the_switches_as_it_found_them(small_gpt):
 
 def test_the_watch_asks_in_autocasts_dtype_as_the_step_runs():
     q = torch.randn(2, 2, 8, 16)
-    with watch_attention(Knobs()) as seen, torch.autocast("cpu", dtype=torch.bfloat16):
+    with watch_attention("auto") as seen, torch.autocast("cpu", dtype=torch.bfloat16):
         F.scaled_dot_product_attention(q, q, q, is_causal=True)
     assert seen.calls == 1 and seen.ran() == "flash"
     flash = Knobs(attention="flash")
-    with attention_scope(flash, CPU), watch_attention(flash, strict=False) as lenient:
+    with attention_scope(flash, CPU), watch_attention("flash", strict=False) as lenient:
         out = F.scaled_dot_product_attention(q, q, q[..., :8])  # refused, then run under auto
     assert out.shape == (2, 2, 8, 8) and lenient.calls == 1 and lenient.ran() is None
     assert "same last dimension" in lenient.refused

@@ -115,7 +115,7 @@ def test_mfu_on_a_1g_slice_is_about_7x_what_the_whole_gpus_peak_gives() -> None:
     r = BurstResult(device="cuda:0", device_name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
                     knobs=Knobs(precision="bf16"), samples_per_s=500.0,
                     mig=slice_of("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 16).to_dict())  # fmt: skip
-    burst._fill_flops(r, 24.3e9, r.knobs)
+    burst._fill_flops(r, 24.3e9)
     whole = hardware.estimate_mfu(24.3e9, 500.0, hardware.peak_flops("NVIDIA H100 80GB HBM3",
                                                                       "bf16"))  # fmt: skip
     assert r.mfu_pct is not None and whole is not None

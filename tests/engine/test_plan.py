@@ -46,6 +46,11 @@ def test_processes_or_here_is_one_answer_with_its_reason():
     assert "world_size=2" in planning.processes_why(Knobs(world_size=2), CPU)
     assert planning.processes_why(Knobs(nccl={"NCCL_ALGO": "Ring"}), CPU) is None  # no NCCL
     assert "NCCL" in planning.processes_why(Knobs(nccl={"NCCL_ALGO": "Ring"}), GPU)
+    alloc = Knobs(alloc_conf="expandable_segments:True")  # CUDA reads it once, at start-up
+    assert "alloc_conf" in planning.processes_why(alloc, GPU)
+    assert planning.processes_why(alloc, CPU) is None and "alloc_conf" in planning.no_effect(
+        alloc, CPU, tensor_workload()
+    )
     two = planning.plan_burst(Knobs(world_size=2, bucket_cap_mb=50), tensor_workload(), CPU)
     assert two.processes and two.sharding == "ddp" and "bucket_cap_mb" not in two.no_effect
     one = planning.plan_burst(Knobs(bucket_cap_mb=50), tensor_workload(), CPU)

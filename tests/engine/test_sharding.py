@@ -197,7 +197,7 @@ def test_blocks_are_the_models_own_and_a_model_without_any_is_one_unit():
     model = TinyGPT(SHAPE)
     assert sharding.shard_blocks(model) == list(model.blocks)
     assert sharding.shard_blocks(tensor_workload().model()) == []
-    assert not sharding.is_sharded(model) and sharding.sharded_notes(model, Knobs()) == ({}, [])
+    assert not sharding.is_sharded(model) and sharding.sharded_notes(model) == ({}, [])
 
 
 def test_mixed_precision_is_16_bit_parameters_with_fp32_reduction():

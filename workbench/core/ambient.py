@@ -173,25 +173,26 @@ def _acts_here(rule: Rule, device_type: str) -> str:
     return _WHERE[rule.acts_on]
 
 
-def conflicts(environ: Mapping[str, str], knobs: Knobs, device_type: str) -> dict[str, str]:
-    """Knobs an ambient library override keeps from acting on a GPU: ``no_effect`` entries."""
+def conflicts(environ: Mapping[str, str], precision: str, device_type: str) -> dict[str, str]:
+    """Knobs an ambient library override keeps from acting on a GPU: ``no_effect`` entries.
+    Only ``precision`` can meet one (the TF32 overrides), so only its value is asked."""
     if device_type != "cuda":
         return {}
     out = {}
     no_tf32 = environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0"
     forced_tf32 = _on(environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"))
-    if knobs.precision == "tf32" and no_tf32:
+    if precision == "tf32" and no_tf32:
         out["precision"] = ("NVIDIA_TF32_OVERRIDE=0 in the environment turns TF32 off inside "
                             "cuBLAS and cuDNN: this tf32 burst ran strict fp32 math; unset it "
                             "and restart the kernel")  # fmt: skip
-    elif knobs.precision == "default" and no_tf32:
+    elif precision == "default" and no_tf32:
         out["precision"] = ("NVIDIA_TF32_OVERRIDE=0 in the environment turns TF32 off inside "
                             "cuDNN: this default burst ran convolutions in IEEE fp32, not as "
                             "PyTorch's default does; unset it and restart the kernel")  # fmt: skip
-    if knobs.precision in ("fp32-strict", "default") and forced_tf32:
-        wanted = "strict" if knobs.precision == "fp32-strict" else "PyTorch's default math"
+    if precision in ("fp32-strict", "default") and forced_tf32:
+        wanted = "strict" if precision == "fp32-strict" else "PyTorch's default math"
         out["precision"] = (f"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 in the environment makes fp32 "
-                            f"matmuls use TF32: this {knobs.precision} burst was not {wanted}; "
+                            f"matmuls use TF32: this {precision} burst was not {wanted}; "
                             f"unset it and restart the kernel")  # fmt: skip
     return out
 

@@ -162,21 +162,23 @@ class AttentionSeen:
         ask this torch."""
         return ", ".join(self.backends) or None
 
-    def no_effect(self, knobs: Knobs) -> dict[str, str]:
-        """The knob has nothing to choose in a model that made no SDPA call."""
-        if self.calls or knobs.attention == "auto":
+    def no_effect(self, chosen: str) -> dict[str, str]:
+        """The knob has nothing to choose in a model that made no SDPA call (``chosen``: the
+        kernel the burst enabled, the plan's ``attention``)."""
+        if self.calls or chosen == "auto":
             return {}
         return {"attention": NO_SDPA_CALL}
 
 
 @contextlib.contextmanager
-def watch_attention(knobs: Knobs, *, strict: bool = True) -> Iterator[AttentionSeen]:
+def watch_attention(chosen: str, *, strict: bool = True) -> Iterator[AttentionSeen]:
     """Watch the SDPA calls of the forward run inside: which backend PyTorch picks for each,
-    and, ``strict``, a KnobError naming ``attention`` when the enabled backend cannot run one
+    and, ``strict``, a KnobError naming ``attention`` when ``chosen`` (the enabled backend:
+    the plan's ``attention``, decided once) cannot run one
     (raised at that call, before PyTorch's own "No available kernel"). Not ``strict``: the
     refusal is kept in ``refused`` and that call runs under ``auto``."""
     seen = AttentionSeen()
-    with _Watch(seen, knobs.attention, strict):
+    with _Watch(seen, chosen, strict):
         yield seen
 
 

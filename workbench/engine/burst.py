@@ -63,7 +63,6 @@ from workbench.engine import compiler, hardware, memory, mig, oom
 from workbench.engine.attention import sdpa_scope, watch_attention
 from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
-from workbench.engine.coordinator import Solo
 from workbench.engine.epochs import short_epochs_report
 from workbench.engine.failures import (
     compile_hint,
@@ -72,7 +71,7 @@ from workbench.engine.failures import (
     note_failure,
     traceback_text,
 )
-from workbench.engine.lightning_fit import fit_with_trainer, trainer_no_effect
+from workbench.engine.lightning_fit import fit_with_trainer
 from workbench.engine.loaders import BatchStream, build_loader, drop_before_window
 from workbench.engine.loaders.device_batches import decode_ran
 from workbench.engine.loop import BurstProgress, Clock, LoopControl
@@ -97,7 +96,6 @@ from workbench.engine.training import (
 )
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import Workload, count_train_flops, source_names
-from workbench.engine.workloads.lightning import is_lightning
 from workbench.history.store import record_result
 
 BurstPlan = LoopControl
@@ -164,7 +162,6 @@ def run_in_process(
     with exclusive(loop.stop) as got, graceful_sigint(loop.stop) as sigint:
         result = (measure_here(wl, knobs, dev, loop, plan) if got
                   else superseded(wl, knobs, dev, window, plan))  # fmt: skip
-    ambient.stamp(result, knobs, dev.type)  # the kernel's own environment, never silent
     finish(result, money, store)
     record_result(result, record, store)
     if sigint.fired:
@@ -219,7 +216,7 @@ def _measure_on_device(
             telemetry = sampler.stop()
             _free_memory(dev, reset_peak=False, collect=result.status != "ok")
         if measured is not None:
-            _fill_measurement(result, measured, wl, knobs)
+            _fill_measurement(result, measured, wl)
         _fill_memory_and_telemetry(result, dev, telemetry)
         _fill_breakdown(result, dev, parts, telemetry)
     step_ms = measured.timing.step_ms if measured is not None else []
@@ -314,10 +311,10 @@ def _measure(
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
         parts["setup_peak_mib"] = _restart_peak(dev)  # set-up ends here; warm-up follows
-        if is_lightning(wl) and isinstance(loop.coord, Solo):
+        if plan.trainer:  # a LightningModule in this process: its own Trainer.fit
             measured = _fit_with_trainer(state, stream, knobs, dev, loop, rule)
         else:
-            measured = _warm_up_and_window(state, stream, knobs, dev, loop, rule)
+            measured = _warm_up_and_window(state, stream, plan, dev, loop, rule)
         measured.no_effect = {**(state.no_effect or {}), **measured.no_effect}
         measured.notes = list(state.notes)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
@@ -338,18 +335,20 @@ def _measure(
 def _warm_up_and_window(
     state: TrainState,
     stream: BatchStream,
-    knobs: Knobs,
+    plan: Plan,
     dev: torch.device,
     loop: LoopControl,
     rule: SampleRule,
 ) -> _Measured:
-    """The burst's own loop: warm-up steps, then the measured window."""
-    counts = [compiler.read_counts()] if knobs.compile != "off" else None
-    warmup_s, compile_s = _warm_up(state, stream, knobs, dev, loop, rule)
+    """The burst's own loop: warm-up steps, then the measured window. It reads the plan's
+    decisions (compiled or not, pinned copies), never the raw knobs: the state was built
+    from them already."""
+    counts = [compiler.read_counts()] if plan.compile is not None else None
+    warmup_s, compile_s = _warm_up(state, stream, plan, dev, loop, rule)
     if counts is not None:
         counts.append(compiler.read_counts())
     drop_before_window(stream)  # cache=cold only
-    measured = _window(state, stream, knobs, dev, loop, rule)
+    measured = _window(state, stream, plan, dev, loop, rule)
     if counts is not None:
         measured.compile_report = compiler.report(*counts, compiler.read_counts())
     measured.ran_on = _device_name(next(state.model.parameters(), None))
@@ -387,7 +386,7 @@ def _fit_with_trainer(
         epochs=fit.epochs,
         cancelled=fit.cancelled,
         ran_on=fit.ran_on,
-        no_effect=trainer_no_effect(knobs, dev),
+        no_effect={},  # what Trainer.fit cannot honour is the plan's (engine.plan)
     )
 
 
@@ -428,9 +427,9 @@ def _check_first_batch(
     if not stream.on_device:
         if dev.type == "cuda":  # the whole batch crosses; counted before it does
             host_bytes = sum(t.nbytes for t in tensor_leaves(batch))
-        batch = to_device(batch, state, dev, knobs.pin_memory and dev.type == "cuda")
+        batch = to_device(batch, state, dev, plan.pinned_copy)
     rule = sample_rule(batch, wl.samples_of)
-    with watch_attention(knobs, strict=False) as seen:  # evaluation mode: not what trains
+    with watch_attention(plan.attention, strict=False) as seen:  # eval mode: not what trains
         check_model_takes(state, batch, wl)
     _check_attention(state, batch, knobs, plan, parts, seen.calls > 0)
     return batch, rule, host_bytes
@@ -448,13 +447,13 @@ def _check_attention(
     the kernel each runs in training (``attention_backend``), or a KnobError when the chosen
     ``attention`` cannot run them (``engine.attention``). Without compile it is the forward
     that counts the activations; compiled, one is run for a model that calls SDPA."""
-    with watch_attention(knobs) as seen:
+    with watch_attention(plan.attention) as seen:
         if plan.compile is None:  # compiled graphs save other tensors than the eager model
             parts["activations_mib"] = memory.activation_mib(state, batch)
         elif calls_sdpa:
             training_forward(state, batch)
     state.attention_backend = seen.ran()
-    state.no_effect = {**(state.no_effect or {}), **seen.no_effect(knobs)}
+    state.no_effect = {**(state.no_effect or {}), **seen.no_effect(plan.attention)}
 
 
 def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule) -> float | None:
@@ -468,7 +467,7 @@ def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule
 def _warm_up(
     state: TrainState,
     stream: BatchStream,
-    knobs: Knobs,
+    plan: Plan,
     dev: torch.device,
     loop: LoopControl,
     rule: SampleRule,
@@ -480,12 +479,12 @@ def _warm_up(
         if loop.stop.is_set():
             break
         t = loop.clock()
-        _train_one_step(state, stream, knobs, dev, None, rule)
+        _train_one_step(state, stream, plan, dev, None, rule)
         synchronize(dev)
         step_s.append(loop.clock() - t)
         loop.report("warmup", loop.clock() - start, len(step_s))
     compile_s = None
-    if knobs.compile != "off" and step_s:
+    if plan.compile is not None and step_s:
         rest = sorted(step_s[1:])
         compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
     return loop.clock() - start, compile_s
@@ -494,14 +493,13 @@ def _warm_up(
 def _train_one_step(
     state: TrainState,
     stream: BatchStream,
-    knobs: Knobs,
+    plan: Plan,
     dev: torch.device,
     timer: StepTimer | None,
     rule: SampleRule,
 ) -> int:
     """One optimizer step over ``grad_accum`` micro-batches; returns the samples it trained,
     each micro-batch counted by ``rule`` (a partial last batch counts what it holds)."""
-    pinned = knobs.pin_memory and dev.type == "cuda"
     samples = 0
     for i in range(state.grad_accum):
         wait_start = time.perf_counter()
@@ -512,7 +510,7 @@ def _train_one_step(
             state.real_tokens.add(batch)
         marks = timer.copy_marks() if timer is not None and not stream.on_device else None
         if not stream.on_device:
-            batch = to_device(batch, state, dev, pinned)
+            batch = to_device(batch, state, dev, plan.pinned_copy)
         if timer is not None:
             timer.copy_done(marks)
         samples += rule.count(batch)
@@ -525,7 +523,7 @@ def _train_one_step(
 def _window(
     state: TrainState,
     stream: BatchStream,
-    knobs: Knobs,
+    plan: Plan,
     dev: torch.device,
     loop: LoopControl,
     rule: SampleRule,
@@ -543,7 +541,7 @@ def _window(
     start, wall_start = loop.clock(), time.perf_counter()
     while not loop.stop.is_set():
         timer.step_start()
-        trained = _train_one_step(state, stream, knobs, dev, timer, rule)
+        trained = _train_one_step(state, stream, plan, dev, timer, rule)
         timer.step_end()
         steps += 1
         samples += trained
@@ -581,7 +579,7 @@ def _window(
     )
 
 
-def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) -> None:
+def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload) -> None:
     r.status = "cancelled" if m.cancelled else "ok"
     if m.cancelled:
         r.error = "stopped before the window closed"
@@ -594,7 +592,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
     r.decode, r.h2d_bytes_per_sample = m.decode, m.h2d_bytes_per_sample
     r.attention_backend = m.attention_backend
     r.fp8_linears = m.fp8_linears
-    r.no_effect.update(m.no_effect)
+    r.no_effect = {**m.no_effect, **r.no_effect}  # the plan's reason stands where both speak
     r.notes = list(m.notes)
     _fill_compile(r, m.compile_report)
     if m.steps == 0 or m.measured_s <= 0:
@@ -609,7 +607,7 @@ def _fill_measurement(r: BurstResult, m: _Measured, wl: Workload, knobs: Knobs) 
         r.tokens_per_s, r.pad_share_pct = figures["tokens_per_s"], figures["pad_share_pct"]
         r.samples_from = "real tokens"
     _fill_step_stats(r, m.timing, m.measured_s)
-    _fill_flops(r, m.flops_per_sample, knobs)
+    _fill_flops(r, m.flops_per_sample)
 
 
 def _fill_compile(r: BurstResult, report: compiler.CompileReport | None) -> None:
@@ -635,13 +633,13 @@ def _fill_step_stats(r: BurstResult, t: StepSamples, measured_s: float) -> None:
     r.compute_ms_p50 = max(0.0, (spread(rest).p50 or 0.0) - copy_ms) if rest else None
 
 
-def _fill_flops(r: BurstResult, flops_per_sample: float | None, knobs: Knobs) -> None:
+def _fill_flops(r: BurstResult, flops_per_sample: float | None) -> None:
     r.flops_per_sample = flops_per_sample
     if flops_per_sample is None or r.samples_per_s is None:
         return
     r.achieved_tflops = flops_per_sample * r.samples_per_s / 1e12
     sms = r.mig["sms"] if r.mig else None  # a MIG slice: its share of the GPU's peak
-    peak = hardware.peak_flops(r.device_name or "", knobs.precision, sms=sms)
+    peak = hardware.peak_flops(r.device_name or "", r.knobs.precision, sms=sms)
     r.peak_tflops = peak / 1e12 if peak else None
     r.mfu_pct = hardware.estimate_mfu(flops_per_sample, r.samples_per_s, peak)
 
@@ -720,8 +718,11 @@ def _free_memory(dev: torch.device, *, reset_peak: bool, collect: bool = True) -
 
 
 def finish(result: BurstResult, money: tuple[float | None, float | None], store: object) -> None:
-    """What a result gets after it is measured: its cost with a price, and, out of memory, its
-    explanation against the history (``workbench.core.cost``, ``workbench.engine.oom``)."""
+    """What a result gets after it is measured, in the process that started the burst: the
+    environment around it (``core.ambient``: the kernel's own, never silent; the same again
+    for a torchrun job, whose ranks got this process's), its cost with a price, and, out of
+    memory, its explanation against the history (``workbench.core.cost``, ``engine.oom``)."""
+    ambient.stamp(result, result.knobs, result.device.split(":")[0])
     result.cost = cost.burst_cost(result, *money)
     if result.status == "oom":
         result.oom_report = oom.explain_from_store(result, store)

@@ -28,13 +28,15 @@ from typing import Any
 import torch
 
 from workbench.core import ambient, nccl
-from workbench.core.knobs import DDP_KNOBS, Knobs, needs_processes
+from workbench.core.knobs import DDP_KNOBS, DEFAULTS, Knobs
 from workbench.engine import fp8 as float8
 from workbench.engine.attention import acts_on, attention_no_effect
+from workbench.engine.lightning_fit import trainer_no_effect
 from workbench.engine.loaders.dali import dali_no_effect, resolve_decode
 from workbench.engine.loaders.device_batches import decode_no_effect
 from workbench.engine.sharding import sharding_no_effect, shards
 from workbench.engine.workloads import Workload
+from workbench.engine.workloads.lightning import is_lightning
 
 _FP32_MATH = {"fp32-strict": "ieee", "tf32": "tf32"}
 """The precisions that name an fp32 math mode; the others keep PyTorch's own (``torch``)."""
@@ -82,6 +84,11 @@ class Plan:
     """fp16's GradScaler scales the loss."""
     compile: str | None
     """torch.compile's mode (``default``, ``reduce-overhead``, ``max-autotune``); None: eager."""
+    pinned_copy: bool = False
+    """Batches are copied host-to-device from pinned memory (``pin_memory`` on CUDA)."""
+    trainer: bool = False
+    """Lightning's own ``Trainer.fit`` runs the burst (a LightningModule in this process); in
+    a torchrun job each rank runs the workbench's loop on the module."""
     no_effect: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Each knob that cannot act here, with the reason (reported, never faked)."""
 
@@ -94,15 +101,19 @@ class Plan:
 
 def processes_why(knobs: Knobs, device: torch.device) -> str | None:
     """Why a burst with these knobs needs fresh processes (a torchrun job), or None when this
-    process will do (``core.knobs.needs_processes`` decides; this says why)."""
-    if not needs_processes(knobs, device.type):
-        return None
+    process will do: several ranks or nodes, NCCL variables (a fresh communicator reads them),
+    or allocator settings (CUDA reads them once at start-up). A CPU has neither NCCL nor the
+    CUDA allocator: there one process will do and those knobs are reported as no effect."""
     if knobs.world_size > 1 or knobs.nodes > 1:
         return (f"world_size={knobs.world_size}, nodes={knobs.nodes}: one process per rank "
                 "under torchrun")  # fmt: skip
+    if device.type != "cuda":
+        return None
     if knobs.nccl:
         return "NCCL variables are read when a communicator is created: fresh processes"
-    return "alloc_conf is read by CUDA once at start-up: fresh processes"
+    if knobs.alloc_conf:
+        return "alloc_conf is read by CUDA once at start-up: fresh processes"
+    return None
 
 
 def plan_burst(
@@ -133,6 +144,8 @@ def plan_burst(
         cudnn_benchmark=benchmark,
         grad_scaler=knobs.precision == "fp16",
         compile=None if knobs.compile == "off" else knobs.compile,
+        pinned_copy=knobs.pin_memory and device.type == "cuda",
+        trainer=is_lightning(workload) and why is None,
         no_effect=MappingProxyType(_no_effect(knobs, device, workload, why is not None, decode)),
     )
 
@@ -170,7 +183,7 @@ def _no_effect(
         reasons["channels_last"] = f"workload {workload.name} has no 4-D image tensors"
     if knobs.loader == "synthetic":
         for name in _DATA_KNOBS:
-            if getattr(knobs, name) != getattr(Knobs(), name):
+            if getattr(knobs, name) != getattr(DEFAULTS, name):
                 reasons[name] = SYNTHETIC
     reasons.update(dali_no_effect(knobs, device))  # also says which decode DALI ran
     reasons.update(decode)
@@ -178,7 +191,9 @@ def _no_effect(
     reasons.update(sharding_no_effect(knobs))
     reasons.update(float8.fp8_no_effect(knobs, device))
     reasons.update(_dist_reasons(knobs, device, processes))
-    reasons.update(ambient.conflicts(os.environ, knobs, device.type))  # e.g. NVIDIA_TF32_OVERRIDE
+    reasons.update(ambient.conflicts(os.environ, knobs.precision, device.type))  # e.g. TF32 off
+    if is_lightning(workload) and not processes:
+        reasons.update(trainer_no_effect(knobs, device))  # what Trainer.fit cannot honour
     return reasons
 
 
@@ -191,7 +206,7 @@ def _dist_reasons(knobs: Knobs, device: torch.device, processes: bool) -> dict[s
     reasons: dict[str, str] = {}
     if not processes:
         for name in DDP_KNOBS:
-            if getattr(knobs, name) != getattr(Knobs(), name):
+            if getattr(knobs, name) != getattr(DEFAULTS, name):
                 reasons[name] = DDP_ONE_PROCESS
     if knobs.nccl and device.type != "cuda":
         reasons["nccl"] = nccl.ON_GLOO

@@ -76,7 +76,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workbench.core.knobs import DDP_KNOBS, Knobs
+from workbench.core.knobs import DDP_KNOBS, DEFAULTS, Knobs
 from workbench.engine.memory_knobs import checkpoint_blocks
 
 _MIXED = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -119,7 +119,7 @@ def sharding_no_effect(knobs: Knobs) -> dict[str, str]:
         reasons["reshard_after_forward"] = NO_FSDP
     if shards(knobs):
         for name in DDP_KNOBS:
-            if getattr(knobs, name) != getattr(Knobs(), name):
+            if getattr(knobs, name) != getattr(DEFAULTS, name):
                 reasons[name] = DDP_ONLY
     return reasons
 
@@ -197,7 +197,7 @@ def sharded_units(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if is_sharded(m))
 
 
-def sharded_notes(model: nn.Module, knobs: Knobs) -> tuple[dict[str, str], list[str]]:
+def sharded_notes(model: nn.Module) -> tuple[dict[str, str], list[str]]:
     """What the sharded model says about the knobs, once it exists: (no_effect, notes). A
     model sharded with no block of its own has one unit, the root (:data:`NO_BLOCKS`)."""
     if not is_sharded(model) or sharded_units(model) > 1:

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from workbench.core.knobs import KnobError, Knobs
+from workbench.core.knobs import DEFAULTS, KnobError, Knobs
 from workbench.engine.formats import located
 from workbench.engine.formats.shards import shard_paths
 from workbench.engine.loaders.stream import LoaderUnavailable, check_batch_fits
@@ -102,7 +102,7 @@ def mixed_refusal(knobs: Knobs, device: torch.device) -> str | None:
 def dali_no_effect(knobs: Knobs, device: torch.device) -> dict[str, str]:
     """DALI knobs that cannot act in this burst, with the reason; says which decode ran."""
     reasons: dict[str, str] = {}
-    default = Knobs()
+    default = DEFAULTS
     if knobs.loader != "dali":
         for name in ("dali_decode", "dali_hw_decoder_load"):
             if getattr(knobs, name) != getattr(default, name):
