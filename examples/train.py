@@ -5,14 +5,13 @@
     torchrun --standalone --nproc_per_node=2 examples/train.py --config tuned.yaml
 
 What the tuning session chose comes from the config: DataLoader arguments, precision (autocast
-and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), channels_last,
-torch.compile, gradient accumulation, how the ranks hold the model (``cfg.wrap_model(model)``:
-DDP with its settings, bucket size, gradients as bucket views, static graph, from
-``cfg.ddp_kwargs()``, or with ``sharding=fsdp`` FSDP2's ``fully_shard`` on each block of
-``SmallNet.checkpoint_blocks()`` and then the root), the optimizer's implementation
-(``cfg.optimizer_kwargs()``),
-activation checkpointing (``cfg.apply_activation_checkpointing(model)``, which recomputes the
-blocks ``SmallNet.checkpoint_blocks()`` names) and the NCCL/allocator environment
+and, for fp16, a GradScaler), backend flags (TF32, cudnn.benchmark), the model as the bursts
+set it up (``cfg.prepare_model(model)``, which prints what it changed: channels_last,
+activation checkpointing of the blocks ``SmallNet.checkpoint_blocks()`` names, how the ranks
+hold the model (``cfg.wrap_model``: DDP with its settings from ``cfg.ddp_kwargs()``, or with
+``sharding=fsdp`` FSDP2's ``fully_shard`` on each block and then the root) and
+torch.compile), gradient accumulation, the optimizer's implementation
+(``cfg.optimizer_kwargs()``) and the NCCL/allocator environment
 (``alloc_conf`` becomes PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in ``cfg.env()``), all set
 by ``cfg.apply()``, which prints what it changed and,
 with ``--data``, the folder read in the tuned ``data_format`` (``cfg.dataset(DIR, transform)``).
@@ -81,13 +80,10 @@ def _train(args: argparse.Namespace, cfg: Any, rank: int, world: int, device: to
 
     model = SmallNet(classes).to(device)
     model = cfg.convert_fp8(model, device.type)  # float8 Linear layers (torchao), if tuned so
-    cfg.apply_activation_checkpointing(model)  # recompute each block in backward, if tuned so
-    if knobs.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    if world > 1:  # DDP, or FSDP2's shards: before the optimizer, whose parameters FSDP replaces
-        model = cfg.wrap_model(model, device)
-    if knobs.compile != "off":
-        model = torch.compile(model, mode=None if knobs.compile == "default" else knobs.compile)
+    # As the bursts set it up, and printed: channels_last, activation checkpointing on the
+    # blocks, DDP or FSDP2's shards on several ranks (before the optimizer, whose parameters
+    # FSDP replaces), then torch.compile.
+    model = cfg.prepare_model(model, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **cfg.optimizer_kwargs())
     scaler = cfg.grad_scaler(device.type)  # None unless fp16
 

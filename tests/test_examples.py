@@ -39,6 +39,8 @@ def test_train_example_runs_a_tuned_config(tmp_path):
     m = LINE.search(p.stdout)
     assert m, p.stdout
     assert float(m[1]) > 0 and m.group(2, 3, 4) == ("1", "8", "2")
+    assert "workbench: cfg.prepare_model(): nothing changed" in p.stdout  # the model's set-up
+    assert "your loop: gradient accumulation: 1 batch a step -> 2 batches" in p.stdout
 
 
 def test_the_example_trains_a_decode_gpu_config_and_says_why_the_cpu_decoded(tmp_path, tiny_data):

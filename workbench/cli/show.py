@@ -1,5 +1,5 @@
 """``workbench show FILE.yaml``: a saved config checked, and what to paste from it: its
-environment, DataLoader kwargs and torchrun lines."""
+environment, DataLoader kwargs, the model's set-up (``cfg.prepare_model``) and torchrun lines."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         "file": args.file,
         "env": cfg.env(nccl_suggestions=asked),
         "changes": [c.to_dict() for c in changes],
+        "model": [c.to_dict() for c in cfg.model_changes()],  # what cfg.prepare_model sets
         "nccl_suggestions": {name: dict(s) for name, s in cfg.nccl_suggestions.items()},
         "dataloader": cfg.dataloader_kwargs("cuda"),
         "collate_fn": cfg.collate_fn,

@@ -38,9 +38,11 @@ PYTORCH_DEFAULTS = TORCH_DEFAULTS
 """What every reader of the math switches returns in a fresh process
 (:data:`workbench.core.torch_math.TORCH_DEFAULTS`; readers a torch version lacks are skipped)."""
 
-KINDS = ("backend", "env", "nccl-suggestion")
+KINDS = ("backend", "env", "nccl-suggestion", "model", "loop")
 """``backend``: a torch.backends switch; ``env``: an environment variable; ``nccl-suggestion``:
-an NCCL variable NCCL documents for debugging only, set because it was asked for."""
+an NCCL variable NCCL documents for debugging only, set because it was asked for; ``model``: the
+model's set-up (``cfg.prepare_model``); ``loop``: what the training loop must do itself
+(gradient accumulation)."""
 
 
 @dataclass(frozen=True, slots=True)

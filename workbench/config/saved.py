@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from workbench.config import marks, provenance
+from workbench.config import marks, model_setup, provenance
 from workbench.config.comm_suggestions import check_comm
 from workbench.config.names import checked_name, saved_name
 from workbench.config.nccl_suggestions import check_suggestions, from_comm
@@ -500,11 +500,14 @@ _HEADER = """\
 workbench tuned config. In a training script:
   cfg = workbench.load_config("tuned.yaml")
   loader = cfg.dataloader(dataset); scaler = cfg.grad_scaler(); with cfg.autocast(): ...
+  model = cfg.prepare_model(model)
   loss_fn = cfg.loss(); optimizer = cfg.optimizer(model.parameters())
 `workbench show FILE` checks this file and prints the lines to paste.
 The knobs are the source of truth: env's NCCL_* part, dataloader and launch are copies written
 from them, and loading checks that they agree. Change a knob, not its copy."""
 _TRAINING_LINE = "loss_fn = cfg.loss(); optimizer = cfg.optimizer(model.parameters())"
+_MODEL_LINE = "  model = cfg.prepare_model(model)"
+"""The header's model line, which says what ``prepare_model`` sets (``model_setup.summary``)."""
 """The header's line a Lightning workload's file replaces (``marks.LIGHTNING_LINE``)."""
 
 _NOTES = {
@@ -553,7 +556,7 @@ def config_text(cfg: TunedConfig) -> str:
     """The file's text: a pure function of the config (same config, same bytes). A tune that
     could not tell its pick from the start says so in the first lines (``marks``); a Lightning
     workload's file shows the Trainer line in place of the loss and optimizer it did not use."""
-    header = _HEADER
+    header = _HEADER.replace(_MODEL_LINE, model_setup.summary(cfg.knobs))
     if cfg.provenance.get("trainer") == "lightning":
         header = header.replace(_TRAINING_LINE, marks.LIGHTNING_LINE)
     return render(marks.uncertain_header(cfg.provenance) + header, _sections(cfg))

@@ -32,6 +32,7 @@ from typing import Any
 from workbench.config import changes as _changes
 from workbench.config import device_decode, provenance
 from workbench.config import marks as _marks
+from workbench.config import model_setup as _model_setup
 from workbench.config import nccl_suggestions as _suggestions
 from workbench.config.changes import Change
 from workbench.config.comm_suggestions import describe_comm
@@ -433,6 +434,24 @@ class TunedConfig:
 
         return apply_activation_checkpointing(model)
 
+    def prepare_model(self, model: Any, device: Any = None, *, quiet: bool = False) -> Any:
+        """The model set up as the bursts trained it, in their order: ``channels_last`` (a
+        model with convolutions), activation checkpointing, the ranks' wrapper
+        (:meth:`wrap_model`, in a job with ``torch.distributed`` initialized) and
+        ``torch.compile`` (``workbench.config.model_setup``). Returns the model to train; what
+        it changed is printed once (rank 0; ``quiet=True`` prints nothing) and is
+        :meth:`model_changes`. Convert fp8 (:meth:`convert_fp8`) before; build the optimizer
+        on the returned model's parameters after."""
+        prepared, done = _model_setup.prepare(self, model, device)
+        if not quiet:
+            _model_setup.report(done, self.knobs)
+        return prepared
+
+    def model_changes(self) -> list[Change]:
+        """What :meth:`prepare_model` changes, as data (a dry run, torch-free), with the loop's
+        part: gradient accumulation (kind ``loop``)."""
+        return _model_setup.planned(self.knobs)
+
     def ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DistributedDataParallel(model, **cfg.ddp_kwargs())``.
 
@@ -675,6 +694,7 @@ class TunedConfig:
                 "# DataLoader keyword arguments (cfg.dataloader(dataset) passes them)",
                 f"DataLoader(dataset, {loader})",
                 *self._data_lines(),
+                *self._model_lines(),
                 *self._training_lines(),
                 *self._attention_lines(),
                 *self._packing_lines(),
@@ -703,6 +723,14 @@ class TunedConfig:
                     f"({self.collate_fn}), which the device pipeline would bypass: the workers "
                     "decode (decode=cpu), as in the bursts"]  # fmt: skip
         return list(_DECODE_LINES)
+
+    def _model_lines(self) -> list[str]:
+        """The model set up as the bursts trained it: the call, and what it changes here."""
+        lines = ["# the model as the bursts trained it (before building the optimizer)",
+                 "model = cfg.prepare_model(model)"]  # fmt: skip
+        changes = self.model_changes()
+        lines += [f"#   {c}" for c in changes] or ["#   (nothing to change with these knobs)"]
+        return lines
 
     def _training_lines(self) -> list[str]:
         """The workload's training functions by name, where the file has them; for a Lightning

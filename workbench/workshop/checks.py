@@ -109,6 +109,7 @@ __all__ = [
     "reset_exercise",
     "run_example",
     "sample_dataset",
+    "sample_model",
     "start",
 ]
 
@@ -547,6 +548,11 @@ def on_gpu() -> bool:
 def sample_dataset(workload: str = "cnn") -> Any:
     """The training dataset of a built-in workload (the sample JPEGs for ``cnn``)."""
     return resolve_workload(workload).dataset()
+
+
+def sample_model(workload: str = "cnn") -> Any:
+    """A fresh model of a built-in workload (``cnn``, ``resnet50``, ``gpt``...), untrained."""
+    return resolve_workload(workload).model()
 
 
 def example_script() -> Path:
