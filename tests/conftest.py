@@ -18,9 +18,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    timing = os.environ.get("WORKBENCH_TIMING_TESTS") == "1"
+    skip_timing = pytest.mark.skip(reason="compares real timings: WORKBENCH_TIMING_TESTS=1")
     for item in items:
         if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if item.get_closest_marker("timing") and not timing:
+            item.add_marker(skip_timing)
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,6 @@ import contextlib
 import os
 import shutil
 import signal
-import statistics
 import threading
 import time
 
@@ -86,19 +85,16 @@ def test_grad_accum_counts_every_micro_batch():
     assert r.samples == r.steps * 8 * 3
 
 
-def test_synthetic_loader_is_faster_than_decoding_jpegs(tiny_data):
-    """The compute-only ceiling beats decoding full-size JPEGs (interleaved, medians: the
-    machine is shared and noisy)."""
-    common = {"data_dir": tiny_data, "seconds": 0.5, "warmup_steps": 1, "record": False}
-    real, ceiling = [], []
-    for _ in range(3):
-        real.append(run_burst("cnn", Knobs(batch_size=8), **common))
-        ceiling.append(run_burst("cnn", Knobs(batch_size=8, loader="synthetic"), **common))
-    assert all(r.ok for r in real + ceiling)
-    assert statistics.median(r.samples_per_s for r in ceiling) > statistics.median(
-        r.samples_per_s for r in real
-    )
-    assert all(c.data_wait_pct < 1 < r.data_wait_pct for r, c in zip(real, ceiling, strict=True))
+def test_the_synthetic_loader_leaves_out_the_wait_for_decoding_jpegs(tiny_data):
+    """The compute-only ceiling replays a resident batch: its steps wait for no data, where
+    decoding full-size JPEGs in the loop (no workers) is waited for at every step. Judged by
+    each burst's own split of its steps, not by comparing two bursts' samples/s: a machine
+    busy with other work slows both, by amounts no test can hold still."""
+    common = {"data_dir": tiny_data, "seconds": 0.3, "warmup_steps": 1, "record": False}
+    real = run_burst("cnn", Knobs(batch_size=8), **common)
+    ceiling = run_burst("cnn", Knobs(batch_size=8, loader="synthetic"), **common)
+    assert real.ok and ceiling.ok
+    assert ceiling.data_wait_pct < 1 < real.data_wait_pct
 
 
 def test_workers_and_prefetch_run_and_leave_no_process(tiny_data):

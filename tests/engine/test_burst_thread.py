@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from pathlib import Path
 
 import pytest
-from benchmark_modules import load_benchmark
+import torch
+from torch import nn
+from workloads_for_tests import tensor_workload
 
+from workbench import Knobs, run_burst
 from workbench.engine import burst_thread, openmp
 
 
@@ -62,27 +65,21 @@ def test_an_interrupted_wait_tells_the_burst_to_stop(monkeypatch):
     assert stop.is_set()
 
 
-@pytest.fixture(scope="module")
-def fidelity_images(tmp_path_factory) -> Path:
-    """Enough JPEGs that an epoch is many steps (a plain loop re-forks its workers each epoch)."""
-    from workbench.engine.datasets import build_datasets
+def test_a_cpu_burst_steps_on_the_main_thread_with_the_callers_torch_threads():
+    """Why a burst reads what a plain loop on the main thread reads (benchmarks/fidelity.py
+    measures the ratio: bursts on a fresh thread read 1.33-1.50x the plain loop on a 2-core
+    machine): every step of a real burst runs where the caller's loop would, with the same
+    intra-op threads. Asserted on where the steps ran, not on timings: no test here depends
+    on the machine being quiet."""
+    seen: set[tuple[str, int]] = set()
 
-    root = tmp_path_factory.mktemp("fidelity")
-    build_datasets(root, images_per_class=80, classes=3, token_mb=0.05)
-    return root / "images"
+    class Recording(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.add((threading.current_thread().name, torch.get_num_threads()))
+            return super().forward(x)
 
-
-def test_a_burst_reads_what_a_plain_loop_on_the_main_thread_reads(fidelity_images):
-    # benchmarks/fidelity.py's own two sides: a hand-written loop on this (the main) thread and
-    # run_burst on the same model, data and knobs, interleaved. When bursts ran on a fresh
-    # thread, the burst read 1.33-1.50x the plain loop on a 2-core machine with one or two
-    # loader workers; the bound leaves room for a shared machine's noise, not for that.
-    fidelity = load_benchmark("fidelity")
-    ratios = []
-    for i in range(3):
-        sides = [fidelity.plain_loop, fidelity.burst]
-        if i % 2:
-            sides.reverse()
-        got = {side: side(fidelity_images, 1, 16, 1.5, 3) for side in sides}
-        ratios.append(got[fidelity.burst] / got[fidelity.plain_loop])
-    assert 0.8 <= sorted(ratios)[1] <= 1.25, ratios
+    wl = dataclasses.replace(tensor_workload(), model=lambda: Recording(16, 2))
+    r = run_burst(wl, Knobs(batch_size=8), seconds=0.05, warmup_steps=1, min_steps=3,
+                  record=False, device="cpu")  # fmt: skip
+    assert r.ok and r.steps >= 3
+    assert seen == {(threading.main_thread().name, torch.get_num_threads())}

@@ -135,6 +135,7 @@ def test_the_cli_prints_one_json_document_and_refuses_a_missing_path(tmp_path, c
     assert "storage path" in capsys.readouterr().err
 
 
+@pytest.mark.timing  # ours against fio, both real: a busy machine moves either
 def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
     """Same file, same method (psync, one thread, random map, fadvise hints): medians of three
     interleaved runs. The bound is loose (a shared 2-core CI box moves both sides); the
@@ -152,6 +153,7 @@ def test_the_rates_agree_with_fio_on_the_same_file(tmp_path):
     assert 0.5 < ratio < 2.0, (ours, fio)
 
 
+@pytest.mark.timing  # ours against fio, both real: a busy machine moves either
 def test_a_warm_read_is_a_memory_copy_no_faster_than_a_bare_read_loop(tmp_path):
     """Warm, a sequential read copies out of the page cache: its ceiling is a bare ``read()``
     loop over the same file, not fio, whose own cost per read differs between machines (the
