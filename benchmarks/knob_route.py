@@ -22,6 +22,7 @@ Usage: python benchmarks/knob_route.py [--workload cnn] [--knobs JSON] [--json] 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -52,8 +53,10 @@ class Route:
     """Every knob-handed call, ``room:function``, in order."""
 
 
+@functools.cache
 def room_of(filename: str) -> str | None:
-    """The package-relative module path of a code file, or None outside the package."""
+    """The package-relative module path of a code file, or None outside the package (cached:
+    the profiler asks for every Python call of the burst, torch's own included)."""
     try:
         return Path(filename).resolve().relative_to(PACKAGE).as_posix()
     except ValueError:
@@ -139,7 +142,7 @@ def follow(workload: str, knobs: dict[str, Any]) -> Route:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="cnn")
-    ap.add_argument("--knobs", default="{}", help='JSON, e.g. \'{"num_workers": 2}\'')
+    ap.add_argument("--knobs", default="{}", help="JSON, e.g. '{\"num_workers\": 2}'")
     ap.add_argument("--json", action="store_true", help="print the Route as JSON")
     ap.add_argument("--route", action="store_true", help="print the rooms in order")
     args = ap.parse_args(argv)
