@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import pickle
 import re
 import shutil
 import stat
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -113,15 +115,29 @@ def test_progress_reaches_the_callback(tmp_path):
 # --- ensure_datasets: reuse, rebuild ------------------------------------------------------------
 
 
-def test_counts_rewrite_one_line_and_other_messages_end_it(capsys):
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_counts_rewrite_one_line_and_other_messages_end_it(monkeypatch):
+    from workbench.engine.workloads.base import say_progress
+
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    for message in ("images: 40/80", "images: 80/80", "datasets ready in /x"):
+        say_progress(message)
+    assert sys.stderr.getvalue() == (
+        "\rworkbench: images: 40/80\rworkbench: images: 80/80\n\rworkbench: datasets ready in /x\n"
+    )
+
+
+def test_in_a_log_file_each_update_is_a_line_of_its_own(capsys):
     from workbench.engine.workloads.base import say_progress
 
     for message in ("images: 40/80", "images: 80/80", "datasets ready in /x"):
-        say_progress(message)
-    err = capsys.readouterr().err
-    assert err == (
-        "\rworkbench: images: 40/80\rworkbench: images: 80/80\n\rworkbench: datasets ready in /x\n"
-    )
+        say_progress(message)  # pytest's capture: no terminal, as a CI log or a nohup file
+    lines = ["images: 40/80", "images: 80/80", "datasets ready in /x"]
+    assert capsys.readouterr().err.splitlines() == [f"workbench: {line}" for line in lines]
 
 
 def test_a_build_follows_no_symlink_planted_at_a_predictable_name(tmp_path):
@@ -210,6 +226,20 @@ def test_data_root_precedence(tmp_path, monkeypatch):
     assert data_root() == tmp_path / "env"
     assert data_root(tmp_path / "given") == tmp_path / "given"
     assert data_root("~/x") == Path.home() / "x"
+
+
+def test_a_data_folder_others_can_write_is_refused_naming_it_and_the_override(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORKBENCH_DATA", raising=False)
+    (tmp_path / "data").mkdir(mode=0o777)
+    (tmp_path / "data").chmod(0o777)  # the umask may have taken bits away
+    refusal = (rf"^./data \({tmp_path / 'data'}\) is writable by every user \(mode 777\): not "
+               "adopted as the data root; pass --data ")  # fmt: skip
+    with pytest.raises(data.InputError, match=refusal):
+        data_root()
+    assert data_root(tmp_path / "data") == tmp_path / "data"  # asked for by name: used
 
 
 def test_ensure_without_a_root_builds_in_workbench_data(tmp_path, monkeypatch):

@@ -185,7 +185,23 @@ def say_progress(message: str) -> None:
     """Progress of a one-time dataset build: stderr, so ``--json`` stdout stays clean. A count
     on its way ("images: 80/800") is rewritten in place by the next message (a carriage
     return, which terminals and Jupyter's output both honour), so a notebook shows one line
-    that counts up rather than ten."""
+    that counts up rather than ten. Where nothing rewrites a line (a CI log, a nohup file:
+    stderr is no terminal and no notebook), each message is a line of its own: a carriage
+    return there would run the counts together ("images: 80/800workbench: images: 160/800")."""
+    if not _rewrites_in_place(sys.stderr):
+        print(f"workbench: {message}", file=sys.stderr, flush=True)
+        return
     count = message.rpartition(": ")[2].split("/")
     partial = len(count) == 2 and all(c.isdigit() for c in count) and count[0] != count[1]
     print(f"\rworkbench: {message}", end="" if partial else "\n", file=sys.stderr, flush=True)
+
+
+def _rewrites_in_place(stream: Any) -> bool:
+    """A terminal, or a Jupyter kernel's output stream (its front end honours a carriage
+    return); not a pipe or a file."""
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+    return type(stream).__module__.split(".")[0] == "ipykernel"
