@@ -12,15 +12,17 @@ import psutil
 import pytest
 
 from workbench.core.errors import InputError
-from workbench.distributed.jobsecret import SECRET_FILE_ENV, agent_shell
+from workbench.distributed.jobsecret import SECRET_FILE_ENV, agent_shell, job_text
 from workbench.distributed.launchers import (
     NODE_ENV,
     NODE_INDEX_ENV,
+    AgentLaunch,
     LaunchError,
     LocalLauncher,
     SshLauncher,
     agent_command,
     forwarded_env,
+    local_env,
     parse_hosts,
     pick_launcher,
     private_names,
@@ -63,6 +65,9 @@ def test_only_the_jobs_variables_travel_to_a_remote_node():
            "PATH": "/bin", "HOME": "/root", "SSH_AUTH_SOCK": "/s", "DISPLAY": ":0"}  # fmt: skip
     assert forwarded_env(env) == {"NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "4",
                                   "PYTHONPATH": "/p", "TORCH_X": "1"}  # fmt: skip
+    # a local agent also gets what a process here needs to start, and nothing else
+    assert local_env({**env, "PGPASSWORD": "pw", "AWS_SECRET_ACCESS_KEY": "k"}) == {
+        **forwarded_env(env), "PATH": "/bin", "HOME": "/root"}  # fmt: skip
 
 
 def test_no_password_store_address_or_token_travels_to_a_node():
@@ -93,16 +98,13 @@ def test_no_password_store_address_or_token_travels_to_a_node():
     assert f"{SECRET_FILE_ENV}=/tmp/wb-1/secret" in argv[-1]  # the path, never the secret
 
 
-def test_the_agent_joins_the_kernels_store_without_hosting_it():
-    argv = agent_command(nnodes=2, nproc_per_node=4, endpoint="k:1234", rdzv_id="j",
-                         job_path="wbstore://k:1234/j", join_timeout_s=30,
-                         local_addr="127.0.0.1")  # fmt: skip
-    assert argv[1:3] == ["-m", "torch.distributed.run"]
-    for word in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                 "--rdzv-endpoint=k:1234", "--rdzv-id=j", "--rdzv-conf=is_host=0,join_timeout=30",
-                 "--local-addr=127.0.0.1", "--max-restarts=0"):  # fmt: skip
+def test_the_agents_command_line_names_no_store_no_job_and_no_rendezvous():
+    argv = agent_command(nnodes=2, nproc_per_node=4, tag="t1")
+    assert argv[1:3] == ["-m", "workbench.distributed.agent"]
+    for word in ("--nnodes=2", "--nproc-per-node=4", "--max-restarts=0"):
         assert word in argv
-    assert argv[-3:] == ["-m", "workbench.distributed.rank", "wbstore://k:1234/j"]
+    assert not [w for w in argv if w.startswith(("--rdzv", "--master", "--local-addr"))]
+    assert argv[-3:] == ["-m", "workbench.distributed.rank", "wbstore://job-file/t1"]
 
 
 def test_ssh_runs_the_agent_in_this_folder_with_the_forwarded_variables_only():
@@ -113,7 +115,8 @@ def test_ssh_runs_the_agent_in_this_folder_with_the_forwarded_variables_only():
     assert "-tt" in argv and argv[argv.index("-p") + 1] == "2222" and "user@gpu01" in argv
     remote = argv[-1]
     assert remote.startswith(f"cd {os.getcwd()} && exec env ")
-    assert f"NCCL_ALGO=Tree {NODE_ENV}=gpu01 python -m x" in remote and "PATH=" not in remote
+    assert f"NCCL_ALGO=Tree {NODE_ENV}=gpu01 WORKBENCH_NODE_RANK=0 python -m x" in remote
+    assert "PATH=" not in remote
     assert argv[-3] == "--" and argv[-2] == "user@gpu01"
     with pytest.raises(InputError, match=r"one host per node: 2 for nodes=2, 1 given"):
         ssh.hosts(2)
@@ -133,8 +136,9 @@ def test_local_agents_are_nodes_of_their_own_and_stop_leaves_nothing(tmp_path, m
     launcher = LocalLauncher()
     monkeypatch.chdir(tmp_path)  # the agents run in this folder
     secret = os.urandom(32)
-    procs = launcher.start([sys.executable, "-c", code], dict(os.environ), 2, tmp_path,
-                           secret=secret)  # fmt: skip
+    env = {**os.environ, "PGPASSWORD": "pw", "WB_NOT_ON_THE_LIST": "1"}
+    procs = launcher.start(AgentLaunch([sys.executable, "-c", code], env, 2, tmp_path,
+                                       job_text(secret)))  # fmt: skip
     deadline = time.monotonic() + 30
     while not ((tmp_path / "local-0-0").exists() and (tmp_path / "local-1-1").exists()):
         assert time.monotonic() < deadline
@@ -145,9 +149,12 @@ def test_local_agents_are_nodes_of_their_own_and_stop_leaves_nothing(tmp_path, m
     for p in procs:  # the secret: a 0600 file, named in the environment, never in argv
         agent = psutil.Process(p.pid)
         path = Path(agent.environ()[SECRET_FILE_ENV])
-        assert path.read_text() == secret.hex() and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert path.read_text() == job_text(secret) and stat.S_IMODE(path.stat().st_mode) == 0o600
         assert secret.hex() not in " ".join(agent.cmdline())
         assert secret.hex() not in " ".join(agent.environ().values())
+        # the allow-list, not this process's whole environment
+        assert "PGPASSWORD" not in agent.environ() and "WB_NOT_ON_THE_LIST" not in agent.environ()
+        assert agent.environ()["PATH"] == os.environ["PATH"]
     launcher.stop(procs)
     assert all(p.poll() is not None for p in procs)
     assert NODE_INDEX_ENV not in os.environ
@@ -193,7 +200,7 @@ def test_ssh_sends_the_secret_on_stdin_and_the_agent_reads_it_from_a_private_fil
     show = [sys.executable, "-c", "import os, stat; p = os.environ['WORKBENCH_JOB_SECRET_FILE']; "
             "print(open(p).read(), oct(stat.S_IMODE(os.stat(p).st_mode)))"]  # fmt: skip
     launcher = SshLauncher(["node1"])
-    procs = launcher.start(show, {}, 1, tmp_path, secret=secret)
+    procs = launcher.start(AgentLaunch(show, {}, 1, tmp_path, job_text(secret)))
     assert procs[0].wait(timeout=30) == 0
     folder = launcher._secret_dirs["node1"]
     assert (tmp_path / "node1.log").read_text().split() == [secret.hex(), "0o600"]

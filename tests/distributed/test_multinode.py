@@ -36,7 +36,7 @@ GONE_WITHIN_S = 15.0
 HANG_TIMEOUT_S = 40
 
 
-TOKEN_ENV = "WB_TEST_JOB_TOKEN"
+TOKEN_ENV = "TORCH_WB_TEST_JOB_MARK"  # TORCH_* (no "TOKEN" in it): on the agents' allow-list
 
 
 @pytest.fixture(autouse=True)
@@ -241,7 +241,7 @@ def _wait_for_ranks(count: int, deadline_s: float) -> list[psutil.Process]:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         ranks = [p for p in _job_processes()
-                 if "torch.distributed.run" not in " ".join(p.info["cmdline"])]  # fmt: skip
+                 if "workbench.distributed.agent" not in " ".join(p.info["cmdline"])]  # fmt: skip
         if len(ranks) >= count:
             time.sleep(2.0)  # past the store connection, into the job
             return ranks
@@ -325,13 +325,13 @@ def test_forged_events_and_spec_are_refused_and_the_job_is_unaffected(tmp_path, 
     seen = {}
 
     class Watched(LocalLauncher):  # the forgery lands after the spec, before any agent
-        def start(self, argv, env, nodes, log_dir, *args, **kwargs):
+        def start(self, launch):
             host = job._host
             seen["listening"] = _listening(host.port)
             forger.stdin.write(f"{host.port} {host.job_id} {victim.pid}\n")
             forger.stdin.flush()
             assert forger.stdout.readline().strip() == "forged"
-            procs = super().start(argv, env, nodes, log_dir, *args, **kwargs)
+            procs = super().start(launch)
             seen["agents"] = [psutil.Process(p.pid) for p in procs]
             seen["secret"] = getattr(host, "secret", b"").hex() or "no secret"
             seen["argv"] = " ".join(" ".join(p.cmdline()) for p in seen["agents"])

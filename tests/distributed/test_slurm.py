@@ -21,7 +21,7 @@ import workbench as wb
 from workbench.config.saved import save_config
 from workbench.core.errors import InputError
 from workbench.core.nccl import NcclError
-from workbench.distributed.launchers import LaunchError, pick_launcher
+from workbench.distributed.launchers import AgentLaunch, LaunchError, pick_launcher
 from workbench.distributed.netcheck import check_interfaces
 from workbench.distributed.slurm import (
     SlurmLauncher,
@@ -212,7 +212,7 @@ def test_stop_leaves_no_step_and_no_process(in_slurm, slurm, tmp_path):
     marker = f"wb-stop-{os.getpid()}-{time.monotonic_ns()}"
     code = f"import time, os; open(os.path.join({str(tmp_path)!r}, os.environ['SLURMD_NODENAME']), 'w'); time.sleep(300)  # {marker}"  # noqa: E501
     launcher = SlurmLauncher()
-    procs = launcher.start([sys.executable, "-c", code], {}, 2, tmp_path)
+    procs = launcher.start(AgentLaunch([sys.executable, "-c", code], {}, 2, tmp_path))
     deadline = time.monotonic() + 20
     while not ((tmp_path / "wb1").exists() and (tmp_path / "wb2").exists()):
         assert time.monotonic() < deadline, (tmp_path / "srun.log").read_text()
@@ -244,7 +244,7 @@ def test_a_workbench_burst_through_srun_and_torchrun_on_two_nodes(in_slurm, slur
         t0 = time.monotonic()
         if how == "srun":
             launcher = SlurmLauncher()
-            procs = launcher.start(agent, env, 2, out)
+            procs = launcher.start(AgentLaunch(agent, env, 2, out))
             try:
                 codes = [p.wait(120) for p in procs]
             finally:

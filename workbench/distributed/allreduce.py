@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.core.errors import InputError
+from workbench.distributed.jsoncomm import all_gather_json, gather_json
 
 GB = 1e9  # nccl-tests' GB/s are 10^9 bytes per second
 GPU_SIZES = tuple(8 * 1024 * 2**i for i in range(16))  # 8 KiB .. 256 MiB
@@ -92,8 +93,7 @@ def node_scopes(control) -> list[tuple[str, Any, int, bool]]:
     ``inter`` (the first rank of each node). Every rank creates every group, in one order,
     as ``new_group`` requires."""
     here = (int(os.environ.get("GROUP_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
-    where: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(where, here, group=control)
+    where = all_gather_json(here, group=control)
     me = dist.get_rank()
     by_node: dict[int, list[int]] = {}
     for rank, (node, _) in enumerate(where):
@@ -115,8 +115,7 @@ def _measure(count: int, dev: torch.device, control, group, size_n: int, member:
     correct = _check_sum(count, dev, group, size_n) if member else True
     calls = _agree_calls(count, dev, control, group if member else False)
     per_call_s = _timed_loop(count, dev, calls, control, group if member else False)
-    times = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object((per_call_s, correct), times, dst=0, group=control)
+    times = gather_json((per_call_s, correct), dst=0, group=control)
     if times is None:
         return None
     timed = [t for t, _ in times if t is not None]

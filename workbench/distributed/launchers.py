@@ -1,10 +1,11 @@
 """Start one torchrun agent per node: on this machine (``local``), over ``ssh``, or with SLURM.
 
-A multi-node burst is one torchrun job whose agents meet in a c10d rendezvous
-(``workbench.distributed.multinode``). Every agent runs the *same* command line
-(:func:`agent_command`); what differs between nodes is only where it runs and the
-``WORKBENCH_NODE`` variable that names the node to its ranks. A launcher is the part that
-knows how to put one agent on each node and how to take everything down again:
+A multi-node burst is one torchrun job whose agents meet in the kernel's store
+(``workbench.distributed.multinode``, ``workbench.distributed.agent``). Every agent runs the
+*same* command line (:func:`agent_command`: no address, no job id, no secret in it); what
+differs between nodes is only where it runs and the variables that name the node and its rank
+(``WORKBENCH_NODE``, ``WORKBENCH_NODE_RANK``). A launcher is the part that knows how to put one
+agent on each node and how to take everything down again:
 
 - ``local``: N agents on this machine, each in a session of its own: a "node" per agent, for
   tests, laptops and the workshop (real rendezvous, real process groups, one host);
@@ -19,10 +20,14 @@ node.
 
 What reaches the agents, and how (see ``workbench.distributed.jobsecret`` for the secret):
 
-- the job's secret never travels in a command line or a forwarded variable: the local agents
-  get the path of a 0600 file in the job's private folder; an ssh node gets it on the stdin of
-  an ssh without a terminal, which stores it in a private folder there; srun hands it to each
-  task's stdin (:func:`workbench.distributed.jobsecret.agent_shell`);
+- the job's file (its secret and the store's address) never travels in a command line or a
+  forwarded variable: the local agents get the path of a 0600 file in the job's private
+  folder; an ssh node gets it on the stdin of an ssh without a terminal, which stores it in a
+  private folder there; srun hands it to each task's stdin
+  (:func:`workbench.distributed.jobsecret.agent_shell`);
+- a local agent gets the same allow-list plus what a process of this machine needs to start
+  (PATH, HOME, the locale, TMPDIR, LD_LIBRARY_PATH: :func:`local_env`), never the whole
+  environment;
 - a remote node gets only the variables a rank needs (:func:`forwarded_env`, an allow-list):
   NCCL_*, GLOO_*, TORCH_*, PYTORCH_*, OMP_*, CUDA_*, the thread counts and import path, and
   the few WORKBENCH_* variables ranks read (``RANK_WORKBENCH_VARS``): never WORKBENCH_STORE
@@ -51,17 +56,19 @@ from typing import Protocol
 from workbench.core.errors import InputError
 from workbench.distributed.jobsecret import (
     SECRET_FILE_ENV,
-    SECRET_HEX_CHARS,
     receive_secret_shell,
-    write_secret_file,
+    write_job_text,
 )
 from workbench.distributed.nodes import (  # what every launcher shares (slurm.py too)
     NODE_ENV,
     NODE_INDEX_ENV,
+    NODE_RANK_ENV,
     RANK_WORKBENCH_VARS,
+    AgentLaunch,
     LaunchError,
     private_names,
 )
+from workbench.distributed.storejob import FROM_FILE
 from workbench.distributed.torchrun import stop_process_trees
 
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -69,7 +76,12 @@ SSH_CONNECT_TIMEOUT_S = 10
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # never a leading '-': ssh would read an option
 _HOST = re.compile(rf"^(?:{_NAME}@)?{_NAME}(?::[0-9]{{1,5}})?$")
 _FORWARDED_PREFIXES = ("NCCL_", "PYTORCH_", "TORCH_", "GLOO_", "OMP_", "CUDA_")
-_FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_FORWARDED_NAMES = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONSAFEPATH", "MKL_NUM_THREADS",
+                    "OPENBLAS_NUM_THREADS")  # fmt: skip
+_LOCAL_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+                "LD_LIBRARY_PATH", "XDG_CACHE_HOME", "VIRTUAL_ENV")  # fmt: skip
+"""Beyond :func:`forwarded_env`, what a local agent gets: what a process here needs to start
+and find its libraries and caches (a remote login sets its own)."""
 
 
 class Launcher(Protocol):
@@ -84,19 +96,10 @@ class Launcher(Protocol):
         """One name per node, the first ``nodes``; InputError when there are fewer."""
         ...
 
-    def start(
-        self,
-        agent_argv: list[str],
-        env: Mapping[str, str],
-        nodes: int,
-        log_dir: Path,
-        secret: bytes | None = None,
-    ) -> list[subprocess.Popen]:
-        """One agent per node, running ``agent_argv`` with ``env`` plus ``WORKBENCH_NODE``;
-        each agent's output goes to a file in ``log_dir`` (a private folder). ``secret``: the
-        job's, made readable to the agents as a 0600 file named by WORKBENCH_JOB_SECRET_FILE,
-        never through a command line. Returns the local processes that stand for the agents
-        (the agents themselves, or the ssh/srun clients)."""
+    def start(self, launch: AgentLaunch) -> list[subprocess.Popen]:
+        """One agent per node, as ``launch`` says (plus ``WORKBENCH_NODE`` and the node's
+        rank). Returns the local processes that stand for the agents (the agents themselves,
+        or the ssh/srun clients)."""
         ...
 
     def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
@@ -108,32 +111,18 @@ class Launcher(Protocol):
         ...
 
 
-def agent_command(
-    *,
-    nnodes: int,
-    nproc_per_node: int,
-    endpoint: str,
-    rdzv_id: str,
-    job_path: Path | str,
-    join_timeout_s: float,
-    local_addr: str | None = None,
-) -> list[str]:
+def agent_command(*, nnodes: int, nproc_per_node: int, tag: str) -> list[str]:
     """The torchrun agent command line, the same on every node.
 
-    ``endpoint`` is the rendezvous store that the kernel hosts (``is_host=0``: no agent tries
-    to host it, even one that runs on the kernel's machine). ``join_timeout_s``: how long an
-    agent waits for the others before it gives up by itself. ``local_addr``: the address the
-    agents advertise to each other (the local launcher's ``127.0.0.1``); unset, each agent
-    uses its own host name.
+    torchrun's own agent (``workbench.distributed.agent`` registers the rendezvous and runs
+    ``torch.distributed.run``), told only the job's shape: the store's address and the job's
+    id come from the job's private file. ``tag``: a random word that names the job's
+    processes (``ssh``'s stop finds them by it) and no key of the store.
     """
-    conf = f"is_host=0,join_timeout={max(1, int(join_timeout_s))}"
-    addr = [f"--local-addr={local_addr}"] if local_addr else []
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}", *addr,
-        "--max-restarts=0", "--monitor-interval=0.1",
-        "-m", "workbench.distributed.rank", str(job_path),
+        sys.executable, "-m", "workbench.distributed.agent", f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "--monitor-interval=0.1",
+        "-m", "workbench.distributed.rank", FROM_FILE + tag,
     ]  # fmt: skip
 
 
@@ -208,6 +197,13 @@ def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
     }  # fmt: skip
 
 
+def local_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a local agent gets: :func:`forwarded_env` plus ``_LOCAL_NAMES`` (never a
+    password, a token or the store's address, whatever else this process holds)."""
+    basics = {k: v for k, v in env.items() if k in _LOCAL_NAMES and not private_names([k])}
+    return {**basics, **forwarded_env(env)}
+
+
 class LocalLauncher:
     """N agents on this machine, each in a session of its own: N "nodes" on one host."""
 
@@ -216,22 +212,17 @@ class LocalLauncher:
     def hosts(self, nodes: int) -> list[str]:
         return [f"local-{i}" for i in range(nodes)]
 
-    def start(
-        self,
-        agent_argv: list[str],
-        env: Mapping[str, str],
-        nodes: int,
-        log_dir: Path,
-        secret: bytes | None = None,
-    ) -> list[subprocess.Popen]:
+    def start(self, launch: AgentLaunch) -> list[subprocess.Popen]:
         procs: list[subprocess.Popen] = []
-        extra = {SECRET_FILE_ENV: str(write_secret_file(log_dir, secret))} if secret else {}
-        for index, host in enumerate(self.hosts(nodes)):
-            node_env = {**env, **extra, NODE_ENV: host, NODE_INDEX_ENV: str(index)}
+        job_file = write_job_text(launch.log_dir, launch.job_text) if launch.job_text else None
+        extra = {SECRET_FILE_ENV: str(job_file)} if job_file else {}
+        for index, host in enumerate(self.hosts(launch.nodes)):
+            node_env = {**local_env(launch.env), **extra, NODE_ENV: host,
+                        NODE_INDEX_ENV: str(index), NODE_RANK_ENV: str(index)}  # fmt: skip
             try:
-                with open(Path(log_dir) / f"{host}.log", "wb") as log:
+                with open(Path(launch.log_dir) / f"{host}.log", "wb") as log:
                     procs.append(subprocess.Popen(
-                        agent_argv, env=node_env, stdout=log, stderr=subprocess.STDOUT,
+                        launch.argv, env=node_env, stdout=log, stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=os.getcwd(),
                     ))  # fmt: skip
             except OSError as exc:
@@ -283,8 +274,10 @@ class SshLauncher:
         self, host: str, agent_argv: list[str], env: Mapping[str, str], secret_file: str = ""
     ) -> list[str]:
         """The local command that runs the agent on ``host``, in this working directory, with
-        the forwarded variables (and the path of the node's secret file, never the secret)."""
-        variables = {**forwarded_env(env), NODE_ENV: node_name(host)}
+        the forwarded variables, the node's rank (its place in the host list) and the path of
+        the node's job file (never what it holds)."""
+        rank = self._hosts.index(host) if host in self._hosts else 0
+        variables = {**forwarded_env(env), NODE_ENV: node_name(host), NODE_RANK_ENV: str(rank)}
         if secret_file:
             variables[SECRET_FILE_ENV] = secret_file
         assignments = [f"{k}={v}" for k, v in variables.items()]
@@ -292,23 +285,17 @@ class SshLauncher:
                   f"{shlex.join(agent_argv)}")  # fmt: skip
         return self.ssh_argv(host, remote, tty=True)
 
-    def start(
-        self,
-        agent_argv: list[str],
-        env: Mapping[str, str],
-        nodes: int,
-        log_dir: Path,
-        secret: bytes | None = None,
-    ) -> list[subprocess.Popen]:
-        hosts = self.hosts(nodes)
-        if secret:
-            self._send_secret(hosts, secret)
+    def start(self, launch: AgentLaunch) -> list[subprocess.Popen]:
+        hosts = self.hosts(launch.nodes)
+        if launch.job_text:
+            self._send_secret(hosts, launch.job_text)
         procs: list[subprocess.Popen] = []
         for host in hosts:
             folder = self._secret_dirs.get(host)
-            argv = self.agent_argv(host, agent_argv, env, f"{folder}/secret" if folder else "")
+            secret_file = f"{folder}/secret" if folder else ""
+            argv = self.agent_argv(host, launch.argv, launch.env, secret_file)
             try:
-                with open(Path(log_dir) / f"{node_name(host)}.log", "wb") as log:
+                with open(Path(launch.log_dir) / f"{node_name(host)}.log", "wb") as log:
                     procs.append(subprocess.Popen(
                         argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         start_new_session=True,
@@ -316,16 +303,16 @@ class SshLauncher:
             except OSError as exc:
                 self.stop(procs)
                 raise LaunchError(host, f"could not run ssh: {exc}") from exc
-            self._started.append((host, agent_argv[-1]))
+            self._started.append((host, launch.argv[-1]))
         return procs
 
-    def _send_secret(self, hosts: list[str], secret: bytes) -> None:
-        """Each node stores the secret, read from stdin (no terminal: nothing echoes), in a
-        private folder of its own; the folder's path comes back."""
+    def _send_secret(self, hosts: list[str], job_text: str) -> None:
+        """Each node stores the job's file, read from stdin (no terminal: nothing echoes), in
+        a private folder of its own; the folder's path comes back."""
 
         def send(host: str) -> None:
             out = _run(host, self.ssh_argv(host, receive_secret_shell()), SSH_CONNECT_TIMEOUT_S + 5,
-                       "mktemp", stdin_text=secret.hex())  # fmt: skip
+                       "mktemp", stdin_text=job_text)  # fmt: skip
             folder = out.strip().splitlines()[-1] if out.strip() else ""
             if not folder.startswith("/"):
                 raise LaunchError(host, f"could not store the job's secret: got {out[-200:]!r}")
@@ -333,7 +320,6 @@ class SshLauncher:
 
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
             list(pool.map(send, hosts))
-        assert len(secret.hex()) == SECRET_HEX_CHARS
 
     def run_on(self, host: str, argv: list[str], timeout_s: float) -> str:
         return _run(host, self.ssh_argv(host, shlex.join(argv)), timeout_s, argv[0] if argv else "")
@@ -390,6 +376,6 @@ def _run(
     raise LaunchError(host, f"{what} exited with code {done.returncode}: {last}")
 
 
-__all__ = ["LAUNCHERS", "NODE_ENV", "RANK_WORKBENCH_VARS", "LaunchError", "Launcher",
-           "LocalLauncher", "SshLauncher", "agent_command", "forwarded_env", "parse_hosts",
-           "pick_launcher", "private_names"]  # fmt: skip
+__all__ = ["LAUNCHERS", "NODE_ENV", "RANK_WORKBENCH_VARS", "AgentLaunch", "LaunchError",
+           "Launcher", "LocalLauncher", "SshLauncher", "agent_command", "forwarded_env",
+           "local_env", "parse_hosts", "pick_launcher", "private_names"]  # fmt: skip

@@ -1,11 +1,12 @@
 """A burst or comm benchmark across nodes: one torchrun job, one agent per node, run from here.
 
-With ``knobs.nodes > 1`` the job is ``nodes x (world_size / nodes)`` ranks that meet in a
-c10d rendezvous. The kernel (or CLI) process hosts the rendezvous store itself
-(``torch.distributed.TCPStore``, ``is_master``; the agents join with ``is_host=0``), on
-``127.0.0.1`` for the ``local`` launcher, elsewhere on this host's name
-(``$WORKBENCH_RDZV_HOST`` replaces it where that name does not reach the nodes). A launcher
-(``workbench.distributed.launchers``: local, ssh, slurm) starts one agent per node.
+With ``knobs.nodes > 1`` the job is ``nodes x (world_size / nodes)`` ranks whose agents meet
+in a static rendezvous: the launcher gives each node its rank, and every agent is a client of
+the store the kernel (or CLI) process hosts (``torch.distributed.TCPStore``, ``is_master``;
+``workbench.distributed.agent``), on ``127.0.0.1`` for the ``local`` launcher, elsewhere on
+this host's name (``$WORKBENCH_RDZV_HOST`` replaces it where that name does not reach the
+nodes). A launcher (``workbench.distributed.launchers``: local, ssh, slurm) starts one agent
+per node.
 
 The store is also the job's channel (``workbench.distributed.storejob``): the ranks read the
 job from it, append their events to it, and exit when it stops answering, because a rank on
@@ -18,19 +19,17 @@ carries a secret of its own and every value on the channel an HMAC
 (``workbench.distributed.storejob``, ``workbench.distributed.jobsecret``); on this host, only
 processes traced to the agents this process started are ever signalled.
 
-torchrun's own store: with torch's defaults the agent that becomes the rendezvous's rank 0
-hosts a second ``TCPStore`` for the ranks' process group
-(``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``,
-``DynamicRendezvousHandler._create_tcp_store_server``: ``TCPStore(host_name=addr, port=0,
-is_master=True)``), and a plain ``TCPStore`` binds every interface: torch offers no bind
-address for it (``master_listen_fd`` is not reachable through torchrun) and no
-authentication. So the agents run with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (no such
-store), and the ranks build their process group on the kernel's store instead (a prefix of
-its own, ``workbench.distributed.rank``): in a multi-node job the kernel's store is the only
-c10d store. What stays beyond reach: torchrun's rendezvous protocol runs in the kernel's
-store unauthenticated (someone who reaches the port can disturb it), and gloo and NCCL open
-their own sockets on the interface GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME names (or the one
-the host name resolves to): a cluster must keep the job on a network it trusts.
+torchrun's own rendezvous is not used: its ``c10d`` backend keeps its state as a pickle in
+the store, which anyone who reaches the port could replace (and so run code in every agent),
+and its ``static`` one would have node 0's agent host a second store on every interface
+(``workbench.distributed.agent`` says more). The ranks build their process group on the
+kernel's store too (a prefix of its own, ``workbench.distributed.rank``) and exchange their
+numbers as JSON, never as pickles (``workbench.distributed.jsoncomm``): in a multi-node job
+the kernel's store is the only c10d store, and nothing read from it or from a peer is
+unpickled. What stays beyond reach: the store has no authentication (someone who reaches
+the port can disturb the job), and gloo and NCCL open their own sockets on the interface
+GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME names (or the one the host name resolves to): a
+cluster must keep the job on a network it trusts.
 
 Before anything starts, every node is asked whether it has the interfaces the NCCL knobs
 name (``workbench.distributed.netcheck``): a missing one is an error naming the node.
@@ -52,7 +51,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.distributed.jobsecret import job_text
 from workbench.distributed.launchers import (
+    AgentLaunch,
     Launcher,
     LaunchError,
     agent_command,
@@ -72,9 +73,12 @@ from workbench.distributed.torchrun import (
 __all__ = ["MultiNodeJob", "node_rows", "rendezvous_address"]
 
 RDZV_HOST_ENV = "WORKBENCH_RDZV_HOST"
-NO_AGENT_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-"""Set to 1 for the agents: rank 0's agent then hosts no store of its own (see above)."""
 _POLL_S = 0.05
+AGENTS_EXIT_GRACE_S = 3.0
+"""How long the agents may take to end once every rank has finished (rank 0's result in).
+Their exit barrier lives in the store, which anyone who reaches its port can disturb (a hang
+until torch's 300 s timeout); the measurement is complete by then, so agents still running
+after this grace are stopped, not waited for."""
 
 
 def rendezvous_address(launcher: Launcher) -> str:
@@ -144,16 +148,14 @@ class MultiNodeJob(TorchrunJob):
     def _run_agents(self, job_id: str, cancel, on_event) -> tuple[str, float]:
         assert self._host is not None
         self._host.put_spec(self.spec)
-        argv = agent_command(
-            nnodes=self.nodes, nproc_per_node=self.nproc_per_node, endpoint=self._host.endpoint,
-            rdzv_id=job_id, job_path=self._host.url(), join_timeout_s=self.spec.timeout_s,
-            local_addr="127.0.0.1" if self.launcher.name == "local" else None,
-        )  # fmt: skip
+        argv = agent_command(nnodes=self.nodes, nproc_per_node=self.nproc_per_node,
+                             tag=uuid.uuid4().hex[:12])  # fmt: skip
+        launch = AgentLaunch(argv, self.env, self.nodes, self.log_dir,
+                             job_text(self._host.secret, self._host.url()))  # fmt: skip
         start = time.monotonic()
         procs: list = []
-        env = {**self.env, NO_AGENT_STORE_ENV: "1"}
         try:
-            procs = self.launcher.start(argv, env, self.nodes, self.log_dir, self._host.secret)
+            procs = self.launcher.start(launch)
             if self.launcher.name == "local":  # the agents themselves, started here
                 self.agents = [t for t in (Traced.of(p.pid) for p in procs) if t is not None]
             status = self._follow_agents(procs, start, cancel, on_event)
@@ -167,14 +169,25 @@ class MultiNodeJob(TorchrunJob):
     def _follow_agents(self, procs: list, start: float, cancel, on_event) -> str:
         self._one_per_node = len(procs) == self.nodes  # srun: one client for every node
 
+        finished_at: list[float] = []
+
         def exited() -> bool:  # every agent done, or the first one that failed
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 self._agent_exit = failed[0]
-            return bool(failed) or all(c == 0 for c in codes)
+            if failed or all(c == 0 for c in codes):
+                return True
+            if not finished_at and self._ranks_finished():
+                finished_at.append(time.monotonic())
+            return bool(finished_at) and time.monotonic() - finished_at[0] > AGENTS_EXIT_GRACE_S
 
         return self._wait(exited, start, cancel, on_event)
+
+    def _ranks_finished(self) -> bool:
+        """Every rank said ``done`` and rank 0 wrote the job's result."""
+        result = any(e["event"] == "result" for e in self.events.get(0, []))
+        return result and all(self._has(r, ("done",)) for r in range(self.nproc))
 
     def _exit_code(self) -> int | None:
         return self._agent_exit[1] if self._agent_exit else None

@@ -5,17 +5,37 @@ which ``launchers`` imports only when asked for, needs nothing from ``launchers`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 NODE_ENV = "WORKBENCH_NODE"
 """The node's name, as each rank reports it (``local-0``, the ssh host, the SLURM node)."""
 NODE_INDEX_ENV = "WORKBENCH_NODE_INDEX"
 """Set by the local launcher only: which block of this machine's GPUs the node's ranks take."""
+NODE_RANK_ENV = "WORKBENCH_NODE_RANK"
+"""The node's rank in the job (0 hosts nothing: the kernel hosts the store), assigned by the
+launcher (local, ssh); under SLURM each task's ``SLURM_NODEID`` says it instead."""
 RANK_WORKBENCH_VARS = ("WORKBENCH_HOME", "WORKBENCH_DATA", "WORKBENCH_FORMATS",
                        "WORKBENCH_DEBUG", "WORKBENCH_COUNT_GRAD_SYNCS",
                        "WORKBENCH_COMM_FAULT_RANK")  # fmt: skip
 """The WORKBENCH_* variables a rank reads: its data and caches, debug and test switches."""
 _PRIVATE_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "PGPASS")
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    """What a launcher's ``start`` puts on the nodes: one agent per node running ``argv`` with
+    ``env`` (plus the node's own variables), its output in a file of ``log_dir`` (a private
+    folder), and the job's file (``job_text``: the secret and the store's address, see
+    ``workbench.distributed.jobsecret``) made readable to the agents as a 0600 file named by
+    WORKBENCH_JOB_SECRET_FILE, never through a command line."""
+
+    argv: list[str]
+    env: Mapping[str, str]
+    nodes: int
+    log_dir: Path
+    job_text: str = field(default="", repr=False)
 
 
 class LaunchError(RuntimeError):
@@ -39,4 +59,5 @@ def _private(name: str) -> bool:
     return any(word in name.upper() for word in _PRIVATE_WORDS)
 
 
-__all__ = ["NODE_ENV", "NODE_INDEX_ENV", "RANK_WORKBENCH_VARS", "LaunchError", "private_names"]
+__all__ = ["NODE_ENV", "NODE_INDEX_ENV", "NODE_RANK_ENV", "RANK_WORKBENCH_VARS", "AgentLaunch",
+           "LaunchError", "private_names"]  # fmt: skip

@@ -6,11 +6,12 @@ burst loop as the kernel (``workbench.engine.burst.measure_here``) with a
 :class:`DdpCoordinator`, and reports through its event file. Rank 0 gathers every rank's
 numbers and writes the job's result.
 
-In a multi-node job (``wbstore://`` instead of a file) the rank first reads the job's secret
-(``WORKBENCH_JOB_SECRET_FILE``), checks the spec's MAC before it imports anything the spec
-names, seals every event, and builds its process group on the kernel's store (a prefix of
-the job's own), so that no agent needs to host a store that listens on every interface
-(``workbench.distributed.multinode``).
+In a multi-node job (``wbstore://job-file/TAG`` instead of a file) the rank first reads the
+job's file (``WORKBENCH_JOB_SECRET_FILE``: the secret and the store's address), checks the
+spec's MAC before it imports anything the spec names, seals every event, and builds its
+process group on the kernel's store (a prefix of the job's own), so that no agent needs to
+host a store that listens on every interface (``workbench.distributed.multinode``). Ranks
+exchange their rows as JSON (``workbench.distributed.jsoncomm``), never as pickles.
 
 A rank that fails writes its error and exits at once with ``os._exit``: tearing down a process
 group whose peer is gone can block, and torchrun stops the other ranks when one exits non-zero.
@@ -43,6 +44,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from workbench.core.allocconf import ENV_VARS as ALLOC_ENV_VARS
 from workbench.core.knobs import Knobs
 from workbench.distributed import allreduce
+from workbench.distributed.jsoncomm import gather_json
 from workbench.distributed.nodes import NODE_ENV, NODE_INDEX_ENV
 from workbench.distributed.storejob import StoreJob, is_job_url
 from workbench.distributed.torchrun import EventLog, JobSpec, backend_for
@@ -116,9 +118,7 @@ class DdpCoordinator:
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's ``obj`` on rank 0 (None elsewhere)."""
-        out = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0, group=self.control)
-        return out
+        return gather_json(obj, dst=0, group=self.control)
 
 
 def needs_ddp(knobs: Knobs) -> bool:

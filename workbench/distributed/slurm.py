@@ -45,7 +45,13 @@ from pathlib import Path
 
 from workbench.core.errors import InputError
 from workbench.distributed.jobsecret import agent_shell
-from workbench.distributed.nodes import NODE_ENV, LaunchError, private_names
+from workbench.distributed.nodes import (
+    NODE_ENV,
+    NODE_RANK_ENV,
+    AgentLaunch,
+    LaunchError,
+    private_names,
+)
 
 __all__ = [
     "SlurmAllocation",
@@ -224,44 +230,37 @@ class SlurmLauncher:
             )  # fmt: skip
         return pool[:nodes]
 
-    def start(
-        self,
-        agent_argv: list[str],
-        env: Mapping[str, str],
-        nodes: int,
-        log_dir: Path,
-        secret: bytes | None = None,
-    ) -> list[subprocess.Popen]:
+    def start(self, launch: AgentLaunch) -> list[subprocess.Popen]:
         """One ``srun`` step, one agent per node; each node's output in ``log_dir/<node>.log``
-        and srun's own in ``log_dir/srun.log``; ``secret`` on each task's stdin."""
-        hosts = self.hosts(nodes)
-        if secret:
-            agent_argv = agent_shell(agent_argv)
+        and srun's own in ``log_dir/srun.log``; the job's file on each task's stdin."""
+        hosts = self.hosts(launch.nodes)
+        agent_argv = agent_shell(launch.argv) if launch.job_text else launch.argv
         alloc = self._allocation()
         step_name = f"workbench-{uuid.uuid4().hex[:8]}"
-        argv = srun_command(nodes, agent_argv, nodelist=hosts, job_name=step_name,
-                            output=str(Path(log_dir) / "%N.log"),
+        argv = srun_command(launch.nodes, agent_argv, nodelist=hosts, job_name=step_name,
+                            output=str(Path(launch.log_dir) / "%N.log"),
                             cpus_per_task=_cpus_per_agent(alloc))  # fmt: skip
-        # the node's name comes from SLURMD_NODENAME, which srun sets per task; a
-        # WORKBENCH_NODE inherited from here would give every node the same name
-        full_env = {k: v for k, v in {**os.environ, **env}.items() if k != NODE_ENV}
+        # the node's name and rank come from SLURMD_NODENAME and SLURM_NODEID, which srun sets
+        # per task; a WORKBENCH_NODE(_RANK) inherited from here would be every node's
+        full_env = {k: v for k, v in {**os.environ, **launch.env}.items()
+                    if k not in (NODE_ENV, NODE_RANK_ENV)}  # fmt: skip
         for name in private_names(list(full_env)):
             del full_env[name]
         try:
-            with open(Path(log_dir) / "srun.log", "wb") as log:
+            with open(Path(launch.log_dir) / "srun.log", "wb") as log:
                 proc = subprocess.Popen(
                     argv,
                     env=full_env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    stdin=subprocess.PIPE if secret else subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if launch.job_text else subprocess.DEVNULL,
                     start_new_session=True,
                 )
         except OSError as exc:
             raise LaunchError(hosts[0], f"could not run srun: {exc}") from exc
-        if secret and proc.stdin is not None:
+        if launch.job_text and proc.stdin is not None:
             with contextlib.suppress(BrokenPipeError):  # srun gone: its exit code says why
-                proc.stdin.write(secret.hex().encode())
+                proc.stdin.write(launch.job_text.encode())
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
             proc.stdin = None  # closed: communicate() later must not flush it

@@ -4,8 +4,11 @@ A rank on another host cannot read the kernel's temp folder, nor watch the kerne
 can reach one thing for certain: the c10d store that the kernel hosts for the rendezvous
 (every agent must connect to it, or the job never starts). So the job travels through it:
 
-- the job's ``JobSpec`` is a key of the store, and the ranks are started with the store's
-  address (``wbstore://HOST:PORT/JOB``) where a single-node job gives them a file path;
+- the job's ``JobSpec`` is a key of the store, and the ranks are started with
+  ``wbstore://job-file/TAG`` where a single-node job gives them a file path: the store's
+  address (``wbstore://HOST:PORT/JOB``) is in the job's private file, with its secret;
+- the agents meet there too, each a client with the node rank its launcher gave it
+  (``workbench.distributed.agent``: no pickle, no store of their own), under a prefix;
 - each rank appends its JSON-lines events (as :class:`workbench.distributed.torchrun.EventLog`
   writes them to a file) to a key of its own; the kernel reads them back;
 - each rank checks, every second, that the store still answers, and exits when it does not:
@@ -39,8 +42,9 @@ port can read, write and delete any key of it):
   store still ends it at once).
 
 What it cannot prevent: whoever reaches the port can still disturb the job (delete the
-events, fill the store's memory, upset torchrun's rendezvous keys): a denial of service, not a
-forgery. The network the port listens on must be one the cluster trusts.
+events, fill the store's memory, upset the agents' exit barrier or the ranks' process-group
+keys): a denial of service, not a forgery, and nothing read from the store is unpickled. The
+network the port listens on must be one the cluster trusts.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import torch.distributed as dist
 
 from workbench.distributed.jobsecret import (
     ChannelAuthError,
+    job_from_env,
     new_secret,
     seal,
     secret_from_env,
@@ -91,8 +96,12 @@ _EVENTS = ("start", "phase", "progress", "result", "error")
 _TEXT_MAX = 4096
 
 
+FROM_FILE = f"{SCHEME}job-file/"
+"""What the ranks' argv says: the job named in the job's private file, ``FROM_FILE + TAG``."""
+
+
 def job_url(host: str, port: int, job_id: str) -> str:
-    """What the ranks are given instead of a job file: ``wbstore://HOST:PORT/JOB``."""
+    """The store's address and the job: ``wbstore://HOST:PORT/JOB`` (in the job's file)."""
     return f"{SCHEME}{host}:{port}/{job_id}"
 
 
@@ -100,10 +109,22 @@ def is_job_url(text: str) -> bool:
     return text.startswith(SCHEME)
 
 
+def alive_key(job_id: str) -> str:
+    """The key the kernel keeps while it follows the job (see ``StoreJob.watch_kernel``)."""
+    return _key(job_id, _ALIVE)
+
+
+def agents_prefix(job_id: str) -> str:
+    """Where the agents of ``job_id`` keep their keys in the kernel's store."""
+    return _key(job_id, "agents")
+
+
 def parse_job_url(url: str) -> tuple[str, int, str]:
-    """``wbstore://HOST:PORT/JOB`` -> (HOST, PORT, JOB)."""
+    """``wbstore://HOST:PORT/JOB`` -> (HOST, PORT, JOB); ValueError naming anything else."""
     address, _, job_id = url[len(SCHEME) :].partition("/")
     host, _, port = address.rpartition(":")
+    if not is_job_url(url) or not host or not port.isdigit() or not job_id:
+        raise ValueError(f"{url[:200]!r}: not a job's store address (wbstore://HOST:PORT/JOB)")
     return host, int(port), job_id
 
 
@@ -297,9 +318,12 @@ def _is_text(value: Any, limit: int = _TEXT_MAX) -> bool:
 
 
 class StoreJob:
-    """A rank's side: its job, its event log and its watch on the kernel."""
+    """A rank's side: its job, its event log and its watch on the kernel. ``url``: the
+    store's address, or ``FROM_FILE...``: the one in the job's file, with its secret."""
 
     def __init__(self, url: str, secret: bytes | None = None) -> None:
+        if url.startswith(FROM_FILE):
+            secret, url = job_from_env()
         self.host, self.port, self.job_id = parse_job_url(url)
         self.secret = secret if secret is not None else secret_from_env()
         self.store = self._client()
