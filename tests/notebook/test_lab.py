@@ -185,3 +185,39 @@ def test_the_users_lessons_folder_makes_a_new_workbench_home_private(tmp_path, m
         os.umask(old)
     assert folder == home / "notebooks"
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_a_notebooks_folder_others_can_write_is_refused_naming_it_and_the_override(
+    tmp_path, monkeypatch, capsys
+):
+    from workbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shared = _lessons(tmp_path / "notebooks")
+    shared.chmod(0o777)  # a folder anyone may plant a notebook in
+    with pytest.raises(InputError, match=r"writable by every user \(mode 777\): not opened"):
+        notebooks_dir()
+    assert main(["lab", "--no-browser"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"workbench lab: error: ./notebooks ({shared}) is writable by every user "
+                   f"(mode 777): not opened; pass --notebooks {shared} to copy the lessons "
+                   "there and open it anyway, or run from another folder"]  # fmt: skip
+    shared.chmod(0o755)
+    assert notebooks_dir() == shared  # the user's own: opened in place, as before
+
+
+def test_a_link_planted_under_a_lessons_name_is_never_followed(tmp_path):
+    source, shared = _lessons(tmp_path / "pkg"), tmp_path / "shared"
+    shared.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("not yours\n")
+    for name in ("01_quickstart.ipynb", "02_data_pipeline.new.ipynb", ".workbench-lessons.json"):
+        (shared / name).symlink_to(victim)
+    said = copy_lessons(source, shared)
+    assert victim.read_text() == "not yours\n"  # nothing written through any link
+    assert (shared / "01_quickstart.ipynb").is_symlink()  # left, never followed
+    assert (shared / "01_quickstart.new.ipynb").read_text() == "01_quickstart.ipynb v1\n"
+    assert (shared / "02_data_pipeline.ipynb").read_text() == "02_data_pipeline.ipynb v1\n"
+    assert not (shared / ".workbench-lessons.json").is_symlink()  # replaced, not written through
+    assert any("kept your" in line for line in said)
+    assert not list(shared.glob(".*.tmp"))

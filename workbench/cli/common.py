@@ -203,16 +203,37 @@ def warn_password_in_argv(store: str | None) -> None:
               file=sys.stderr)  # fmt: skip
 
 
+TRUST_CWD_HELP = (
+    "put the current folder on the import path (and the ranks' PYTHONPATH) even when "
+    "--workload names no module found there"
+)
+
+
+def workload_is_here(workload: str | None) -> bool:
+    """Whether ``--workload`` names a module (``mymod:make``, ``pkg.mod:make``) that is a
+    file or a package in the current folder: the one case the folder is put on the import
+    path without ``--trust-cwd``."""
+    if not workload:
+        return False
+    top = workload.partition(":")[0].partition(".")[0]
+    here = Path.cwd()
+    package = here / top / "__init__.py"
+    return top.isidentifier() and ((here / f"{top}.py").is_file() or package.is_file())
+
+
 def import_from_here(add: bool = True) -> None:
-    """Put the current directory *last* on the import path, so ``--workload mymod:make``
-    finds ``mymod.py`` where the command is run, but a file there named like an installed
-    package (a ``torch.py``) is never imported in its place. ``python -m workbench`` puts it
-    first (as ``python -m`` always does): it is moved to the end, even without a workload
-    (``add``). A torchrun job's ranks get this path, in this order, through PYTHONPATH
+    """Put the current directory *last* on the import path when ``add`` (the workload's
+    module is here, or ``--trust-cwd``), so ``--workload mymod:make`` finds ``mymod.py``
+    where the command is run, but a file there named like an installed package (a
+    ``torch.py``) is never imported in its place; else take it off. Off by default because a
+    folder on the path is searched by more than ``import``: torch's CUDA build loads
+    ``nvidia/*/lib/*.so`` from every entry, so a shared folder would run others' libraries.
+    ``python -m workbench`` puts it first (as ``python -m`` always does): it is moved or
+    removed. A torchrun job's ranks get this path, in this order, through PYTHONPATH
     (``distributed.worker_env``) and run in the same directory."""
     here = os.getcwd()
     kept = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    sys.path[:] = [*kept, here] if add or len(kept) < len(sys.path) else kept
+    sys.path[:] = [*kept, here] if add else kept
 
 
 def _as_options(exc: Exception) -> str:

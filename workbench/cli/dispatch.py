@@ -37,6 +37,8 @@ COMMANDS = {  # name: (its module in workbench.cli, its line in --help), in --he
     "tune": ("tune", "search knobs for the best measured throughput"),
     "comm": ("comm", "all-reduce benchmark: time, algbw, busbw by size"),
     "profile": ("profile", "a burst under torch.profiler; writes a trace"),
+    "parity": ("parity", "does a faster config still train the same? loss step by step"),
+    "verify": ("verify", "does a saved config's figure hold on this machine?"),
     "class": ("class_", "set up the room's PostgreSQL store (instructor)"),
 }
 _DEBUG_HELP = (
@@ -66,6 +68,7 @@ def build_parser(chosen: Collection[str] | None = None) -> argparse.ArgumentPars
     parser = common.Parser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the distribution and version")
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
+    parser.add_argument("--trust-cwd", action="store_true", help=common.TRUST_CWD_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=common.Parser)
     for name, (_, help_line) in COMMANDS.items():
         command = sub.add_parser(name, help=help_line)
@@ -74,6 +77,8 @@ def build_parser(chosen: Collection[str] | None = None) -> argparse.ArgumentPars
         # after the command too: workbench burst --debug
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help=_DEBUG_HELP)  # fmt: skip
+        command.add_argument("--trust-cwd", action="store_true", default=argparse.SUPPRESS,
+                             help=common.TRUST_CWD_HELP)  # fmt: skip
     return parser
 
 
@@ -94,5 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
     args.debug = args.debug or bool(os.environ.get("WORKBENCH_DEBUG"))
     common.warn_password_in_argv(getattr(args, "store", None))
-    common.import_from_here(add=bool(getattr(args, "workload", None)))
+    here = args.trust_cwd or common.workload_is_here(getattr(args, "workload", None))
+    common.import_from_here(add=here)
     return common.run_command(command_module(args.command).run, args)

@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
-    "DIR_MODE", "FILE_MODE", "private_dir", "private_file", "private_output", "workbench_home",
+    "DIR_MODE", "FILE_MODE", "others_can_change", "private_dir", "private_file", "private_output",
+    "workbench_home",
 ]  # fmt: skip
 
 DIR_MODE = 0o700
@@ -37,6 +38,21 @@ FILE_MODE = 0o600
 def workbench_home() -> Path:
     """``$WORKBENCH_HOME``, else ``~/.workbench`` (not created here)."""
     return Path(os.environ.get("WORKBENCH_HOME") or "~/.workbench").expanduser()
+
+
+def others_can_change(path: str | os.PathLike[str]) -> str | None:
+    """Why another user could change what is in the folder ``path`` (None: nobody but its
+    owner, this user, can): another user's folder, or one writable by everyone, or by a group
+    other than this user's own. For folders found by where a command runs (``./data``,
+    ``./notebooks``), which are adopted only when the answer is None."""
+    info = os.stat(path)
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"owned by another user (uid {info.st_uid})"
+    if info.st_mode & 0o002:
+        return f"writable by every user (mode {info.st_mode & 0o7777:o})"
+    if info.st_mode & 0o020 and hasattr(os, "getgid") and info.st_gid != os.getgid():
+        return f"writable by group {info.st_gid} (mode {info.st_mode & 0o7777:o})"
+    return None
 
 
 def private_dir(path: str | os.PathLike[str]) -> Path:

@@ -49,7 +49,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from workbench.core.errors import InputError
-from workbench.core.private import private_dir, workbench_home
+from workbench.core.private import others_can_change, private_dir, workbench_home
 from workbench.core.safefiles import locked, write_atomic
 from workbench.engine.epochs import SHORT_EPOCH_BATCHES
 
@@ -102,13 +102,20 @@ class DatasetPaths:
 def data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The data root: `explicit`, else $WORKBENCH_DATA, else ./data if it exists, else
     $WORKBENCH_HOME/data (WORKBENCH_HOME defaults to ~/.workbench; created 0700 when it is
-    new, as the history creates it: ``workbench.core.private``)."""
+    new, as the history creates it: ``workbench.core.private``). ``./data`` is adopted only
+    when it is this user's and nobody else may write in it; else InputError naming it."""
     if explicit is not None:
         return Path(explicit).expanduser()
     if env := os.environ.get("WORKBENCH_DATA"):
         return Path(env).expanduser()
     local = Path.cwd() / "data"
     if local.is_dir():
+        why = others_can_change(local)
+        if why is not None:  # what another user put there would be measured, or run
+            raise InputError(
+                f"./data ({local}) is {why}: not adopted as the data root; pass --data "
+                f"{local} (or set WORKBENCH_DATA) to use it anyway, or run from another folder"
+            )
         return local
     return private_dir(workbench_home()) / "data"  # the home is made 0700 if it is new
 

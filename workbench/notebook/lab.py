@@ -3,7 +3,10 @@
 In a checkout it opens ``notebooks/`` in place. An installed wheel carries the lessons as
 package data; outside a checkout they are copied into a folder of the user's
 (``$WORKBENCH_HOME/notebooks``, or ``--notebooks DIR``) and opened there, never overwriting a
-lesson the user has edited.
+lesson the user has edited. A ``./notebooks`` found where the command runs is opened only when
+it is the user's and nobody else may write in it (else a refusal that names ``--notebooks``),
+and a lesson is written as a new file (``O_EXCL | O_NOFOLLOW``) renamed into place: a
+symbolic link planted in a shared folder under a lesson's name is never followed.
 
 The server runs code as you, so it never runs without a token. Jupyter's own default (a token
 it makes up) can be turned off by a user's config (``c.IdentityProvider.token = ""``), so we
@@ -20,7 +23,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from workbench.core.errors import InputError
-from workbench.core.private import private_dir, workbench_home
+from workbench.core.private import others_can_change, private_dir, workbench_home
 
 QUICKSTART = "01_quickstart.ipynb"
 MANIFEST = ".workbench-lessons.json"
@@ -83,6 +85,8 @@ def notebooks_dir(target: Path | str | None = None) -> Path:
         here = Path.cwd() / "notebooks", Path(__file__).resolve().parents[2] / "notebooks"
         for folder in here:
             if (folder / QUICKSTART).is_file():
+                if folder == here[0]:  # found where the command runs, not where it is installed
+                    _refuse_if_others_can_change(folder)
                 if not (folder / MANIFEST).exists():
                     return folder  # a checkout: its lessons are the source, opened in place
                 target = folder  # a copy made earlier with --notebooks: refreshed, then opened
@@ -91,6 +95,17 @@ def notebooks_dir(target: Path | str | None = None) -> Path:
     for line in copy_lessons(lessons_source(), target):
         print(line, file=sys.stderr)
     return target
+
+
+def _refuse_if_others_can_change(folder: Path) -> None:
+    """A ``notebooks/`` found where the command runs is opened only when nobody but this
+    user can change it: a notebook is code the user runs."""
+    why = others_can_change(folder)
+    if why is not None:
+        raise InputError(
+            f"./notebooks ({folder}) is {why}: not opened; pass --notebooks {folder} to copy "
+            "the lessons there and open it anyway, or run from another folder"
+        )
 
 
 def copy_lessons(source: Path, target: Path) -> list[str]:
@@ -109,12 +124,15 @@ def copy_lessons(source: Path, target: Path) -> list[str]:
     except OSError as exc:
         raise InputError(f"--notebooks={str(target)!r} cannot be created: {exc.strerror}") from exc
     record_path = target / MANIFEST
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    record = json.loads(_read(record_path) or b"{}")
     said, copied = [], []
     for src in sorted([*source.glob("*.ipynb"), source / "README.md"]):
         if not src.is_file():
             continue
         dst, new_hash = target / src.name, _sha256(src)
+        if dst.is_symlink():  # planted, or the user's: never followed, never replaced
+            said.append(_keep(src, dst))
+            continue
         if dst.exists():
             old_hash = _sha256(dst)
             if old_hash == new_hash:
@@ -126,10 +144,10 @@ def copy_lessons(source: Path, target: Path) -> list[str]:
                 said.append(_keep(src, dst))
                 record[src.name] = new_hash  # said once, not at every start
                 continue
-        shutil.copyfile(src, dst)
+        _write_new(dst, src.read_bytes())
         record[src.name] = new_hash
         copied.append(src.name)
-    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _write_new(record_path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     if copied:
         said.insert(0, f"workbench lab: copied {len(copied)} lesson file(s) into {target}")
     return said
@@ -140,12 +158,38 @@ def _keep(src: Path, dst: Path) -> str:
     if src.suffix != ".ipynb":
         return f"workbench lab: kept your {dst}"
     beside = dst.with_suffix(".new.ipynb")
-    shutil.copyfile(src, beside)
+    _write_new(beside, src.read_bytes())
     return f"workbench lab: kept your {dst}; this version's lesson is beside it: {beside.name}"
 
 
+def _write_new(path: Path, data: bytes) -> None:
+    """``path`` holds ``data``: written to a new file of a random name (``O_EXCL |
+    O_NOFOLLOW``: never an existing file or a link planted there) and renamed over ``path``
+    (a rename replaces a link at ``path``; it never writes through it)."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temp, flags, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _read(path: Path) -> bytes | None:
+    """``path``'s bytes, never through a symbolic link (None when absent or a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # absent, or a link (ELOOP)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(_read(path) or b"").hexdigest()
 
 
 def lab_command(
