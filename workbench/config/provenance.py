@@ -19,7 +19,12 @@ from typing import Any
 from workbench.config.yaml_text import ConfigError, check_keys
 
 KEYS = ("source", "workload", "burst_id", "date", "device", "versions", "measured", "tune", "cost",
-        "ambient_env", "trainer", "workload_importable")  # fmt: skip
+        "ambient_env", "trainer", "workload_importable", "parity")  # fmt: skip
+PARITY_KEYS = ("steps", "verdict", "max_rel_dev", "mean_rel_dev", "band", "reference")
+"""A tuned pick's loss parity against the start (``workbench.analysis.parity``): the optimizer
+steps compared, the verdict, the largest and mean relative deviation of the loss, the noise
+band, and the reference's knobs (the start's numerics at the pick's batch)."""
+PARITY_VERDICTS = ("identical", "within-noise", "drifting", "diverged")
 COST_KEYS = ("price_per_hour", "per_million_samples", "idle_share_pct", "epoch_samples",
              "per_epoch")  # fmt: skip
 """The price the knobs were judged at and what it made of the measurement (``workbench.core.cost``);
@@ -36,6 +41,7 @@ MEASURED_KEYS = (
     "peak_reserved_mib",
     "mfu_pct",
     "noisy",
+    "seconds",
 )
 _NUMBERS = set(MEASURED_KEYS) - {"status", "noisy"}
 TUNE_KEYS = ("runs", "samples_per_s_runs", "speedup", "speedup_low", "speedup_high",
@@ -60,12 +66,23 @@ def from_result(result: Any) -> dict[str, Any]:
             "name": r.get("device_name"),
             "memory_mib": _round(r.get("device_mem_mib")),
         },
-        "versions": _versions(r.get("versions") or {}, "provenance.versions", None),
+        "versions": _versions(_with_machine(r.get("versions") or {}), "provenance.versions", None),
         "measured": {k: _measured_value(k, r.get(k)) for k in MEASURED_KEYS},
         "tune": None,
         **_cost_of(r.get("cost")),
         **_ambient_of(r.get("ambient_env")),
     }
+
+
+def _with_machine(versions: Mapping[str, Any]) -> dict[str, Any]:
+    """A burst's versions with what ``workbench verify`` also compares and a burst does not
+    record: NCCL's version and the cores this process may use, read here, in the saving
+    process (the tune's or the panel's, on the measuring machine)."""
+    # torch only when a config is saved: load_config stays torch-free
+    from workbench.engine.hardware import device_info, nccl_version
+
+    extra = {"nccl": nccl_version(), "usable_cores": str(device_info("cpu").cpu_count)}
+    return {**extra, **versions}
 
 
 def _ambient_of(env: Any) -> dict[str, Any]:
@@ -123,6 +140,9 @@ def from_tune(tuned: Any) -> dict[str, Any]:
         "noise_pct": _round(tuned.noise_pct),
         "bursts": len(tuned.bursts),
     }
+    evidence = getattr(tuned, "parity", None)
+    if evidence is not None:  # the pick's loss parity against the start (the tuner's check)
+        prov["parity"] = _parity(evidence.evidence(), None)
     return prov
 
 
@@ -183,7 +203,51 @@ def normalize(data: Any, path: str | Path | None) -> dict[str, Any]:
         **_read_cost(data.get("cost"), path),
         **_read_ambient(data.get("ambient_env"), path),
         **_read_workload_marks(data, path),
+        **({"parity": _parity(data["parity"], path)} if data.get("parity") is not None else {}),
     }
+
+
+def _parity(data: Any, path: str | Path | None) -> dict[str, Any]:
+    """``provenance.parity`` checked: every key of ``PARITY_KEYS``, a known verdict."""
+    _expect_mapping(data, "provenance.parity", path)
+    check_keys(path, "provenance.parity", data, PARITY_KEYS)
+    verdict = data.get("verdict")
+    if verdict not in PARITY_VERDICTS:
+        allowed = f"{verdict!r} is not allowed: one of {', '.join(PARITY_VERDICTS)}"
+        raise ConfigError(path, "provenance.parity.verdict", allowed)
+    reference = data.get("reference") or {}
+    _expect_mapping(reference, "provenance.parity.reference", path)
+    return {
+        "steps": _int(data.get("steps"), "provenance.parity.steps", path),
+        "verdict": verdict,
+        **{k: _float(data.get(k), f"provenance.parity.{k}", path)
+           for k in ("max_rel_dev", "mean_rel_dev", "band")},
+        "reference": {str(k): v for k, v in reference.items()},
+    }  # fmt: skip
+
+
+def _float(value: Any, key: str, path: str | Path | None) -> float | None:
+    """A small number kept to 3 significant figures (a deviation of 1e-5 is not 0.0)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(path, key, f"expected a number or null, got {value!r}")
+    return float(f"{float(value):.3g}") if math.isfinite(value) else None
+
+
+def parity_line(prov: Mapping[str, Any]) -> str | None:
+    """One line on the saved pick's loss parity, or None where none was measured."""
+    p = prov.get("parity")
+    if not p:
+        return None
+    ref = ", ".join(f"{k}={v}" for k, v in (p.get("reference") or {}).items()) or "defaults"
+    return (f"loss parity against the start ({ref}): {p.get('verdict')} over {p.get('steps')} "
+            f"steps, largest relative deviation {_sci(p.get('max_rel_dev'))}, mean "
+            f"{_sci(p.get('mean_rel_dev'))}, band {_sci(p.get('band'))}")  # fmt: skip
+
+
+def _sci(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.2e}"
 
 
 def _read_workload_marks(data: Mapping[str, Any], path: str | Path | None) -> dict[str, Any]:
@@ -333,7 +397,8 @@ def summary(prov: Mapping[str, Any]) -> str:
     parts.append(f"peak {_fmt(m.get('peak_mem_mib'))} MiB")
     parts.append(f"torch {(prov.get('versions') or {}).get('torch')}")
     parts.append(f"measured {prov.get('date')}")
-    return ", ".join(parts)
+    parity = parity_line(prov)
+    return ", ".join(parts) + (f"; {parity}" if parity else "")
 
 
 # --------------------------------------------------------------------------- helpers

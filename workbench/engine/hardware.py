@@ -559,6 +559,18 @@ def _cudnn_version() -> str | None:
     return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"  # cuDNN <= 8: major*1000 + minor*100
 
 
+def nccl_version() -> str | None:
+    """The NCCL this torch was built with ("2.27.7"), or None without one (a CPU build). Read
+    from the library, without creating a communicator or initializing CUDA."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    if isinstance(v, tuple):
+        return ".".join(str(part) for part in v)
+    return str(v) if v else None
+
+
 def _dali_version() -> str | None:
     """DALI's wheel is named after its CUDA build (nvidia-dali-cuda120, ...): find any of them."""
     for name in ("nvidia-dali-cuda130", "nvidia-dali-cuda120", "nvidia-dali-cuda110"):

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
@@ -139,8 +140,6 @@ def _item_seed(seed: int, index: int) -> int:
 
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
-    import numpy as np  # the datasets' own dependency; a trace needs it only here
-
     torch_state, py_state, np_state = (
         torch.get_rng_state(),
         random.getstate(),
