@@ -29,3 +29,26 @@ def test_a_config_saved_before_the_mark_reads_as_unmarked_and_a_bad_mark_is_refu
     assert provenance._tune(dict(TUNE), "old.yaml")["speedup_uncertain"] is None
     with pytest.raises(ConfigError, match="speedup_uncertain"):
         provenance._tune({**TUNE, "speedup_uncertain": "yes"}, "bad.yaml")
+
+
+def test_this_machine_is_read_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from workbench.config import provenance; m = provenance.current_machine(); "
+            "print('torch' in sys.modules, m['torch'] is not None, m['gpus'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported, versioned, gpus = out.stdout.split(" ", 2)
+    assert (imported, versioned) == ("False", "True")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():  # no driver: NVML says so, and that means no CUDA GPU
+        assert gpus.strip() == "[]"
+
+
+def test_no_nvidia_driver_reads_as_no_gpu_and_other_nvml_trouble_as_unknown(monkeypatch):
+    from workbench.engine import telemetry
+
+    monkeypatch.setattr(telemetry, "nvml_status", lambda: "NVML Shared Library Not Found")
+    assert provenance._gpu_names(None) == []
+    monkeypatch.setattr(telemetry, "nvml_status", lambda: "Insufficient Permissions")
+    assert provenance._gpu_names(None) is None

@@ -555,6 +555,7 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
         out["torch_at_import"] = "torch" in sys.modules
         warnings.simplefilter("ignore")
         cfg = load_config({str(path)!r})
+        out["torch_after_load"] = "torch" in sys.modules  # a script reads it before CUDA work
         cfg.describe()
         with cfg.autocast("cpu"):
             pass
@@ -570,6 +571,7 @@ def test_load_config_imports_no_ui_and_no_dali(tmp_path):
         """
     )
     assert doc.pop("leaked") == [] and doc.pop("torch_at_import") is False
+    assert doc.pop("torch_after_load") is False
     assert doc["batch_size"] == 256 and doc["scaler"] is True  # bf16: no GradScaler
     assert doc["flags"] == ["cudnn_benchmark"] and "NCCL_CROSS_NIC" in doc["env"]  # bf16: no math
     assert doc["ddp"] == ["bucket_cap_mb", "gradient_as_bucket_view", "static_graph"]

@@ -9,8 +9,10 @@ can warn about it instead of failing, because the knobs remain a sound first gue
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import statistics
+import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -320,24 +322,38 @@ def _tune(data: Any, path: str | Path | None) -> dict[str, Any] | None:
 def current_machine() -> dict[str, Any]:
     """This machine's GPU models and torch version: what a config is compared against.
 
-    ``gpus`` is a list of names ([] without a GPU, None when unknown). They come from NVML, or
-    from torch only once CUDA is initialized: initializing it here would create PyTorch's CUDA
-    allocator, which reads PYTORCH_CUDA_ALLOC_CONF right then, before a script could export
-    that variable from the very config it is loading.
+    Asked without importing torch (``load_config`` compares on load, and a training script
+    loads its config first): ``gpus`` come from NVML ([] where no NVIDIA driver is loaded,
+    None when unknown), or from torch only where the script has imported it and initialized
+    CUDA already. Initializing CUDA here would create PyTorch's CUDA allocator, which reads
+    PYTORCH_CUDA_ALLOC_CONF right then, before a script could export that variable from the
+    very config it is loading. ``torch``: the imported module's version, else the installed
+    package's (without its local ``+cu...`` part).
     """
-    # torch only when a config is saved: load_config stays torch-free
-    import torch
+    torch = sys.modules.get("torch")
+    return {"gpus": _gpu_names(torch), "torch": _torch_version(torch)}
 
-    return {"gpus": _gpu_names(torch), "torch": str(torch.__version__)}
+
+def _torch_version(torch: Any) -> str | None:
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_NO_DRIVER = ("Shared Library Not Found", "Driver Not Loaded")
+"""NVML's own words when no NVIDIA driver is there: no CUDA GPU either."""
 
 
 def _gpu_names(torch: Any) -> list[str] | None:
-    if torch.cuda.is_initialized():
+    if torch is not None and torch.cuda.is_initialized():
         return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    # only when a config is saved: load_config stays torch-free
-    from workbench.engine.telemetry import nvml_status
+    from workbench.engine.telemetry import nvml_status  # torch-free: NVML only
 
-    if nvml_status() is None:
+    why = nvml_status()
+    if why is None:
         import pynvml  # NVML is optional: absent without an NVIDIA driver
 
         try:
@@ -347,8 +363,12 @@ def _gpu_names(torch: Any) -> list[str] | None:
             names = [pynvml.nvmlDeviceGetName(h) for h in handles]
             return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
         except pynvml.NVMLError:
-            pass
-    return None if torch.cuda.is_available() else []  # device count only: no allocator yet
+            return None
+    if any(words in why for words in _NO_DRIVER):
+        return []
+    if torch is not None:
+        return None if torch.cuda.is_available() else []  # device count only: no allocator yet
+    return None
 
 
 def differences(prov: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:

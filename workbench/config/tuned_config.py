@@ -42,6 +42,7 @@ from workbench.core import trusted
 from workbench.core.allocconf import env_for
 from workbench.core.errors import InputError
 from workbench.core.knobs import DDP_KNOBS, Knobs
+from workbench.core.loader_args import dataloader_kwargs
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.nccl import is_debug_only
 
@@ -149,14 +150,11 @@ class TunedConfig:
     def dataloader_kwargs(self, device: str | None = None) -> dict[str, Any]:
         """The tuned DataLoader arguments on ``device`` ("cuda"/"cpu"; default: CUDA if present).
 
-        The mapping a burst uses (``engine.loaders.torch_loader.dataloader_kwargs``), minus
+        The mapping a burst uses (``core.loader_args.dataloader_kwargs``), minus
         what a script chooses itself (shuffle, sampler, drop_last, worker timeout and start
         method). ``pin_memory`` is dropped without CUDA, where it cannot act.
         """
-        # torch only when the script asks for a loader: load_config stays torch-free
-        from workbench.engine.loaders.torch_loader import dataloader_kwargs
-
-        full = dataloader_kwargs(self.knobs, _device_type(device))
+        full = dataloader_kwargs(self.knobs, _device_type(device))  # torch-free: load_config
         return {k: full[k] for k in LOADER_KEYS if k in full}
 
     def dataloader(

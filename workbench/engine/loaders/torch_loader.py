@@ -14,14 +14,15 @@ does; a short epoch of a sample set (``workbench.engine.epochs``) is continued i
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
+from workbench.core import loader_args
 from workbench.core.knobs import Knobs
+from workbench.core.loader_args import WORKER_POLL_S, WORKER_TIMEOUT_S
 from workbench.engine.epochs import (
     CONTINUED,
     ContinuingSampler,
@@ -30,33 +31,13 @@ from workbench.engine.epochs import (
 )
 from workbench.engine.loaders.stream import check_batch_fits
 
-# A worker that hangs (deadlock, dead NFS mount) becomes an error after this long, not a hang.
-WORKER_TIMEOUT_S = 120.0
-# How often a wait for a batch looks at the workers. torch finds a dead worker at once through
-# its SIGCHLD handler, but that handler exists only when the loader runs on the main thread;
-# elsewhere (the panel's burst thread) a death is seen only when a wait for data times out.
-# With DataLoader(timeout=120) that was after 120 s, so the stream waits in short slices.
-WORKER_POLL_S = 2.0
 _TIMED_OUT = "DataLoader timed out after"
 
 
 def dataloader_kwargs(knobs: Knobs, device: torch.device | str) -> dict[str, Any]:
-    """The DataLoader keyword arguments these knobs mean on ``device`` (also used by configs)."""
-    on_cuda = torch.device(device).type == "cuda"
-    kwargs: dict[str, Any] = {
-        "batch_size": knobs.batch_size,
-        "shuffle": True,
-        "drop_last": True,
-        "num_workers": knobs.num_workers,
-        "pin_memory": knobs.pin_memory and on_cuda,
-    }
-    if knobs.num_workers > 0:
-        kwargs["persistent_workers"] = knobs.persistent_workers
-        kwargs["prefetch_factor"] = knobs.prefetch_factor or 2
-        kwargs["timeout"] = WORKER_POLL_S  # the stream retries up to WORKER_TIMEOUT_S
-        if "fork" in mp.get_all_start_methods():
-            kwargs["multiprocessing_context"] = "fork"
-    return kwargs
+    """The DataLoader keyword arguments these knobs mean on ``device`` (``core.loader_args``,
+    torch-free for saved configs), with this module's wait slice."""
+    return loader_args.dataloader_kwargs(knobs, device, poll_s=WORKER_POLL_S)
 
 
 class TorchStream:
