@@ -52,6 +52,7 @@ def knobs_markdown() -> str:
                 spec.doc,
                 "",
                 f"- allowed: {spec.allowed()}",
+                f"- numerics: {_numerics(spec.name)}",
                 f"- default: {default}",
                 f"- command line: `--set {spec.name}=...`",
                 "",
@@ -72,6 +73,14 @@ def knobs_markdown() -> str:
         debug = "yes" if rule.debug_only else ""
         lines.append(f"| `{name}` | {_cell(rule.allowed)} | {numerics} | {debug} |")
     return "\n".join(lines) + "\n"
+
+
+def _numerics(name: str) -> str:
+    """The knob's numeric class and what it means (``workbench.core.numerics``)."""
+    from workbench.core.numerics import CLASS_MEANING, numeric_class
+
+    kind = numeric_class(name)
+    return f"{kind}: {CLASS_MEANING[kind]} ([parity](cli.md#parity))"
 
 
 def cli_markdown() -> str:

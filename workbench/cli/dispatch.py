@@ -63,8 +63,8 @@ def command_module(name: str) -> ModuleType:
 
 
 def build_parser(chosen: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every command; with ``chosen``, only those commands' options are read
-    from their modules (the others are listed by name and help only, enough for ``--help``)."""
+    """The parser of every command (``--debug``, ``--trust-cwd`` after one too); with ``chosen``
+    only those commands' options are read from their modules (the others: name and help)."""
     parser = common.Parser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the distribution and version")
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
@@ -74,19 +74,15 @@ def build_parser(chosen: Collection[str] | None = None) -> argparse.ArgumentPars
         command = sub.add_parser(name, help=help_line)
         if chosen is None or name in chosen:
             command_module(name).add_arguments(command)
-        # after the command too: workbench burst --debug
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                             help=_DEBUG_HELP)  # fmt: skip
-        command.add_argument("--trust-cwd", action="store_true", default=argparse.SUPPRESS,
-                             help=common.TRUST_CWD_HELP)  # fmt: skip
+        for flag, tip in (("--debug", _DEBUG_HELP), ("--trust-cwd", common.TRUST_CWD_HELP)):
+            command.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=tip)
     return parser
 
 
 def _chosen(argv: Sequence[str]) -> list[str]:
     """The command named in ``argv``: its first word that is not an option (the options
     before a command, ``--debug`` and ``--version``, take no value)."""
-    words = [word for word in argv if not word.startswith("-")]
-    return words[:1]
+    return [word for word in argv if not word.startswith("-")][:1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_.code or 0)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="workbench: %(message)s")
     args.debug = args.debug or bool(os.environ.get("WORKBENCH_DEBUG"))
-    common.warn_password_in_argv(getattr(args, "store", None))
-    here = args.trust_cwd or common.workload_is_here(getattr(args, "workload", None))
-    common.import_from_here(add=here)
+    given = vars(args)
+    common.warn_password_in_argv(given.get("store"))
+    common.import_from_here(add=args.trust_cwd or common.workload_is_here(given.get("workload")))
     return common.run_command(command_module(args.command).run, args)

@@ -20,6 +20,7 @@ import ipywidgets as w
 import torch
 
 from workbench.core.knobs import KnobError, Knobs, KnobSpec, knob_specs
+from workbench.core.numerics import tooltip_line
 from workbench.engine.attention import uses_sdpa
 from workbench.engine.fp8 import unavailable as fp8_unavailable
 from workbench.engine.loaders.dali import dali_available
@@ -111,8 +112,10 @@ def sharding_unavailable(device_type: str) -> str:
 
 
 def make_control(spec: KnobSpec, value: Any, device_type: str = "cpu") -> w.ValueWidget:
-    """The widget for one knob, showing ``value``, with the knob's doc as tooltip."""
-    common = {"description": spec.name, "tooltip": spec.doc, "style": _STYLE, "layout": _LAYOUT}
+    """The widget for one knob, showing ``value``, with the knob's doc as tooltip (and its
+    numeric class: what it may change in the loss, ``workbench.core.numerics``)."""
+    tip = f"{spec.doc} {tooltip_line(spec.name)}".strip()
+    common = {"description": spec.name, "tooltip": tip, "style": _STYLE, "layout": _LAYOUT}
     if spec.name in ("batch_size", "grad_accum", "prefetch_factor"):
         scale = {"batch_size": POWERS_OF_TWO, "grad_accum": ACCUM_STEPS}.get(spec.name, PREFETCH)
         value = value or 0  # prefetch_factor None -> the "unset" stop
