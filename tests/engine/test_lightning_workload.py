@@ -465,3 +465,19 @@ def test_a_saved_config_names_no_loss_or_optimizer_the_module_did_not_use(tmp_pa
         cfg = load_config(path)
     with pytest.raises(ConfigError, match="its module's own training_step and configure_opt"):
         cfg.loss()
+
+
+def test_a_warning_the_fit_repeats_every_burst_is_shown_once():
+    """Lightning warns of a deprecation at every Trainer.fit, and a sweep fits once a burst."""
+    text = f"a deprecation said at every fit ({id(object())})"  # no other test's
+
+    class Warns(LitNet):
+        def on_train_start(self) -> None:
+            warnings.warn(text, UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            r = run_burst(Workload.from_lightning(Warns, PointsData), Knobs(batch_size=16), **FAST)
+            assert r.ok, r.error
+    assert [str(w.message) for w in caught].count(text) == 1

@@ -198,23 +198,40 @@ class _Endless:
         return next(self._stream)
 
 
+_SHOWN: set[tuple[type[Warning], str]] = set()
+"""The fit's warnings already shown in this process (category, text)."""
+
+
 @contextlib.contextmanager
 def _quiet(pl: ModuleType) -> Iterator[None]:
     """Lightning's INFO lines, its PossibleUserWarnings and its fp16-on-CPU warning (said in
-    ``no_effect``) off during the fit, restored after."""
+    ``no_effect``) off during the fit, restored after. Any other warning of the fit (a
+    deprecation Lightning warns of at every ``fit``) is shown once per process, after the
+    fit: a sweep or a tune fits once per burst, and Python's own once-per-place rule is
+    reset every time warning filters change, as each burst's do."""
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     levels = [log.level for log in loggers]
     hint = importlib.import_module(f"{pl.__name__}.utilities.warnings").PossibleUserWarning
+    said: list[warnings.WarningMessage] = []
     try:
         for log in loggers:
             log.setLevel(logging.WARNING)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as said:
             warnings.filterwarnings("ignore", category=hint)
             warnings.filterwarnings("ignore", message=_FP16_ON_CPU)  # no_effect says it
             yield
     finally:
         for log, level in zip(loggers, levels, strict=True):
             log.setLevel(level)
+        _show_once(said)
+
+
+def _show_once(said: list[warnings.WarningMessage]) -> None:
+    for w in said:
+        key = (w.category, str(w.message))
+        if key not in _SHOWN:
+            _SHOWN.add(key)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 class FitClock:
