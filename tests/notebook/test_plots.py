@@ -422,9 +422,14 @@ def test_history_table_newest_first_with_changed_knobs_and_readable_cells(sweep)
     assert by_id.loc["5", "status"] == "out of memory" and by_id.loc["5", "samples/s"] == "n/a"
     assert by_id.loc["5", "note"] == "OutOfMemoryError: CUDA out of memory."
     assert by_id.loc["7", "NCCL_ALGO"] == "Ring" and by_id.loc["6", "NCCL_ALGO"] == "unset"
-    assert plots.history_table(df, n=10).iloc[-1]["samples/s"] == "800 (noisy)"
+    assert plots.history_table(df, n=10).iloc[-1]["samples/s"] == "800 *"
     html = plots.history_html(df)
     assert html.startswith("<table") and "&lt;bad&gt;" in html
+    # what noisy means, said once under the table, not in each noisy row
+    assert html.count("noisy") == 1 and html.endswith("compare configs over repeated bursts "
+                                                      "(a tune does)</em></p>")  # fmt: skip
+    quiet = plots.history_html(df.assign(noisy=False))
+    assert "noisy" not in quiet and " *<" not in quiet
 
 
 def test_history_table_of_an_empty_history():
@@ -491,7 +496,7 @@ def test_history_html_lines_headings_up_with_their_columns(sweep):
     by_name = dict(zip(table.columns, head, strict=True))
     assert by_name["samples/s"] == "right" and by_name["step ms"] == "right"
     assert by_name["workload"] == "left" and by_name["note"] == "left"
-    assert "800 (noisy)</td><td" in html  # its own cell, padded: never "800 (noisy) 20.0"
+    assert "800 *</td><td" in html  # its own cell, padded: never "800 * 20.0"
 
 
 def test_history_table_shows_cost_where_a_price_was_given(sweep):

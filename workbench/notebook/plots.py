@@ -31,6 +31,7 @@ import altair as alt
 import pandas as pd
 
 from workbench.core.knobs import KNOB_NAMES, SPECS, KnobError, Knobs, knob_specs
+from workbench.core.results import NOISY_MEANING
 
 __all__ = [
     "comparable",
@@ -735,8 +736,9 @@ def history_table(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 
     Columns: id, time (local), workload, device, status, one column per knob that differs from
     its default in any shown row (NCCL variables included), then samples/s (tokens/s where
-    measured; "(noisy)" when IQR/median > 10%), step ms (median and IQR), data wait %, peak
-    MiB, and a note with the error of a failed burst. Unknown values read "n/a".
+    measured; marked ``*`` when noisy, IQR/median > 10%: ``history_html`` says what that
+    means once, under the table, not in every row), step ms (median and IQR), data wait %,
+    peak MiB, and a note with the error of a failed burst. Unknown values read "n/a".
     """
     rows = _newest(df, n)
     records = rows.to_dict("records")
@@ -776,13 +778,21 @@ def history_html(df: pd.DataFrame, n: int = 10) -> str:
         "<tr>" + "".join(_cell("td", v, r) for v, r in zip(row, right, strict=True)) + "</tr>"
         for row in table.itertuples(index=False)
     )
+    legend = ""
+    if any(str(c).endswith(NOISY_MARK) for c in table["samples/s"]):
+        legend = (f'<p style="margin:2px 0;font-size:90%"><em>{NOISY_MARK.strip()} noisy: '
+                  f"{html.escape(NOISY_MEANING)}</em></p>")  # fmt: skip
     return (
         '<table class="workbench-history" style="border-collapse:collapse">'
-        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{legend}"
     )
 
 
-_NUMBER = re.compile(r"^-?[\d,.]+( \(noisy\))?$|^n/a$")
+NOISY_MARK = " *"
+"""How a noisy burst's figure is marked in the history table (the legend says it once)."""
+
+
+_NUMBER = re.compile(r"^-?[\d,.]+( \*)?$|^n/a$")
 
 
 def _is_number_column(cells: pd.Series) -> bool:
@@ -792,7 +802,7 @@ def _is_number_column(cells: pd.Series) -> bool:
 
 def _cell(tag: str, value: Any, right: bool) -> str:
     """One cell with its own alignment and padding: headings line up with their column, and
-    neighbouring figures ("185 (noisy)" beside "343.5") never run together."""
+    neighbouring figures ("185 *" beside "343.5") never run together."""
     style = f"text-align:{'right' if right else 'left'};padding:2px 10px;white-space:nowrap"
     return f'<{tag} style="{style}">{html.escape(str(value))}</{tag}>'
 
@@ -826,7 +836,7 @@ def _text(value: Any, fmt: str = "{}") -> str:
 
 def _rate(record: Mapping[str, Any], field: str) -> str:
     text = _text(record.get(field), "{:,.0f}")
-    return f"{text} (noisy)" if text != "n/a" and _plain(record.get("noisy")) is True else text
+    return f"{text}{NOISY_MARK}" if text != "n/a" and _plain(record.get("noisy")) is True else text
 
 
 def _time(value: Any) -> str:
