@@ -8,105 +8,24 @@ through the workbench's client (which a learner can change at will).
 
 from __future__ import annotations
 
-import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from postgres_server import IN_CI, PgServer
+from class_room import Room, admin, open_room, psycopg, refused
+from postgres_server import PgServer
 
 from workbench.cli import main
 from workbench.history.base import StoreError
 from workbench.history.postgres import PostgresStore
 from workbench.history.roles import init_class, read_learners
 
-# under CI these tests must run: a missing driver fails the collection there, never skips
-psycopg = __import__("psycopg") if IN_CI else pytest.importorskip("psycopg")
-
-
-@dataclass(frozen=True)
-class Room:
-    """The module's class database: its server, the logins file and the names in it."""
-
-    server: PgServer
-    database: str
-    logins: Path
-    passwords: dict[str, str]
-    ada: str
-    bob: str
-    instructor: str
-    stdout: str
-
-    def url(self, login: str) -> str:
-        from urllib.parse import quote
-
-        secret = quote(self.passwords[login], safe="")
-        return f"postgresql://{login}:{secret}@127.0.0.1:{self.server.port}/{self.database}"
-
-    def sql(self, login: str, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """One statement as ``login``, committed; its rows (none for a statement without)."""
-        with psycopg.connect(self.url(login), autocommit=True) as conn:
-            cur = conn.execute(statement, params)
-            return cur.fetchall() if cur.description else []
-
-
-def _admin(server: PgServer, database: str = "postgres") -> Any:
-    return psycopg.connect(PgServer(server.user, server.password, server.port, database).url(),
-                           autocommit=True)  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def room(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Room]:
-    """A class set up by ``workbench class init`` (the CLI), with two learners' rows in it."""
-    tag = secrets.token_hex(3)
-    database, ada, bob = f"c_{tag}", f"ada_{tag}", f"bob_{tag}"
-    with _admin(pg_server) as conn:
-        conn.execute(f"CREATE DATABASE {database}")
-    admin = PgServer(pg_server.user, pg_server.password, pg_server.port, database)
-    logins = tmp_path_factory.mktemp("class") / "logins.pgpass"
-    try:
-        import contextlib
-        import io
-
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = main(["class", "init", "--store", admin.url(), "--learners", f"{ada},{bob}",
-                         "--logins", str(logins)])  # fmt: skip
-        assert code == 0, out.getvalue()
-        lines = [line.split(":") for line in logins.read_text().splitlines()[1:]]
-        passwords = {fields[3]: fields[4] for fields in lines}
-        room = Room(admin, database, logins, passwords, ada, bob, f"{database}_instructor",
-                    out.getvalue())  # fmt: skip
-        for learner in (ada, bob):  # each learner's first burst and answer, through the client
-            store = PostgresStore(room.url(learner))
-            store.append({"workload": "cnn", "status": "ok", "tag": learner})
-            store.record_answer({"exercise": "03.precision", "ok": False, "message": "not yet"})
-        yield room
-    finally:
-        _drop_class(pg_server, database, tag)
-
-
-def _drop_class(server: PgServer, database: str, tag: str) -> None:
-    with _admin(server) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        roles = conn.execute(
-            "SELECT rolname FROM pg_roles WHERE rolname LIKE %s OR rolname LIKE %s",
-            (f"%\\_{tag}", f"{database}\\_%"),
-        ).fetchall()
-        for (role,) in roles:
-            conn.execute(f'DROP ROLE "{role}"')
-
-
-def _refused(room: Room, login: str, statement: str, params: tuple[Any, ...] = ()) -> str:
-    """The server's refusal of ``statement`` as ``login`` for want of privilege (SQLSTATE
-    42501: no grant, not the owner, a row-level security check); the test fails otherwise."""
-    with pytest.raises(psycopg.Error) as info:
-        room.sql(login, statement, params)
-    assert info.value.sqlstate == "42501", f"{statement}: {info.value}"
-    return str(info.value)
+    with open_room(pg_server, tmp_path_factory) as made:
+        yield made
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -145,7 +64,7 @@ def test_a_role_it_did_not_make_is_never_taken_over(room: Room, tmp_path: Path) 
     """A role of the same name made by someone else (here: a superuser) is refused, and
     nothing of that run is kept: no other learner, no logins file."""
     tag = room.ada.rsplit("_", 1)[1]
-    with _admin(room.server) as conn:
+    with admin(room.server) as conn:
         conn.execute(f"CREATE ROLE mallory_{tag} LOGIN SUPERUSER")
     logins = tmp_path / "more.pgpass"
     with pytest.raises(StoreError, match=f"role 'mallory_{tag}' already exists"):
@@ -230,22 +149,22 @@ def test_a_learner_cannot_write_as_anyone_else(room: Room, who: str) -> None:
     answer = ("INSERT INTO workbench.answers (created_at, learner, exercise, ok)"
               " VALUES ('now', %s, '03.precision', true)")  # fmt: skip
     for statement in (burst, answer):
-        assert "row-level security" in _refused(room, room.ada, statement, (name,))
+        assert "row-level security" in refused(room, room.ada, statement, (name,))
 
 
 def test_a_learner_cannot_mark_an_answer_correct(room: Room) -> None:
     """Not their own after the fact, not anyone else's: answers are never updated or deleted."""
     for where in ("", f" WHERE learner = '{room.ada}'", f" WHERE learner = '{room.bob}'"):
-        message = _refused(room, room.ada, f"UPDATE workbench.answers SET ok = true{where}")
+        message = refused(room, room.ada, f"UPDATE workbench.answers SET ok = true{where}")
         assert "permission denied" in message
-        message = _refused(room, room.ada, f"DELETE FROM workbench.answers{where}")
+        message = refused(room, room.ada, f"DELETE FROM workbench.answers{where}")
         assert "permission denied" in message
     verdicts = room.sql(room.instructor, "SELECT DISTINCT ok FROM workbench.answers")
     assert verdicts == [(False,)]
 
 
 def test_a_learner_cannot_flip_the_board(room: Room, monkeypatch: pytest.MonkeyPatch) -> None:
-    message = _refused(room, room.ada,
+    message = refused(room, room.ada,
                        "INSERT INTO workbench.board (created_at, learner, shared)"
                        " VALUES ('now', %s, true)", (room.ada,))  # fmt: skip
     assert "permission denied" in message
@@ -280,12 +199,12 @@ _FORBIDDEN = [
 
 @pytest.mark.parametrize("statement", _FORBIDDEN)
 def test_a_learner_cannot_drop_alter_or_escape(room: Room, statement: str) -> None:
-    _refused(room, room.ada, statement)
+    refused(room, room.ada, statement)
 
 
 def test_someone_outside_the_class_cannot_connect(room: Room) -> None:
     tag = room.ada.rsplit("_", 1)[1]
-    with _admin(room.server) as conn:
+    with admin(room.server) as conn:
         conn.execute(f"CREATE ROLE eve_{tag} LOGIN PASSWORD 'eve-pw'")
     url = f"postgresql://eve_{tag}:eve-pw@127.0.0.1:{room.server.port}/{room.database}"
     with pytest.raises(psycopg.Error, match="permission denied for database"):
@@ -317,7 +236,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "class-mode.md"
 
 def test_the_recipes_keep_the_server_to_the_room_and_the_passwords_out_of_urls() -> None:
     """docs/class-mode.md: no address-wide listening, TLS-only access rules from the room's
-    subnet, and every learner's store URL without a password and with sslmode=require."""
+    subnet, every learner's store URL without a password and checking the server
+    (sslmode=verify-full with the room's CA), and login lines that name the server."""
     import re
 
     text = DOCS.read_text()
@@ -327,6 +247,7 @@ def test_the_recipes_keep_the_server_to_the_room_and_the_passwords_out_of_urls()
     assert rules and all(r.split()[0] in ("local", "hostssl") or "reject" in r for r in rules)
     urls = re.findall(r"WORKBENCH_STORE='([^']+)'", text)
     assert urls and all(not re.search(r"://[^@/]*:[^@/]*@", u) for u in urls), urls
-    assert all("sslmode=require" in u for u in urls), urls
+    assert all("sslmode=verify-full&sslrootcert=room-ca.crt" in u for u in urls), urls
+    assert "sslmode=require" not in text and "*:*:" not in text
     assert "POSTGRES_PASSWORD=" not in text  # a password on docker's command line
     assert "workbench class init" in text

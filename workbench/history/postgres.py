@@ -18,7 +18,7 @@ it live. Why it is built this way:
   so a traceback cannot print the driver's own text either.
 - **Who a kernel is comes from its login in a class store.** Where ``workbench class init``
   set the room up (``roles.py``), every row's ``learner`` is the database login
-  (``current_user``) and the instructor is whoever logs in as the instructor's role: the server
+  (``session_user``) and the instructor is whoever logs in as the instructor's role: the server
   enforces both with row-level security, so ``WORKBENCH_LEARNER`` and ``WORKBENCH_ROLE`` are
   ignored there (with a warning when they disagree). A store without class roles keeps them.
 - **psycopg 3 is optional** (the ``class`` extra): imported when a PostgreSQL store is opened,
@@ -70,6 +70,15 @@ _KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
 """TCP keepalives: a connection idle 30 s is probed every 10 s and given up after 3 lost probes,
 so a server that vanished (its laptop closed, the network gone) is noticed in about a minute
 instead of the kernel's default of over two hours."""
+_LOCK_TIMEOUT_MS = 5_000
+"""Server side: a statement waits at most 5 s for a lock. A learner who holds a table's lock
+in an open transaction (``BEGIN; SELECT ...`` in psql) makes a DDL statement wait, and every
+read queued behind the DDL with it: this bounds the stall to seconds, not the statement's 30."""
+_REQUIRE_AUTH = "scram-sha-256"
+"""libpq's ``require_auth`` (libpq 16 and newer): the password goes only to a server that
+asks for SCRAM, which proves the server knows the verifier; a fake server that asks for a
+cleartext or MD5 password gets nothing. Not for a Unix socket (its folder is the
+administrator's; peer authentication is the norm there), nor where the URL sets its own."""
 _TCP_USER_TIMEOUT_MS = 60_000
 """Data sent and not acknowledged for 60 s closes the connection (Linux ``TCP_USER_TIMEOUT``):
 keepalives cover an idle connection, this one a query sent to a host that went away."""
@@ -79,12 +88,16 @@ _ADVICE = (
     "and that the server accepts connections from this machine."
 )
 
+_ROW_HEAD = "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, created_at text NOT NULL"
+"""The columns every table of rows starts with: the server's id, the row's time."""
+_WHO = "learner text NOT NULL, host text"
+"""Who wrote an answer or flipped the board (a burst's ``learner`` may be null: no class)."""
+
 _DDL = (
     f"CREATE SCHEMA IF NOT EXISTS {_SCHEMA}",
     f"CREATE TABLE {_SCHEMA}.meta (key text PRIMARY KEY, value text NOT NULL)",
     f"""CREATE TABLE {_SCHEMA}.bursts (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        created_at text NOT NULL,
+        {_ROW_HEAD},
         learner text,
         host text,
         workload text NOT NULL,
@@ -98,10 +111,7 @@ _DDL = (
     f"CREATE INDEX bursts_learner ON {_SCHEMA}.bursts (learner, id)",
     f"CREATE INDEX bursts_status ON {_SCHEMA}.bursts (status, id)",
     f"""CREATE TABLE {_SCHEMA}.answers (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        created_at text NOT NULL,
-        learner text NOT NULL,
-        host text,
+        {_ROW_HEAD}, {_WHO},
         exercise text NOT NULL,
         ok boolean,
         message text,
@@ -110,10 +120,7 @@ _DDL = (
     )""",
     f"CREATE INDEX answers_exercise ON {_SCHEMA}.answers (exercise, id)",
     f"""CREATE TABLE {_SCHEMA}.board (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        created_at text NOT NULL,
-        learner text NOT NULL,
-        host text,
+        {_ROW_HEAD}, {_WHO},
         shared boolean NOT NULL
     )""",
 )
@@ -196,7 +203,8 @@ class PostgresStore(Store):
         """A fresh autocommit connection (transactions are explicit), closed after use."""
         psycopg = self._psycopg
         try:
-            conn = psycopg.connect(self._dsn.reveal(), autocommit=True, **connect_options())
+            dsn = self._dsn.reveal()
+            conn = psycopg.connect(dsn, autocommit=True, **connect_options(dsn))
         except psycopg.Error as exc:
             raise self._error("cannot be reached", exc, _ADVICE) from None
         try:
@@ -268,7 +276,7 @@ class PostgresStore(Store):
     # -- who this login is (a class set up by ``workbench class init``) ----------------------
 
     def learner_name(self) -> str:
-        """The database login in a class store (``current_user``); else the environment's."""
+        """The database login in a class store (``session_user``); else the environment's."""
         return self._login.user if self._login is not None else super().learner_name()
 
     def is_instructor(self) -> bool:
@@ -306,7 +314,8 @@ class ClassLogin:
     (``workbench/history/roles.py``): the server says, not the environment."""
 
     user: str
-    """``current_user``: the name on every row this login writes (row-level security checks)."""
+    """``session_user``, the login: the name on every row it writes (row-level security checks
+    it; a ``SET ROLE`` inside the session changes nothing)."""
     instructor: bool
     """Whether the login is (a member of) the class's instructor role, or a superuser."""
 
@@ -343,9 +352,9 @@ def _create_schema(conn: Any) -> None:
 def _class_login(conn: Any) -> ClassLogin | None:
     """This connection's login in a class store; None in a store without class roles."""
     row = conn.execute(
-        f"""SELECT current_user::text, i.value,
-                COALESCE((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), FALSE)
-                OR COALESCE((SELECT pg_has_role(current_user, r.oid, 'MEMBER')
+        f"""SELECT session_user::text, i.value,
+                COALESCE((SELECT rolsuper FROM pg_roles WHERE rolname = session_user), FALSE)
+                OR COALESCE((SELECT pg_has_role(session_user, r.oid, 'MEMBER')
                              FROM pg_roles r WHERE r.rolname = i.value), FALSE)
             FROM (SELECT value FROM {_SCHEMA}.meta WHERE key = %s) AS i""",
         (CLASS_INSTRUCTOR_KEY,),
@@ -353,16 +362,34 @@ def _class_login(conn: Any) -> ClassLogin | None:
     return None if row is None else ClassLogin(user=row[0], instructor=bool(row[2]))
 
 
-def connect_options() -> dict[str, Any]:
-    """libpq parameters of every connection: how long a store that stops answering can keep a
-    kernel waiting (the values and why: the constants above). A value the URL itself sets
-    (``?connect_timeout=5``) is overridden by these."""
+def connect_options(dsn: str | None = None) -> dict[str, Any]:
+    """libpq parameters of every connection: how long a store that stops answering or a lock
+    can keep a kernel waiting, and (for ``dsn``'s server over TCP, with libpq 16+) that the
+    password goes only to a server that asks for SCRAM (the values and why: the constants
+    above). A value the URL itself sets (``?connect_timeout=5``) is overridden by these, but
+    ``require_auth``, which the URL may set itself."""
     timeouts = (
-        f"-c statement_timeout={_STATEMENT_TIMEOUT_MS} "
+        f"-c statement_timeout={_STATEMENT_TIMEOUT_MS} -c lock_timeout={_LOCK_TIMEOUT_MS} "
         f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
     )
-    return {"connect_timeout": _CONNECT_TIMEOUT_S, "options": timeouts, **_KEEPALIVE,
-            "tcp_user_timeout": _TCP_USER_TIMEOUT_MS}  # fmt: skip
+    options = {"connect_timeout": _CONNECT_TIMEOUT_S, "options": timeouts, **_KEEPALIVE,
+               "tcp_user_timeout": _TCP_USER_TIMEOUT_MS}  # fmt: skip
+    if dsn is not None and _wants_scram(dsn):
+        options["require_auth"] = _REQUIRE_AUTH
+    return options
+
+
+def _wants_scram(dsn: str) -> bool:
+    """Whether ``require_auth`` is added for ``dsn``: a TCP host, no ``require_auth`` of its
+    own, and a libpq that knows the parameter (16 and newer)."""
+    psycopg = _driver()
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return False  # connecting reports the URL's problem, scrubbed
+    host = str(info.get("host") or os.environ.get("PGHOST") or "")
+    local = not host or host.startswith("/") or host.startswith("@")
+    return not local and "require_auth" not in info and psycopg.pq.version() >= 160000
 
 
 def _reopen(dsn: Secret) -> PostgresStore:

@@ -18,14 +18,25 @@ two classes on one server stay apart):
 
 Grants: the database's ``CONNECT`` only to those two roles (PUBLIC's is revoked, and so is
 PUBLIC's ``CREATE`` on the ``public`` schema); the group gets ``USAGE`` on the schema,
-``SELECT`` on ``meta`` and ``board``, ``SELECT`` and ``INSERT`` on ``bursts`` and ``answers``:
-no UPDATE, DELETE or TRUNCATE, no DDL (only an object's owner may ALTER or DROP it, and the
-instructor owns them all), no ``COPY ... TO PROGRAM`` (superuser only).
+``SELECT`` on ``meta``, ``board`` and ``checks``, ``SELECT`` and ``INSERT`` on ``bursts`` and
+``answers``, the INSERT on the data columns only (never ``id`` or ``verified``): no UPDATE,
+DELETE or TRUNCATE, no DDL (only an object's owner may ALTER or DROP it, and the instructor
+owns them all), no ``COPY ... TO PROGRAM`` (superuser only), no large objects (PUBLIC's
+EXECUTE on ``lo_create`` and its kin is revoked in the class's database). The server's other
+databases that PUBLIC could connect to are closed to the learners: PUBLIC's ``CONNECT`` there
+is revoked and granted back to every login that is not a class's learner.
+
+What the server sets, whatever a row says: its ``id`` (an identity column the learners may
+not name: no ``OVERRIDING SYSTEM VALUE``, so no id chosen to sort first or last, and no id
+taken from another learner's next insert) and its ``created_at`` (a trigger writes the
+server's clock, so nothing is backdated). Records have a size limit (``MAX_RECORD_BYTES``,
+``MAX_ANSWER_BYTES``: CHECK constraints).
 
 Row-level security is enabled and forced (so the owner, too, goes through a policy) on every
 table. The instructor's policy allows everything. The group's:
 
-- ``bursts`` and ``answers``: a learner reads their own rows (``learner = current_user``),
+- ``bursts`` and ``answers``: a learner reads their own rows (``learner = session_user``: the
+  login itself, so ``SET ROLE <db>_learners`` gains nothing),
   rows written before class mode (no learner), and everyone's once the board is shared (the
   newest ``board`` row, read in the same statement: as ``base.py`` does in the client, now
   enforced by the server); a learner inserts only rows whose ``learner`` is their own login.
@@ -36,19 +47,28 @@ Identity: a kernel learns its name and role from the server (``current_user``, a
 belongs to the instructor's role: ``postgres.ClassLogin``); ``WORKBENCH_LEARNER`` and
 ``WORKBENCH_ROLE`` cannot impersonate anyone, since the policies check the login itself.
 
-Answers and ``ok``: an exercise's verdict is computed by the check in the learner's kernel, from
-the learner's own measurement (the right answer is whatever that machine showed; the server
-never saw the burst). The server cannot tell a real measurement from a typed one, so it does
-not pretend to judge it. What it guarantees: an answer is written once, by its own learner, and
-never changed after (no UPDATE or DELETE), so no one can mark an answer correct after the fact,
-theirs or anyone's, and a learner who types an answer in ``psql`` has written one row under
-their own name, with its time, that the instructor sees and may correct. The client still
-decides the verdict, the message and the measurement it reports.
+Answers and ``ok``: the server computes the verdict. The ``checks`` table (the instructor's:
+:func:`define_check`) holds what each exercise accepts: a prediction within ``rel_tol`` of the
+measurement (or ``abs_tol``), or, for a choice, the measured choice itself. A trigger on
+``answers`` sets ``ok`` from the row's prediction and measurement by that rule and
+``verified`` true; an answer to an exercise without a rule keeps the ``ok`` its client sent,
+with ``verified`` false, for the board to show as unverified. So a hand-written ``ok = true``
+next to a prediction that misses the measurement is stored as false. What the server still
+cannot judge: the measurement is the learner's machine's (the server never saw the burst), so
+a learner who types both the prediction and a matching "measurement" gets a verified ``ok``;
+the instructor sees the row, its time and its author, and may correct it. An answer is
+written once, by its own learner, and never changed after (no UPDATE or DELETE).
 
 Passwords: generated here (``secrets``), turned into SCRAM verifiers on this machine (libpq's
 ``PQencryptPasswordConn``), so the server (and its statement log) never sees a plaintext
 password, and written once to a new file of mode 0600 in PGPASSFILE format (one
-``*:*:<db>:<login>:<password>`` line per login) for handing out; never in argv or printed.
+``<host>:<port>:<db>:<login>:<password>`` line per login, the server's host and port as the
+administrator's URL names them: libpq hands the password to that server only) for handing out;
+never in argv or printed.
+
+Waiting: ``init_class`` ends the sessions of this class's learners that sit idle inside a
+transaction (their locks would stall its DDL and, queued behind it, everyone's reads), and
+every connection carries a ``lock_timeout`` (``postgres.connect_options``).
 """
 
 from __future__ import annotations
@@ -67,7 +87,10 @@ from workbench.history.postgres import CLASS_INSTRUCTOR_KEY, PG_SCHEMA, Postgres
 
 __all__ = [
     "CONNECTION_LIMIT",
+    "MAX_ANSWER_BYTES",
+    "MAX_RECORD_BYTES",
     "ClassSetup",
+    "define_check",
     "group_role",
     "init_class",
     "instructor_role",
@@ -77,9 +100,22 @@ __all__ = [
 CONNECTION_LIMIT = 10
 """Connections one learner's login may hold at once (a kernel opens one per call, briefly)."""
 
-_TABLES = ("meta", "bursts", "answers", "board")
-_READ_ONLY = ("meta", "board")
+MAX_RECORD_BYTES = 4 << 20
+"""A burst's ``record`` (its JSON), at most: a result with a row per rank is tens of KiB."""
+MAX_ANSWER_BYTES = 64 << 10
+"""Each of an answer's ``message``, ``prediction``, ``measured`` and ``changed_to``, at most."""
+
+_TABLES = ("meta", "bursts", "answers", "board", "checks")
+_READ_ONLY = ("meta", "board", "checks")
 _APPEND = ("bursts", "answers")
+_DATA_COLUMNS = {
+    "bursts": ("created_at", "learner", "host", "workload", "device", "status",
+               "samples_per_s", "peak_mem_mib", "record"),
+    "answers": ("created_at", "learner", "host", "exercise", "ok", "message", "prediction",
+                "measured", "kind", "late", "changed_to"),
+}  # fmt: skip
+"""What a learner may name in an INSERT: never ``id`` or ``verified``; ``created_at`` is
+accepted and then replaced by the server's clock (the client has always sent one)."""
 _NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
 _RESERVED = {"public", "none", "current_user", "current_role", "session_user", "user"}
 _MARK = "workbench class {db}: {kind}"
@@ -171,9 +207,12 @@ def init_class(
                     "--learners", teacher, "names other than the instructor's"
                 )
             group = group_role(database)
+            _end_idle_learners(conn, group)
             fresh = _create_roles(conn, database, teacher, group, names)
+            _server_side(conn)
             _grant(conn, database, teacher, group)
-            _write_logins(target, database, fresh)
+            _close_other_databases(conn, database)
+            _write_logins(target, database, fresh, _host_port(admin_url))
             written = bool(fresh)
     except BaseException:
         if written:
@@ -269,6 +308,154 @@ def _mark(conn: Any, role: str, database: str, kind: str) -> None:
     )
 
 
+# -- what the server sets -------------------------------------------------------------------
+
+_CLOCK = """to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+"""The server's clock in the client's format (``core.results.utc_now``): rows sort as before."""
+
+_SERVER_SIDE = (
+    f"""CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.checks (
+        exercise text PRIMARY KEY,
+        rel_tol double precision NOT NULL DEFAULT 0 CHECK (rel_tol >= 0),
+        abs_tol double precision NOT NULL DEFAULT 0 CHECK (abs_tol >= 0),
+        choice boolean NOT NULL DEFAULT false
+    )""",
+    f"ALTER TABLE {PG_SCHEMA}.answers ADD COLUMN IF NOT EXISTS verified boolean",
+    f"""CREATE OR REPLACE FUNCTION {PG_SCHEMA}.wb_server_clock() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+        BEGIN
+            NEW.created_at := {_CLOCK};
+            RETURN NEW;
+        END $$""",
+    f"""CREATE OR REPLACE FUNCTION {PG_SCHEMA}.wb_verdict() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+        DECLARE
+            rule {PG_SCHEMA}.checks%ROWTYPE;
+            guess text := NEW.prediction #>> '{{}}';
+            truth text := NEW.measured #>> '{{}}';
+        BEGIN
+            NEW.created_at := {_CLOCK};
+            NEW.verified := NULL;
+            IF COALESCE(NEW.kind, 'check') <> 'check' THEN
+                RETURN NEW;  -- a prediction's commit or a reset: no verdict to judge
+            END IF;
+            SELECT * INTO rule FROM {PG_SCHEMA}.checks WHERE exercise = NEW.exercise;
+            IF NOT FOUND OR guess IS NULL OR truth IS NULL THEN
+                NEW.verified := false;  -- the client's ok, shown as unverified
+                RETURN NEW;
+            END IF;
+            IF NOT rule.choice AND json_typeof(NEW.prediction) = 'number'
+                    AND json_typeof(NEW.measured) = 'number' THEN
+                NEW.ok := abs(guess::float8 - truth::float8)
+                          <= greatest(rule.rel_tol * abs(truth::float8), rule.abs_tol);
+            ELSE
+                NEW.ok := lower(btrim(guess)) = lower(btrim(truth));
+            END IF;
+            NEW.verified := true;
+            RETURN NEW;
+        END $$""",
+    f"DROP TRIGGER IF EXISTS wb_server_sets ON {PG_SCHEMA}.bursts",
+    f"""CREATE TRIGGER wb_server_sets BEFORE INSERT ON {PG_SCHEMA}.bursts
+        FOR EACH ROW EXECUTE FUNCTION {PG_SCHEMA}.wb_server_clock()""",
+    f"DROP TRIGGER IF EXISTS wb_server_sets ON {PG_SCHEMA}.answers",
+    f"""CREATE TRIGGER wb_server_sets BEFORE INSERT ON {PG_SCHEMA}.answers
+        FOR EACH ROW EXECUTE FUNCTION {PG_SCHEMA}.wb_verdict()""",
+    f"ALTER TABLE {PG_SCHEMA}.bursts DROP CONSTRAINT IF EXISTS wb_size",
+    f"""ALTER TABLE {PG_SCHEMA}.bursts ADD CONSTRAINT wb_size
+        CHECK (octet_length(record::text) <= {MAX_RECORD_BYTES}) NOT VALID""",
+    f"ALTER TABLE {PG_SCHEMA}.answers DROP CONSTRAINT IF EXISTS wb_size",
+    f"""ALTER TABLE {PG_SCHEMA}.answers ADD CONSTRAINT wb_size CHECK (
+        octet_length(COALESCE(message, '')) <= {MAX_ANSWER_BYTES}
+        AND octet_length(COALESCE(prediction::text, '')) <= {MAX_ANSWER_BYTES}
+        AND octet_length(COALESCE(measured::text, '')) <= {MAX_ANSWER_BYTES}
+        AND octet_length(COALESCE(changed_to::text, '')) <= {MAX_ANSWER_BYTES}) NOT VALID""",
+    "REVOKE EXECUTE ON FUNCTION lo_create(oid), lo_creat(integer), lo_from_bytea(oid, bytea), "
+    "lo_import(text), lo_import(text, oid), lowrite(integer, bytea), lo_put(oid, bigint, bytea) "
+    "FROM PUBLIC",
+)
+"""The checks table, the ``verified`` column, the triggers that set ``created_at`` and the
+verdict, the size limits (``NOT VALID``: rows already there are not re-checked) and no large
+objects. Run as the administrator; ``_grant`` then hands the objects to the instructor."""
+
+
+def _server_side(conn: Any) -> None:
+    for statement in _SERVER_SIDE:
+        conn.execute(statement)
+
+
+def _end_idle_learners(conn: Any, group: str) -> None:
+    """End this class's learners' sessions that sit idle inside a transaction: the locks they
+    hold would stall this setup's DDL, and everyone's reads queued behind it."""
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (group,)).fetchone() is None:
+        return
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        " AND state LIKE 'idle in transaction%%' AND pg_has_role(usesysid, %s, 'MEMBER')",
+        (group,),
+    )
+
+
+def _close_other_databases(conn: Any, database: str) -> None:
+    """The server's other databases that PUBLIC may connect to: CONNECT granted to every login
+    that is not a class's learner, then revoked from PUBLIC (a login made later needs a
+    GRANT there)."""
+    from psycopg import sql  # the class extra's driver: only where a class is set up
+
+    others = [row[0] for row in conn.execute(
+        "SELECT datname FROM pg_database WHERE datallowconn AND datname <> %s"
+        " AND has_database_privilege('public', oid, 'CONNECT')", (database,),
+    ).fetchall()]  # fmt: skip
+    keep = [row[0] for row in conn.execute(
+        "SELECT r.rolname FROM pg_roles r WHERE r.rolcanlogin AND NOT EXISTS ("
+        " SELECT 1 FROM pg_auth_members m WHERE m.member = r.oid"
+        " AND shobj_description(m.roleid, 'pg_authid') LIKE 'workbench class %%: learners')"
+    ).fetchall()]  # fmt: skip
+    for name in others:
+        db = sql.Identifier(name)
+        if keep:
+            roles = sql.SQL(", ").join(map(sql.Identifier, keep))
+            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, roles))
+        conn.execute(sql.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(db))
+
+
+def define_check(
+    url: str, exercise: str, *, rel_tol: float = 0.0, abs_tol: float = 0.0, choice: bool = False
+) -> None:
+    """What ``exercise`` accepts, kept by the server (the instructor's login, or the
+    administrator's): a prediction within ``rel_tol`` of the measurement, or ``abs_tol``;
+    ``choice``: the measured choice itself. Answers recorded after it get their ``ok``
+    computed by the server (``verified``); see the module doc."""
+    if not isinstance(exercise, str) or not exercise:
+        raise InputError.not_allowed("exercise", exercise, "an exercise's name, e.g. 03.precision")
+    for name, value in (("rel_tol", rel_tol), ("abs_tol", abs_tol)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise InputError.not_allowed(name, value, "a number >= 0")
+    with PostgresStore(url).transaction() as conn:
+        conn.execute(
+            f"INSERT INTO {PG_SCHEMA}.checks (exercise, rel_tol, abs_tol, choice)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (exercise) DO UPDATE SET"
+            " rel_tol = EXCLUDED.rel_tol, abs_tol = EXCLUDED.abs_tol, choice = EXCLUDED.choice",
+            (exercise, float(rel_tol), float(abs_tol), bool(choice)),
+        )
+
+
+def _host_port(url: str) -> str:
+    """``host:port`` of ``url`` for a PGPASSFILE line (``*`` for a local socket or none), so
+    that libpq hands the password to that server only."""
+    from psycopg.conninfo import conninfo_to_dict  # the class extra's driver
+
+    info = conninfo_to_dict(url)
+    host = str(info.get("host") or "")
+    port = str(info.get("port") or os.environ.get("PGPORT") or "5432")
+    if not host or host.startswith("/") or "," in host:
+        host = "*"
+
+    def escaped(text: str) -> str:
+        return text.replace("\\", "\\\\").replace(":", "\\:")
+
+    return f"{escaped(host)}:{escaped(port)}"
+
+
 # -- grants and policies --------------------------------------------------------------------
 
 
@@ -300,6 +487,9 @@ def _grant(conn: Any, database: str, instructor: str, group: str) -> None:
             sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(table),
             *_policies(name, table, teacher, learners),
         ]
+    for function in ("wb_server_clock", "wb_verdict"):
+        statements.append(sql.SQL("ALTER FUNCTION {}() OWNER TO {}").format(
+            ident(PG_SCHEMA, function), teacher))  # fmt: skip
     for statement in statements:
         conn.execute(statement)
     conn.execute(
@@ -330,9 +520,11 @@ def _policies(name: str, table: Any, teacher: Any, learners: Any) -> list[Any]:
             *policy("wb_learner_read", "FOR SELECT TO {} USING (true)"),
         ]
     if name in _APPEND:
-        own = "learner = current_user"
+        own = "learner = session_user"  # the login: SET ROLE to the group gains nothing
+        columns = sql.SQL(", ").join(map(sql.Identifier, _DATA_COLUMNS[name]))
         statements += [
-            sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, learners),
+            sql.SQL("GRANT SELECT ON {} TO {}").format(table, learners),
+            sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(columns, table, learners),
             *policy(
                 "wb_learner_read",
                 f"FOR SELECT TO {{}} USING ({own} OR learner IS NULL OR {_SHARED})",
@@ -345,14 +537,15 @@ def _policies(name: str, table: Any, teacher: Any, learners: Any) -> list[Any]:
 # -- the logins file ------------------------------------------------------------------------
 
 
-def _write_logins(target: Path, database: str, fresh: dict[str, str]) -> None:
-    """The new logins' passwords in a new 0600 file (PGPASSFILE format), never anywhere else."""
+def _write_logins(target: Path, database: str, fresh: dict[str, str], server: str) -> None:
+    """The new logins' passwords in a new 0600 file (PGPASSFILE format), never anywhere else;
+    ``server``: ``host:port`` as the lines name it."""
     if not fresh:
         return
     lines = [
         f"# workbench class {database}: one PGPASSFILE line per login; give each learner their "
         "own line only",
-        *(f"*:*:{database}:{name}:{password}" for name, password in fresh.items()),
+        *(f"{server}:{database}:{name}:{password}" for name, password in fresh.items()),
     ]
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
