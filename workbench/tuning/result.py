@@ -133,6 +133,13 @@ class TuneResult:
     """Why the runs cannot tell the speed-up, in words (``speedup.doubt``); empty when they can."""
     drift_sentence: str = ""
     """The drift in words (``Drift.sentence``); empty when the start held."""
+    parity: Any = None
+    """The best's loss parity against the start's numerics (``workbench.analysis.parity``),
+    measured when the best changes rounding (``tuning.parity_gate``); None otherwise."""
+    parity_refused: list[dict[str, Any]] = field(default_factory=list)
+    """Faster picks refused for their numerics: knobs, verdict and reason each."""
+    parity_s: float | None = None
+    """Wall time of the parity checks (part of ``wall_s``); None when none ran."""
 
     @property
     def separated(self) -> bool | None:
@@ -150,7 +157,7 @@ class TuneResult:
             f"{len(self.bursts)} of {self.budget} bursts ({failed} failed, {over} configs "
             f"over the memory limit) in {self.wall_s:.0f} s; stopped: {self.stopped}"
         )
-        best = next((c for c in self.candidates if c.fits), None)
+        best = next((c for c in self.candidates if c.fits and c.knobs == self.best), None)
         if best is None or self.best is None:
             return f"tune {self.workload} on {self.device}: no config fit.\n  {cost}"
         lines = [
@@ -171,6 +178,12 @@ class TuneResult:
         drift = self._drift_line()
         if drift:
             lines.append(drift)
+        if self.parity is not None:
+            lines.append(f"  loss parity against the start's numerics: {self.parity.verdict} "
+                         f"({self.parity.reason})")  # fmt: skip
+        for refused in self.parity_refused:
+            lines.append(f"  refused {changed(Knobs(**refused['knobs']))}: loss parity "
+                         f"{refused['verdict']} ({refused['reason']})")  # fmt: skip
         lines.append("  contenders:")
         lines += [f"    {_line(c)}  {changed(c.knobs)}" for c in self.candidates[:5] if c.fits]
         lines += [f"  note: {n}" for n in self.notes]
@@ -244,6 +257,9 @@ class TuneResult:
             "speedup_uncertain": self.speedup_uncertain,
             "speedup_doubt": self.speedup_doubt,
             "drift_sentence": self.drift_sentence,
+            "parity": self.parity.to_dict() if self.parity is not None else None,
+            "parity_refused": self.parity_refused,
+            "parity_s": self.parity_s,
         }
 
     def frame(self) -> pd.DataFrame:

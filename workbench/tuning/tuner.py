@@ -108,7 +108,9 @@ from workbench.engine.window import BurstOptions, BurstSetup, BurstWindow
 from workbench.engine.workloads import Workload, WorkloadArg, resolve_target
 from workbench.history.store import Store, StoreWarning, keep_pending
 from workbench.tuning import noise as tune_noise
+from workbench.tuning import parity_gate
 from workbench.tuning.bottleneck import guided
+from workbench.tuning.parity_gate import Check
 from workbench.tuning.result import Candidate, TuneProgress, TuneResult, candidates
 from workbench.tuning.search import Measured, Search, coordinate, joint_steps
 from workbench.tuning.speedup import judge
@@ -145,6 +147,7 @@ def tune(
     price_per_hour: float | None = None,
     epoch_samples: float | None = None,
     hours_per_month: float | None = None,
+    parity_steps: int | None = None,
     **options: Unpack[BurstOptions],
 ) -> TuneResult:
     """Search ``space`` (knob -> values) from ``base`` for the fastest config that fits.
@@ -160,6 +163,9 @@ def tune(
     the memory edge falls between them.
     ``options``: the window, device and history of every burst (``BurstOptions``: seconds,
     min_steps, warmup_steps, device, data_dir, record, store, cancel).
+    ``parity_steps``: the optimizer steps of the loss-parity check a pick that changes
+    rounding gets before it is reported (``tuning.parity_gate``; None: sized to about 15% of
+    the tune's time; 0: no check).
     Warm-up is long enough to consume what loader workers prefetch (``BurstWindow.settled``):
     otherwise a short window is served from a full queue and deep prefetching wins for the
     wrong reason. ``progress`` gets a TuneProgress as each burst lands (the panel redraws);
@@ -192,7 +198,9 @@ def tune(
     if run.interrupted:
         search.stopped = "interrupted"
     search.notes += run.notes()
-    result = _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began)
+    gate = _gate(search, start, parity_steps, wl, dev, began)
+    result = _result(search, start, wl.name, dev, memory_margin, total, time.perf_counter() - began,
+                     gate)  # fmt: skip
     result.saving = cost.tune_result_saving(result, price, money["epoch_samples"], hours)
     return result
 
@@ -206,6 +214,7 @@ def tune_on(
     limit_mib: float | None = None,
     name: str = "simulated",
     device: str = "cpu",
+    parity: Check | None = None,
 ) -> TuneResult:
     """The same search and confirmation as ``tune``, with ``run`` where a burst would run.
 
@@ -214,6 +223,8 @@ def tune_on(
     for (on ``cuda`` the search expects bf16 and channels_last to run faster: ``bottleneck``).
     Nothing is stored, no device is touched and no knob is checked for effect on this
     machine. This is how the proving ground runs the tuner on hundreds of landscapes.
+    ``parity(reference, candidate)`` stands where the loss-parity check of a pick that changes
+    rounding would run (``tuning.parity_gate``); None: no check.
     """
     check_budget(budget)
     start, began = Knobs() if base is None else base, time.perf_counter()
@@ -221,7 +232,37 @@ def tune_on(
     search = Search(run, space=check_space(space), budget=budget, limit_mib=limit_mib,
                     device=dev, workload=None, cancel=threading.Event())  # fmt: skip
     _drive(search, start)
-    return _result(search, start, name, dev, 0.0, None, time.perf_counter() - began)
+    gate = parity_gate.choose(_fitting(search), start, parity) if parity is not None else None
+    return _result(search, start, name, dev, 0.0, None, time.perf_counter() - began, gate)
+
+
+def _fitting(search: Search) -> list[Knobs]:
+    """The configs that ran and fit, fastest first (the pick's order)."""
+    return [c.knobs for c in candidates(search) if c.fits]
+
+
+def _gate(
+    search: Search, start: Knobs, steps: int | None, wl: Workload, dev: torch.device, began: float
+) -> parity_gate.Gate | None:
+    """The loss-parity gate over the fitting configs (``tuning.parity_gate``); None when it is
+    off (``steps=0``) or the tune was stopped."""
+    if steps == 0 or search.stopped in ("interrupted", "cancelled"):
+        return None
+    if steps is not None:
+        check_parity_steps(steps)
+
+    def result_of(knobs: Knobs) -> BurstResult | None:
+        found = search.measured(knobs)
+        return found.representative if found is not None else None
+
+    check = parity_gate.MeasuredCheck(wl, dev, began, result_of, steps)
+    return parity_gate.choose(_fitting(search), start, check)
+
+
+def check_parity_steps(steps: Any) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= 10_000:
+        allowed = "an integer from 2 to 10000, or 0 for no loss-parity check"
+        raise InputError.not_allowed("parity_steps", steps, allowed)
 
 
 def _drive(search: Search, start: Knobs) -> None:
@@ -530,10 +571,14 @@ def _result(
     margin: float,
     total: float | None,
     wall_s: float,
+    gate: parity_gate.Gate | None = None,
 ) -> TuneResult:
     found = candidates(search)
     best = next((c for c in found if c.fits), None)
     begin = next((c for c in found if c.knobs == start), None)
+    if gate is not None and best is not None and best.knobs != start:  # the numerics' say
+        wanted = gate.pick or start
+        best = next((c for c in found if c.knobs == wanted), begin)
     noise, _ = search.noise()
     speedup = None
     if best and begin and best.samples_per_s and begin.samples_per_s:
@@ -544,7 +589,7 @@ def _result(
     low, high, doubt = None, None, ""
     if pick is not None and speedup:
         low, high, doubt = judge(search, pick, start, speedup, drift)
-    return TuneResult(
+    result = TuneResult(
         best=best.knobs if best else None,
         best_result=best.representative if best else None,
         start=start,
@@ -570,7 +615,13 @@ def _result(
         speedup_uncertain=bool(doubt) if pick is not None else None,
         speedup_doubt=doubt,
         drift_sentence=drift.sentence,
+        parity=gate.evidence if gate is not None else None,
+        parity_refused=list(gate.refused) if gate is not None else [],
+        parity_s=gate.seconds if gate is not None and gate.checks else None,
     )
+    if gate is not None:
+        result.notes += gate.notes
+    return result
 
 
 def tune_drift(search: Search, start: Knobs, speedup: float | None) -> Drift:
