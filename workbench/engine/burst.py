@@ -49,7 +49,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -131,6 +131,19 @@ class _Measured:
     real_tokens: int | None = None
     """A document burst's real (non-pad) tokens in the window (``engine.packing``)."""
     fp8_linears: int | None = None
+
+
+@dataclass(frozen=True)
+class _Running:
+    """What the loop needs once set-up is done: the built state and stream, the plan's
+    decisions, the device, the loop's settings and how a batch's samples are counted."""
+
+    state: TrainState
+    stream: BatchStream
+    plan: Plan
+    dev: torch.device
+    loop: LoopControl
+    rule: SampleRule
 
 
 def run_in_process(
@@ -311,10 +324,11 @@ def _measure(
         flops = _count_flops(wl, state, batch, rule)
         del batch  # let go before any step: it would stay in the peak memory
         parts["setup_peak_mib"] = _restart_peak(dev)  # set-up ends here; warm-up follows
+        running = _Running(state, stream, plan, dev, loop, rule)
         if plan.trainer:  # a LightningModule in this process: its own Trainer.fit
-            measured = _fit_with_trainer(state, stream, knobs, dev, loop, rule)
+            measured = _fit_with_trainer(running, knobs)
         else:
-            measured = _warm_up_and_window(state, stream, plan, dev, loop, rule)
+            measured = _warm_up_and_window(running)
         measured.no_effect = {**(state.no_effect or {}), **measured.no_effect}
         measured.notes = list(state.notes)
         parts["static"] = memory.static_parts(state.plain or state.model, state.optimizer)
@@ -332,62 +346,36 @@ def _measure(
     return measured
 
 
-def _warm_up_and_window(
-    state: TrainState,
-    stream: BatchStream,
-    plan: Plan,
-    dev: torch.device,
-    loop: LoopControl,
-    rule: SampleRule,
-) -> _Measured:
+def _warm_up_and_window(run: _Running) -> _Measured:
     """The burst's own loop: warm-up steps, then the measured window. It reads the plan's
     decisions (compiled or not, pinned copies), never the raw knobs: the state was built
     from them already."""
-    counts = [compiler.read_counts()] if plan.compile is not None else None
-    warmup_s, compile_s = _warm_up(state, stream, plan, dev, loop, rule)
+    counts = [compiler.read_counts()] if run.plan.compile is not None else None
+    warmup_s, compile_s = _warm_up(run)
     if counts is not None:
         counts.append(compiler.read_counts())
-    drop_before_window(stream)  # cache=cold only
-    measured = _window(state, stream, plan, dev, loop, rule)
+    drop_before_window(run.stream)  # cache=cold only
+    measured = _window(run)
     if counts is not None:
         measured.compile_report = compiler.report(*counts, compiler.read_counts())
-    measured.ran_on = _device_name(next(state.model.parameters(), None))
+    measured.ran_on = _device_name(next(run.state.model.parameters(), None))
     measured.warmup_s, measured.compile_s = warmup_s, compile_s
     return measured
 
 
-def _fit_with_trainer(
-    state: TrainState,
-    stream: BatchStream,
-    knobs: Knobs,
-    dev: torch.device,
-    loop: LoopControl,
-    rule: SampleRule,
-) -> _Measured:
+def _fit_with_trainer(run: _Running, knobs: Knobs) -> _Measured:
     """A Lightning workload in one process: Lightning's own ``Trainer.fit`` of the module, in
     place of the warm-up and the window, timed by the same rules (``engine.lightning_fit``).
     The Trainer builds its own optimizer (``configure_optimizers``): the memory figures take
     that one."""
-    fit = fit_with_trainer(state.plain or state.model, stream, knobs, dev, loop, rule,
-                           loop.report)  # fmt: skip
+    state = run.state
+    fit = fit_with_trainer(state.plain or state.model, run.stream, knobs, run.dev, run.loop,
+                           run.rule, run.loop.report)  # fmt: skip
     if fit.optimizer is not None:
         state.optimizer = fit.optimizer
-    return _Measured(
-        setup_s=0.0,
-        warmup_s=fit.warmup_s,
-        compile_s=None,
-        wall_window=fit.wall_window,
-        measured_s=fit.measured_s,
-        steps=fit.steps,
-        samples=fit.samples,
-        timing=fit.timing,
-        flops_per_sample=None,
-        final_loss=fit.final_loss,
-        epochs=fit.epochs,
-        cancelled=fit.cancelled,
-        ran_on=fit.ran_on,
-        no_effect={},  # what Trainer.fit cannot honour is the plan's (engine.plan)
-    )
+    timed = {f.name: getattr(fit, f.name) for f in fields(fit) if f.name != "optimizer"}
+    # no_effect stays empty: what Trainer.fit cannot honour is the plan's (engine.plan)
+    return _Measured(setup_s=0.0, compile_s=None, flops_per_sample=None, **timed)
 
 
 def _device_name(param: torch.Tensor | None) -> str | None:
@@ -464,42 +452,30 @@ def _count_flops(wl: Workload, state: TrainState, batch: Batch, rule: SampleRule
     return flops if flops is not None else count_flops_live(state, batch, rule)
 
 
-def _warm_up(
-    state: TrainState,
-    stream: BatchStream,
-    plan: Plan,
-    dev: torch.device,
-    loop: LoopControl,
-    rule: SampleRule,
-) -> tuple[float, float | None]:
+def _warm_up(run: _Running) -> tuple[float, float | None]:
     """Steps outside the window; returns (warmup_s, compile_s)."""
+    loop = run.loop
     start = loop.clock()
     step_s: list[float] = []
     for _ in range(loop.window.warmup_steps):
         if loop.stop.is_set():
             break
         t = loop.clock()
-        _train_one_step(state, stream, plan, dev, None, rule)
-        synchronize(dev)
+        _train_one_step(run, None)
+        synchronize(run.dev)
         step_s.append(loop.clock() - t)
         loop.report("warmup", loop.clock() - start, len(step_s))
     compile_s = None
-    if plan.compile is not None and step_s:
+    if run.plan.compile is not None and step_s:
         rest = sorted(step_s[1:])
         compile_s = step_s[0] - (rest[len(rest) // 2] if rest else 0.0)
     return loop.clock() - start, compile_s
 
 
-def _train_one_step(
-    state: TrainState,
-    stream: BatchStream,
-    plan: Plan,
-    dev: torch.device,
-    timer: StepTimer | None,
-    rule: SampleRule,
-) -> int:
+def _train_one_step(run: _Running, timer: StepTimer | None) -> int:
     """One optimizer step over ``grad_accum`` micro-batches; returns the samples it trained,
     each micro-batch counted by ``rule`` (a partial last batch counts what it holds)."""
+    state, stream = run.state, run.stream
     samples = 0
     for i in range(state.grad_accum):
         wait_start = time.perf_counter()
@@ -510,38 +486,32 @@ def _train_one_step(
             state.real_tokens.add(batch)
         marks = timer.copy_marks() if timer is not None and not stream.on_device else None
         if not stream.on_device:
-            batch = to_device(batch, state, dev, plan.pinned_copy)
+            batch = to_device(batch, state, run.dev, run.plan.pinned_copy)
         if timer is not None:
             timer.copy_done(marks)
-        samples += rule.count(batch)
+        samples += run.rule.count(batch)
         with state.micro_batch_sync(last=i == state.grad_accum - 1):
             state.last_loss = micro_step(state, batch)
     optimizer_step(state)
     return samples
 
 
-def _window(
-    state: TrainState,
-    stream: BatchStream,
-    plan: Plan,
-    dev: torch.device,
-    loop: LoopControl,
-    rule: SampleRule,
-) -> _Measured:
+def _window(run: _Running) -> _Measured:
     """The measured window. Ranks of a DDP job start it together, agree on its last step
     (rank 0's clock decides, over a host-side channel: no device sync per step) and end it
     together, so the window's wall time covers the slowest rank."""
-    timer = StepTimer(dev, loop.clock)
+    state, stream, loop = run.state, run.stream, run.loop
+    timer = StepTimer(run.dev, loop.clock)
     steps = samples = 0
     epochs_before = stream.epochs
     if state.real_tokens is not None:
         state.real_tokens.reset()  # the window's tokens, not the warm-up's
-    synchronize(dev)
+    synchronize(run.dev)
     loop.coord.barrier()
     start, wall_start = loop.clock(), time.perf_counter()
     while not loop.stop.is_set():
         timer.step_start()
-        trained = _train_one_step(state, stream, plan, dev, timer, rule)
+        trained = _train_one_step(run, timer)
         timer.step_end()
         steps += 1
         samples += trained
