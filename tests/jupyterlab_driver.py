@@ -46,6 +46,15 @@ CHROMIUM_FLAGS = [
     "--disable-dev-shm-usage",
 ]
 
+# The marks of every browser test: chosen or left out with ``-m browser``, slow, run two at a
+# time by ``make test`` (they wait more than they compute), and bounded.
+BROWSER_TEST_MARKS = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.concurrent,
+    pytest.mark.timeout(300),
+]
+
 IDLE = ".jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator[data-status='idle']"
 
 # JupyterLab user settings for the private server. autosave off: the server's root may be the
@@ -317,6 +326,29 @@ def lab_server(
                 )
 
 
+@contextlib.contextmanager
+def notebook_server(
+    repo: Path, notebook: str, base_dir: Path, artifacts: Path, data: Path, env: dict[str, str]
+) -> Iterator[LabServer]:
+    """A server rooted at the repository for a browser test of one of its notebooks.
+
+    Its kernels read the dataset at ``data`` and a private home under ``base_dir``, plus
+    ``env``. ``artifacts`` is emptied first (no stale pictures from an earlier run) and keeps
+    the server's log. The notebook must come out of the test as it went in: autosave is off
+    in the driver, and this checks it (and restores the file) because the root is the real
+    repository.
+    """
+    shutil.rmtree(artifacts, ignore_errors=True)
+    env = {"WORKBENCH_DATA": str(data), "WORKBENCH_HOME": str(base_dir / "wbhome"), **env}
+    path = repo / notebook
+    original = path.read_bytes()
+    with lab_server(repo, base_dir, env, log_copy=artifacts / "jupyter-server.log") as server:
+        yield server
+    if path.read_bytes() != original:
+        path.write_bytes(original)
+        pytest.fail(f"{notebook} was modified through the browser (restored)")
+
+
 # --- the browser -----------------------------------------------------------------------------
 
 
@@ -371,6 +403,20 @@ def screenshot_on_failure(page, path: Path) -> Iterator[None]:
     except BaseException:
         screenshot(page, path)
         raise
+
+
+@contextlib.contextmanager
+def recorded_steps(page, artifacts: Path) -> Iterator[Timings]:
+    """A test's timed steps: a screenshot if they fail, their timings printed and kept in
+    ``artifacts/timings.txt`` either way (the 2-core budget checks read them)."""
+    timings = Timings()
+    try:
+        with screenshot_on_failure(page, artifacts / "failure.png"):
+            yield timings
+    finally:
+        artifacts.mkdir(parents=True, exist_ok=True)
+        (artifacts / "timings.txt").write_text(timings.report() + "\n")
+        print(timings.report())
 
 
 # --- notebooks -------------------------------------------------------------------------------

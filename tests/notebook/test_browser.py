@@ -19,10 +19,12 @@ import time
 from pathlib import Path
 
 import jupyterlab_driver as lab
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = "notebooks/01_quickstart.ipynb"
+NOTEBOOK = "notebooks/01_quickstart.ipynb"
+# Run All past the lesson's empty prediction: an explicit, recorded skip (without it the
+# measuring cell stops the run before its burst, as it does for a learner)
+KERNEL_ENV = {"WORKBENCH_PREDICTIONS": "skip"}
 ARTIFACTS = REPO / "artifacts" / "browser"
 DOCS_PICTURE = REPO / "docs" / "panel.png"  # refreshed by every passing run of this test
 
@@ -36,55 +38,12 @@ FIRST_BURST_S = 120.0  # Run All finished -> first burst done (includes warm-up)
 BURST_S = 90.0  # knob released -> its burst done
 CHART_S = 20.0  # burst done -> chart re-embedded with the new point
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.concurrent,
-    pytest.mark.timeout(300),
-]
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    return lab.require_browser()
-
-
-@pytest.fixture(scope="module")
-def server(chromium, tiny_data, tmp_path_factory):
-    """JupyterLab rooted at the repo, its kernel on the tiny dataset and a private home.
-
-    The notebook must come out of the test as it went in: autosave is off in the driver, and
-    this checks it (and restores the file) because the server's root is the real repository.
-    """
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # no stale pictures from an earlier run
-    base = tmp_path_factory.mktemp("jupyterlab")
-    # Run All past the lesson's empty prediction: an explicit, recorded skip (without it the
-    # measuring cell stops the run before its burst, as it does for a learner)
-    env = {"WORKBENCH_DATA": str(tiny_data), "WORKBENCH_HOME": str(base / "wbhome"),
-           "WORKBENCH_PREDICTIONS": "skip"}  # fmt: skip
-    notebook = REPO / QUICKSTART
-    original = notebook.read_bytes()
-    with lab.lab_server(REPO, base, env, log_copy=ARTIFACTS / "jupyter-server.log") as srv:
-        yield srv
-    if notebook.read_bytes() != original:
-        notebook.write_bytes(original)
-        pytest.fail(f"{QUICKSTART} was modified through the browser (restored)")
-
-
-@pytest.fixture
-def page(chromium, server):
-    with lab.chromium_page(chromium, ARTIFACTS) as pg:
-        yield pg
+pytestmark = lab.BROWSER_TEST_MARKS
 
 
 def test_quickstart_panel_reruns_bursts_as_knobs_move(server, page):
-    timings = lab.Timings()
-    try:
-        with lab.screenshot_on_failure(page, ARTIFACTS / "failure.png"):
-            exercise_panel(page, server, QUICKSTART, ARTIFACTS, timings)
-    finally:
-        (ARTIFACTS / "timings.txt").write_text(timings.report() + "\n")
-        print(timings.report())
+    with lab.recorded_steps(page, ARTIFACTS) as timings:
+        exercise_panel(page, server, NOTEBOOK, ARTIFACTS, timings)
 
 
 def exercise_panel(page, server, notebook: str, artifacts: Path, timings: lab.Timings) -> None:

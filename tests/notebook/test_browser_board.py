@@ -13,73 +13,32 @@ Without Chromium or Playwright the test is skipped, except under CI=true, where 
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import jupyterlab_driver as lab
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "notebooks/00_instructor_board.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser-board"
+KERNEL_ENV = {"WORKBENCH_STORE": ""}  # no class store: the notebook previews the board
 BOARD, STATUS = ".wb-board", ".wb-board-status"
 EXERCISES = ("demo-best-batch", "demo-speedup")  # the preview's two checked answers
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.concurrent,
-    pytest.mark.timeout(300),
-]
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    return lab.require_browser()
-
-
-@pytest.fixture(scope="module")
-def server(chromium, tiny_data, tmp_path_factory):
-    """JupyterLab rooted at the repo, with no class store: the notebook previews the board.
-
-    The notebook must come out of the test as it went in (autosave is off in the driver)."""
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    base = tmp_path_factory.mktemp("jupyterlab-board")
-    env = {"WORKBENCH_DATA": str(tiny_data), "WORKBENCH_HOME": str(base / "wbhome"),
-           "WORKBENCH_STORE": ""}  # fmt: skip
-    notebook = REPO / NOTEBOOK
-    original = notebook.read_bytes()
-    with lab.lab_server(REPO, base, env, log_copy=ARTIFACTS / "jupyter-server.log") as srv:
-        yield srv
-    if notebook.read_bytes() != original:
-        notebook.write_bytes(original)
-        pytest.fail(f"{NOTEBOOK} was modified through the browser (restored)")
-
-
-@pytest.fixture
-def page(chromium, server):
-    with lab.chromium_page(chromium, ARTIFACTS) as pg:
-        yield pg
+pytestmark = lab.BROWSER_TEST_MARKS
 
 
 def test_the_board_notebook_renders_every_view_and_refreshes(server, page):
-    timings = lab.Timings()
-    try:
-        with lab.screenshot_on_failure(page, ARTIFACTS / "failure.png"):
-            with timings.step("open the notebook, kernel idle"):
-                lab.open_notebook(page, server, NOTEBOOK)
-            with timings.step("Run All until the board's effect chart has its point"):
-                lab.run_all_cells(page, ".wb-board-chart-effect svg g.mark-symbol path")
-            check_views(page)
-            lab.screenshot(page, ARTIFACTS / "board.png", page.locator(BOARD).first)
-            with timings.step("Refresh pressed, store read again"):
-                page.locator(".wb-board-refresh button, button.wb-board-refresh").first.click()
-                lab.wait_for_text(page, STATUS, r"^read 2 at", timeout_s=20)
-            assert not lab.notebook_errors(page)
-    finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / "timings.txt").write_text(timings.report() + "\n")
-        print(timings.report())
+    with lab.recorded_steps(page, ARTIFACTS) as timings:
+        with timings.step("open the notebook, kernel idle"):
+            lab.open_notebook(page, server, NOTEBOOK)
+        with timings.step("Run All until the board's effect chart has its point"):
+            lab.run_all_cells(page, ".wb-board-chart-effect svg g.mark-symbol path")
+        check_views(page)
+        lab.screenshot(page, ARTIFACTS / "board.png", page.locator(BOARD).first)
+        with timings.step("Refresh pressed, store read again"):
+            page.locator(".wb-board-refresh button, button.wb-board-refresh").first.click()
+            lab.wait_for_text(page, STATUS, r"^read 2 at", timeout_s=20)
+        assert not lab.notebook_errors(page)
 
 
 def check_views(page) -> None:
