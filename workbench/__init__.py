@@ -57,15 +57,21 @@ _EXPORTS = {
     "compare_formats": "workbench.analysis.format_bench",
     "compare_sharding": "workbench.analysis.sharding_compare",
     "ShardingComparison": "workbench.analysis.sharding_compare",
+    "parity": "workbench.analysis.parity",
+    "ParityResult": "workbench.analysis.parity",
+    "verify": "workbench.analysis.verify",
+    "VerifyResult": "workbench.analysis.verify",
 }
 
 if TYPE_CHECKING:
     from workbench.analysis.diagnosis import Diagnosis, diagnose
     from workbench.analysis.format_bench import compare_formats
     from workbench.analysis.memory_views import MemorySnapshot, memory_snapshot
+    from workbench.analysis.parity import ParityResult, parity
     from workbench.analysis.profiling import ProfileResult, profile_burst
     from workbench.analysis.sharding_compare import ShardingComparison, compare_sharding
     from workbench.analysis.sweeps import sweep
+    from workbench.analysis.verify import VerifyResult, verify
     from workbench.config.saved import TunedConfig, load_config, save_config
     from workbench.core.knobs import KnobError, Knobs, RenamedValueWarning, knob_specs
     from workbench.core.results import BurstFailed, BurstResult
@@ -128,5 +134,5 @@ __all__ = [  # noqa: RUF022 (grouped as in _EXPORTS)
     "BurstRunner", "plots", "sweep", "diagnose", "Diagnosis", "tune", "TuneResult",
     "profile_burst", "ProfileResult", "comm_bench", "CommResult", "memory_snapshot",
     "MemorySnapshot", "convert_dataset", "storage_check", "compare_formats",
-    "compare_sharding", "ShardingComparison",
+    "compare_sharding", "ShardingComparison", "parity", "ParityResult", "verify", "VerifyResult",
 ]  # fmt: skip

@@ -102,3 +102,23 @@ def test_bad_input_is_refused_by_name_before_training(kwargs, named):
     with pytest.raises(InputError) as caught:
         parity(_linear(), Knobs(), device="cpu", **args)
     assert caught.value.name == named
+
+
+def test_the_command_prints_one_json_document_and_exits_by_the_verdict(capsys):
+    import json
+
+    import workbench as wb
+    from workbench.cli import main
+    from workbench.engine.workloads import register_workload
+
+    assert wb.parity is parity
+    register_workload("parity-lin", lambda data_dir=None: _linear())
+    args = ["parity", "--workload", "parity-lin", "--device", "cpu", "--steps", "3"]
+    assert main([*args, "--reference", "batch_size=8", "--set", "precision=bf16", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "within-noise" and doc["candidate"]["batch_size"] == 8
+    assert len(doc["candidate_losses"]) == 3 and doc["changed"] == {"precision": "rounding"}
+    assert main([*args, "--set", "precision=fp64"]) == 2
+    assert "precision" in capsys.readouterr().err
+    assert main([*args[:-1], "1", "--set", "precision=bf16"]) == 2
+    assert "steps=1 is not allowed" in capsys.readouterr().err
