@@ -14,8 +14,9 @@ from workbench.core.knobs import Knobs
 from workbench.distributed.dispatch import run_burst
 from workbench.engine import plan
 from workbench.engine.convert import convert_dataset
+from workbench.engine.datasets import ImageFiles
 from workbench.engine.device_images import DeviceImages, ImageRecipe, jpeg_decoder
-from workbench.engine.encoded import JPEG, PIXELS, EncodedFiles, collate_encoded, folder_samples
+from workbench.engine.encoded import JPEG, PIXELS, EncodedFiles, collate_encoded
 from workbench.engine.formats import encoded_dataset_for
 from workbench.engine.loaders.device_batches import (
     DeviceBatches,
@@ -44,8 +45,9 @@ def coloured(tmp_path_factory):
 
 
 def test_labels_stay_with_their_images_through_shuffled_workers(coloured):
-    loader = DataLoader(EncodedFiles(folder_samples(coloured)), batch_size=6, shuffle=True,
-                        num_workers=2, collate_fn=collate_encoded, drop_last=True)  # fmt: skip
+    files = EncodedFiles(ImageFiles(coloured).samples)
+    loader = DataLoader(files, batch_size=6, shuffle=True, num_workers=2,
+                        collate_fn=collate_encoded, drop_last=True)  # fmt: skip
     images = DeviceImages(ImageRecipe(size=16), "cpu", seed=1)
     seen = 0
     for x, y in DeviceBatches(loader, images):
@@ -132,7 +134,7 @@ def test_gpu_decode_bursts_copy_fewer_bytes_than_float_crops(tiny_data, tmp_path
 
 @pytest.mark.gpu
 def test_overlap_on_a_side_stream_gives_the_same_batches(coloured):
-    loader = DataLoader(EncodedFiles(folder_samples(coloured)), batch_size=6,
+    loader = DataLoader(EncodedFiles(list(ImageFiles(coloured).samples)), batch_size=6,
                         collate_fn=collate_encoded, pin_memory=True)  # fmt: skip
     runs = []
     for overlap in (True, False):
@@ -150,7 +152,7 @@ def test_the_bursts_device_path_runs_whole_on_cpu_tensors(tiny_data, monkeypatch
     r = run_burst("cnn", knobs, data_dir=tiny_data, device="cpu", **FAST)
     assert r.ok, r.error
     assert r.decode == "gpu" and r.samples == r.steps * 6
-    sizes = [Path(p).stat().st_size for p, _ in folder_samples(tiny_data / "images")]
+    sizes = [Path(p).stat().st_size for p, _ in ImageFiles(tiny_data / "images").samples]
     assert min(sizes) + 8 <= r.h2d_bytes_per_sample <= max(sizes) + 8
     decoder = jpeg_decoder()[0]  # its version and safety mode, as the GPU session reads it
     assert any(f"decode=gpu: JPEGs decoded by nvJPEG through {decoder}" in n for n in r.notes)

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from workbench.core.errors import KnobError
+from workbench.engine.datasets import ImageFiles
 from workbench.engine.encoded import (
     JPEG,
     PIXELS,
@@ -17,12 +18,11 @@ from workbench.engine.encoded import (
     as_tensor,
     collate_encoded,
     file_bytes,
-    folder_samples,
 )
 
 
 def test_a_batch_of_jpegs_is_one_block_of_bytes_that_splits_back_into_the_files(tiny_data):
-    samples = folder_samples(tiny_data / "images")[:5]
+    samples = list(ImageFiles(tiny_data / "images").samples)[:5]
     dataset = EncodedFiles(samples)
     batch = collate_encoded([dataset[i] for i in range(5)])
     assert batch.kind == JPEG and len(batch) == 5 and batch.data.dim() == 1

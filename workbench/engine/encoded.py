@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -108,11 +107,3 @@ def as_tensor(data: bytes | Any) -> torch.Tensor:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return torch.from_numpy(data.copy())
-
-
-def folder_samples(folder: Path) -> list[tuple[str, int]]:
-    """``[(path, label)]`` of an ImageFolder, in its order (``datasets.ImageFiles``'s scan)."""
-    # PIL and numpy: the datasets module, only when a folder is read
-    from workbench.engine.datasets import ImageFiles
-
-    return list(ImageFiles(folder).samples)
