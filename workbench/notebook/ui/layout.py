@@ -46,6 +46,7 @@ class PanelActions(Protocol):
     def autotune(self) -> None: ...
     def comm(self) -> None: ...
 
+    def loss_parity(self) -> None: ...
 
 CHARTS = ("throughput", "memory", "split", "comm")
 
@@ -104,12 +105,17 @@ class PanelWidgets:
                                     tooltip=snap_tip), "wb-snapshot")  # fmt: skip
         snap.on_click(lambda _b: bench.memory_snapshot())
         comm.on_click(lambda _b: bench.comm())
+        parity_tip = "the current knobs against the defaults from the same weights on the same "
+        parity_tip += "batches: the loss at every step, and whether it stays within noise"
+        parity = _with_class(w.Button(description="Loss parity", icon="balance-scale",
+                                      tooltip=parity_tip), "wb-parity")  # fmt: skip
+        parity.on_click(lambda _b: bench.loss_parity())
         diag.on_click(lambda _b: bench.diagnose())
         tune.on_click(lambda _b: bench.autotune())
         run.on_click(lambda _b: bench.run())
         stop.on_click(lambda _b: bench.stop())
         save.on_click(lambda _b: self._save(bench, path.value))
-        return w.VBox([w.HBox([run, stop, diag, tune, comm, snap]),
+        return w.VBox([w.HBox([run, stop, diag, tune, comm, snap, parity]),
                        w.HBox([save, path, self.price, self.y_metric])])  # fmt: skip
 
     def _save(self, bench: PanelActions, path: str) -> None:

@@ -29,6 +29,7 @@ import ipywidgets as w
 import pandas as pd
 
 from workbench.analysis.diagnosis import diagnose
+from workbench.analysis.parity import parity
 from workbench.analysis.memory_views import memory_snapshot
 from workbench.config.saved import save_config
 from workbench.core.cost import check_price, resolve_price
@@ -41,6 +42,7 @@ from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_target
 from workbench.history.store import open_store
+from workbench.notebook.parity_chart import loss_overlay
 from workbench.notebook import plots
 from workbench.notebook.runner import BurstRunner
 from workbench.notebook.ui.drawn import DRAWN_S, HELLO_S, FirstDraw, kernel_present
@@ -111,6 +113,7 @@ class Bench:
         self.workload, self.device = resolve_target(workload, device, data_dir)
         self.price_per_hour = resolve_price(price_per_hour)  # or $WORKBENCH_PRICE_PER_HOUR
         self.y_metric = "samples_per_s"
+        self.last_parity: Any = None  # the ParityResult of the last loss-parity check
         self.last_snapshot: Any = None
         self.knobs = knobs or Knobs()
         self.store = open_store(store)
@@ -228,6 +231,25 @@ class Bench:
                     snap.steps, device_mem_mib=snap.result.device_mem_mib
                 )
             return snap.summary()
+
+    def loss_parity(self, reference: Knobs | None = None, steps: int = 20) -> None:
+        """The panel's knobs against ``reference`` (default: PyTorch's defaults at the panel's
+        batch and accumulation) from the same weights on the same batches, in the background:
+        the loss of both at every step is drawn under the charts, and the verdict (identical,
+        within noise, drifting, diverged) lands in the message line
+        (``workbench.analysis.parity``)."""
+        current = self.knobs
+        ref = reference or Knobs(batch_size=current.batch_size, grad_accum=current.grad_accum)
+
+        def work(task: _Task) -> str:
+            result = parity(self.workload, ref, current, steps=steps, device=self.device)
+            self.last_parity = result
+            if self._ui is not None:
+                self._ui.snapshot_chart.chart = loss_overlay(result)
+            return result.summary()
+
+        label = f"loss parity: {steps} steps of the reference (twice) and of the current knobs"
+        self._start_task("loss parity", label + " ...", work)
 
         self._start_task("memory snapshot", "recording a burst's memory ...", work)
 
