@@ -45,8 +45,8 @@ class PanelActions(Protocol):
     def diagnose(self) -> None: ...
     def autotune(self) -> None: ...
     def comm(self) -> None: ...
-
     def loss_parity(self) -> None: ...
+
 
 CHARTS = ("throughput", "memory", "split", "comm")
 
@@ -104,12 +104,12 @@ class PanelWidgets:
         snap = _with_class(w.Button(description="Memory snapshot", icon="camera",
                                     tooltip=snap_tip), "wb-snapshot")  # fmt: skip
         snap.on_click(lambda _b: bench.memory_snapshot())
-        comm.on_click(lambda _b: bench.comm())
         parity_tip = "the current knobs against the defaults from the same weights on the same "
         parity_tip += "batches: the loss at every step, and whether it stays within noise"
         parity = _with_class(w.Button(description="Loss parity", icon="balance-scale",
                                       tooltip=parity_tip), "wb-parity")  # fmt: skip
         parity.on_click(lambda _b: bench.loss_parity())
+        comm.on_click(lambda _b: bench.comm())
         diag.on_click(lambda _b: bench.diagnose())
         tune.on_click(lambda _b: bench.autotune())
         run.on_click(lambda _b: bench.run())

@@ -29,8 +29,8 @@ import ipywidgets as w
 import pandas as pd
 
 from workbench.analysis.diagnosis import diagnose
-from workbench.analysis.parity import parity
 from workbench.analysis.memory_views import memory_snapshot
+from workbench.analysis.parity import parity
 from workbench.config.saved import save_config
 from workbench.core.cost import check_price, resolve_price
 from workbench.core.knobs import KnobError, Knobs
@@ -42,8 +42,8 @@ from workbench.engine.slot import exclusive
 from workbench.engine.window import BurstWindow
 from workbench.engine.workloads import resolve_target
 from workbench.history.store import open_store
-from workbench.notebook.parity_chart import loss_overlay
 from workbench.notebook import plots
+from workbench.notebook.parity_chart import loss_overlay
 from workbench.notebook.runner import BurstRunner
 from workbench.notebook.ui.drawn import DRAWN_S, HELLO_S, FirstDraw, kernel_present
 from workbench.notebook.ui.layout import PanelWidgets, note_target
