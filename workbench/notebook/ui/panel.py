@@ -113,8 +113,8 @@ class Bench:
         self.workload, self.device = resolve_target(workload, device, data_dir)
         self.price_per_hour = resolve_price(price_per_hour)  # or $WORKBENCH_PRICE_PER_HOUR
         self.y_metric = "samples_per_s"
-        self.last_parity: Any = None  # the ParityResult of the last loss-parity check
         self.last_snapshot: Any = None
+        self.last_parity: Any = None  # the ParityResult of the last loss-parity check
         self.knobs = knobs or Knobs()
         self.store = open_store(store)
         self.info = hardware.device_info(self.device)
@@ -232,6 +232,8 @@ class Bench:
                 )
             return snap.summary()
 
+        self._start_task("memory snapshot", "recording a burst's memory ...", work)
+
     def loss_parity(self, reference: Knobs | None = None, steps: int = 20) -> None:
         """The panel's knobs against ``reference`` (default: PyTorch's defaults at the panel's
         batch and accumulation) from the same weights on the same batches, in the background:
@@ -250,8 +252,6 @@ class Bench:
 
         label = f"loss parity: {steps} steps of the reference (twice) and of the current knobs"
         self._start_task("loss parity", label + " ...", work)
-
-        self._start_task("memory snapshot", "recording a burst's memory ...", work)
 
     def _supersede_task(self) -> str | None:
         """Cancel a running diagnose / tune for a newer action; its name, or None."""
