@@ -31,7 +31,7 @@ PREDICTED: dict[str, dict[str, Any]] = {  # per lesson ("03") and prediction var
         "prediction_bf16": 2.0,
         "prediction_compile": "default",
         "prediction_attention": 0.8,
-        "prediction_memory": "fsdp",
+        "prediction_memory": 40,
         "prediction_fp8": 1.2,
         "prediction_packing": 1.5,
     },

@@ -211,3 +211,111 @@ def test_torchaos_published_ratios_are_computed_from_the_entries():
     assert ratios == {i: round(v / bf16, 2) for i, v in values.items()}
     assert ratios["torchao-llama3-8b-fp8-tensorwise"] > ratios["torchao-llama3-8b-fp8-rowwise"]
     assert all("docs.pytorch.org/ao" in s for s in table["source"])
+
+
+# -- the lesson in its 20 minutes: sized to the device, sections in any order, MFU of the math
+
+
+def test_on_a_cpu_the_lesson_runs_the_tiny_gpt_and_says_time_is_the_limit():
+    here = lesson.here(False)
+    assert here.workload == "gpt" and here.sizing is None
+    assert "memory is not the limit here" in repr(here)
+
+
+def test_on_a_gpu_the_batch_comes_from_the_measured_memory_and_fits_a_1g_10gb_slice():
+    """The issue's count (16 x 1,024 tokens keep 19.5 GiB in the default math: 1,248 MiB a
+    sequence) with GPT-2 small's states (124,475,904 parameters at 18 bytes) and the loss's
+    transient: a 1g.10gb slice and a whole 80 GB GPU get the same batch, under the slice."""
+    from workbench.workshop import transformer_sizing as sizing
+    from workbench.workshop.slices import MEMORY_MARGIN, profile_memory_mib
+
+    per, states, loss = 19.5 * 1024 / 16, 124_475_904 * 18 / 2**20, 50_304 * 1024 * 8 / 2**20
+    slice_mib = profile_memory_mib("1g.10gb")
+    small, whole = (sizing.size_for(per, states, loss, free) for free in (slice_mib, 80e3))
+    # (9,537 MiB x 0.9 - 2,137 of states) / (1,248 + 393 a sequence): 3 fit, so batch 2
+    assert (small.batch, small.seq) == (whole.batch, whole.seq) == (2, 1024)
+    assert small.fits and small.need_mib <= slice_mib * (1 - MEMORY_MARGIN)
+    short = sizing.size_for(per, states, loss, 3050.0)  # 608 MiB beside the states
+    assert (short.batch, short.seq) == (1, 256) and short.fits  # a shorter context, not an OOM
+    tight = sizing.size_for(per, states, loss, states)
+    assert not tight.fits and "expect status='oom'" in tight.sentence()
+    made = lesson.here(True, size=lambda workload: sizing.size_for(per, states, loss, 80e3))
+    assert made.workload == "gpt:124m" and made.base.batch_size == 2
+    assert "Batch 2 x 1,024 tokens" in repr(made) and "1g.10gb" in repr(made)
+    assert sizing.workload_at("gpt:124m", 512).name == "gpt:124m@512"
+
+
+def test_what_one_sequence_keeps_is_measured_by_the_bursts_own_probe():
+    from workbench.engine.workloads import resolve_workload
+    from workbench.workshop import transformer_sizing as sizing
+
+    tiny = sizing.per_sequence_mib(resolve_workload("gpt"), "cpu")
+    assert 10 < tiny < 200  # the tiny gpt's 256 tokens: tens of MiB with math's scores
+
+
+def test_a_section_measures_the_baseline_an_earlier_section_did_not(capsys):
+    ran = []
+
+    def run(workload, knobs, **burst):
+        ran.append((workload, knobs.precision, burst))
+        return _burst(workload=workload, precision=knobs.precision)
+
+    runs = {}
+    first = lesson.baseline(runs, "bf16", "gpt", Knobs(precision="bf16"), run=run, seconds=0.3)
+    assert "bf16: not measured yet" in capsys.readouterr().out
+    assert runs == {"bf16": first} and ran == [("gpt", "bf16", {"seconds": 0.3})]
+    assert lesson.baseline(runs, "bf16", "gpt", Knobs(), run=run) is first and len(ran) == 1
+
+
+def test_mfu_reads_the_peak_of_the_math_that_ran():
+    """gpt:124m at the default math runs its matmuls IEEE fp32: its MFU is a share of the CUDA
+    cores' fp32 peak, not of TF32's (what the engine reads for a convnet's default)."""
+    from workbench.engine import hardware
+
+    name = "NVIDIA H100 80GB HBM3"
+    default = BurstResult(status="ok", workload="gpt:124m", device="cuda:0", device_name=name,
+                          knobs=Knobs(), achieved_tflops=20.0, tokens_per_s=1.0)  # fmt: skip
+    fp32, tf32 = hardware.peak_flops(name, "fp32"), hardware.peak_flops(name, "tf32")
+    mfu, math = lesson.math_mfu(default)
+    assert math == "IEEE fp32" and mfu == pytest.approx(100 * 20e12 / fp32)
+    assert mfu > 100 * 20e12 / tf32 * 2  # the TF32 peak would read it several times low
+    bf16 = BurstResult(
+        status="ok",
+        workload="gpt:124m",
+        device="cuda:0",
+        device_name=name,
+        knobs=Knobs(precision="bf16"),
+        achieved_tflops=20.0,
+        tokens_per_s=1.0,
+    )
+    frame = lesson.frame([default, bf16], "precision")
+    assert list(frame["peak_math"]) == ["IEEE fp32", "bf16"]
+    assert frame["mfu_pct"].iloc[1] == pytest.approx(
+        100 * 20e12 / hardware.peak_flops(name, "bf16")
+    )
+    assert lesson.math_mfu(_burst()) == (None, None)  # a CPU: no peak, never a made-up one
+
+
+def test_the_memory_exercise_grades_the_learners_own_model_and_device():
+    base, ckpt = _held(60.0), _held(4.0, knobs=Knobs(activation_checkpointing=True))
+    memory = lesson.MemoryHere(base, ckpt)
+    assert memory.freed_pct == pytest.approx(100 * 56 / 220)
+    table = memory.table()
+    assert (
+        table.loc[0, "change"] == "activation_checkpointing" and table.loc[0, "freed_pct"] == 25.5
+    )
+    workshop.commit_prediction(25, exercise=lesson.MEMORY)
+    assert lesson.check_memory(25, memory)
+    failed = lesson.MemoryHere(base, BurstResult(status="oom", error="out of memory"))
+    workshop.BOOK.clear()
+    workshop.commit_prediction(25, exercise=lesson.MEMORY)
+    said = lesson.check_memory(25, failed)
+    assert not said and "oom" in said.message
+
+
+def test_packing_cannot_win_more_than_its_padding():
+    frame = lesson.frame([_burst(100.0, packing="pad"), _burst(300.0, packing="pack")], "packing")
+    frame["pad_share_pct"] = [75.0, 0.0]
+    assert lesson.packing_limit(frame) == pytest.approx(4.0)
+    frame["pad_share_pct"] = [None, None]
+    assert lesson.packing_limit(frame) is None

@@ -14,7 +14,9 @@ tensor core to feed, and the CPU figures in the guide were measured that way.
 Lesson 12 is about a transformer: ``gpt:124m`` (GPT-2 small at 1,024 tokens) on a GPU, the tiny
 ``gpt`` on a CPU, each on one resident batch (the compute, as the published figures it sits
 beside were measured), starting from the default math; it sweeps precision first and then
-moves the transformer knobs at bf16 on a GPU.
+moves the transformer knobs at bf16 on a GPU. Its GPU plan's batch (16) is the most it runs:
+the lesson chooses its batch from the device's free memory so that every burst fits a 1g.10gb
+slice (``transformer_lesson.here``, ``transformer_sizing``).
 """
 
 from __future__ import annotations

@@ -3,8 +3,15 @@ checks read, the published run its tokens/s stand beside (llm.c's GPT-2 124M), w
 holds with activation checkpointing and with FSDP, float8 where the hardware has it, and the
 checks of the exercises the workshop's own checkers do not cover.
 
-The lesson runs ``gpt:124m`` (GPT-2 small at 1,024 tokens) on a GPU and the tiny ``gpt`` on a
-CPU (``lesson_plans.lesson_plan("12")``). Some of what it teaches cannot act on every machine,
+The lesson runs ``gpt:124m`` (GPT-2 small at 1,024 tokens) on a GPU, at a batch (and, where
+memory is short, a sequence) chosen from the device's free memory so that every burst fits a
+1g.10gb MIG slice (``transformer_sizing``, :func:`here`), and the tiny ``gpt`` on a CPU
+(``lesson_plans.lesson_plan("12")``). Three exercises are the core (bf16; compile and CUDA
+graphs; what activation checkpointing frees on the learner's own device and model), the rest
+optional; each section measures the baseline it compares with when an earlier section did not
+(:func:`baseline`), so sections run in any order. MFU is read against the peak of the math
+that ran (:func:`math_mfu`): at the default math a transformer's matmuls run IEEE fp32, so its
+peak is the CUDA cores', not TF32's. Some of what it teaches cannot act on every machine,
 and each such part says so with the workbench's own reason instead of a number made up:
 
 - CUDA graphs (``compile="reduce-overhead"``) need CUDA: a CPU measures one compile at most
@@ -31,25 +38,74 @@ from workbench.analysis.sharding_compare import ShardingComparison, compare_shar
 from workbench.analysis.sweeps import bursts_frame
 from workbench.core.knobs import Knobs
 from workbench.distributed.dispatch import run_burst
+from workbench.engine import hardware
 from workbench.engine.fp8 import fp8_no_effect
+from workbench.engine.workloads import resolve_workload
 from workbench.engine.workloads.gpt import GPT_SIZES, TinyGPT
 from workbench.engine.workloads.transformer_flops import train_flops_per_sample
-from workbench.workshop import reference
-from workbench.workshop.checks import PREDICTION_TOL, Check, _judge_first, _never_raises
+from workbench.workshop import reference, transformer_sizing
+from workbench.workshop.checks import (
+    PREDICTION_TOL,
+    Check,
+    _judge_first,
+    _never_raises,
+    check_prediction,
+)
 from workbench.workshop.lesson_plans import lesson_plan
-from workbench.workshop.memory_lesson import check_frees_most, memory_table
+from workbench.workshop.memory_lesson import held_mib, memory_table
 
 if TYPE_CHECKING:
     from workbench.core.results import BurstResult
 
 __all__ = ["CPU_COMPILE", "FP8", "LLMC", "LLMC_H100", "MEMORY", "TORCHTITAN_H100", "Anchor",
-           "Fp8Run", "MemoryPerRank", "StepRun", "beside_llmc", "check_fp8", "check_memory",
-           "compile_modes", "fp8_published", "frame", "llmc_anchor", "llmc_note", "measure_fp8",
-           "memory_per_rank", "table", "torchtitan_published", "window"]  # fmt: skip
+           "Fp8Run", "Here", "MemoryHere", "MemoryPerRank", "StepRun", "baseline",
+           "beside_llmc", "check_fp8", "check_memory", "compile_modes", "fp8_published",
+           "frame", "here", "llmc_anchor", "llmc_note", "math_mfu", "measure_fp8",
+           "memory_here", "memory_per_rank", "packing_limit", "table", "torchtitan_published",
+           "window"]  # fmt: skip
 
 LESSON = "12"
 MEMORY = "12-memory"
-"""Exercise 4's name on the class board (and in ``commit_prediction``)."""
+"""Exercise 3's name on the class board (and in ``commit_prediction``)."""
+
+
+@dataclass(frozen=True)
+class Here:
+    """What the lesson runs on this device: its workload (a name, or ``gpt:124m`` at a
+    shorter sequence), its starting knobs, and on a GPU how the batch was chosen."""
+
+    workload: Any
+    base: Knobs
+    sizing: transformer_sizing.Sizing | None = None
+
+    def __repr__(self) -> str:
+        name = getattr(self.workload, "name", self.workload)
+        if self.sizing is None:
+            return (f"{name} at batch {self.base.batch_size} on this CPU: memory is not the "
+                    "limit here, time is (a few steps a burst)")  # fmt: skip
+        return f"{name}: {self.sizing.sentence()}"
+
+
+def here(gpu: bool, *, size: Callable[[Any], transformer_sizing.Sizing] | None = None) -> Here:
+    """The lesson's plan on this device: on a CPU the plan as it stands (the tiny gpt); on a GPU
+    ``gpt:124m`` at the batch and sequence ``transformer_sizing`` chose from the free memory
+    (``size`` stands in for the measurement in tests)."""
+    plan = lesson_plan(LESSON, gpu)
+    if not gpu:
+        return Here(plan.workload, plan.base)
+    sizing = (size or transformer_sizing.size_here)(resolve_workload(plan.workload))
+    workload = transformer_sizing.workload_at(plan.workload, sizing.seq)
+    return Here(workload, plan.base.replace(batch_size=sizing.batch), sizing)
+
+
+def baseline(runs: dict[str, BurstResult], name: str, workload: Any, knobs: Knobs, *,
+             run: Callable[..., BurstResult] = run_burst, **burst: Any) -> BurstResult:  # fmt: skip
+    """``runs[name]``, measured now (and kept there) when the section that measures it did not
+    run: a section never stops on a missing row. Says so in one line when it measures."""
+    if name not in runs:
+        print(f"{name}: not measured yet (its section did not run here): measuring it now.")
+        runs[name] = run(workload, knobs, **burst)
+    return runs[name]
 
 
 def window(gpu: bool) -> dict[str, Any]:
@@ -64,8 +120,9 @@ def window(gpu: bool) -> dict[str, Any]:
 
 # -- the bursts as frames ------------------------------------------------------------------------
 
-SHOWN = ("status", "tokens_per_s", "samples_per_s", "mfu_pct", "step_ms_p50", "peak_mem_mib",
-         "compile_s", "attention_backend", "pad_share_pct", "no_effect")  # fmt: skip
+SHOWN = ("status", "tokens_per_s", "samples_per_s", "mfu_pct", "peak_math", "step_ms_p50",
+         "peak_mem_mib", "compile_s", "attention_backend", "pad_share_pct",
+         "no_effect")  # fmt: skip
 """The columns a learner reads beside the knob a table varies."""
 
 
@@ -74,8 +131,38 @@ def frame(results: Iterable[BurstResult], knob: str) -> pd.DataFrame:
     checks read: ``check_speedup``, ``check_best``). The lesson runs each burst once and uses
     it in every table it belongs to (the bf16 eager burst is the precision table's bf16 row,
     the compile table's ``off`` row and the attention table's ``auto`` row), so a slow
-    ``gpt:124m`` burst is never measured twice."""
-    return bursts_frame(list(results), knob=knob)
+    ``gpt:124m`` burst is never measured twice. ``mfu_pct`` is read against the peak of the
+    math that ran (:func:`math_mfu`), named in ``peak_math``."""
+    results = list(results)
+    out = bursts_frame(results, knob=knob)
+    if len(out) == len(results):
+        read = [math_mfu(r) for r in results]
+        out["mfu_pct"] = [mfu for mfu, _ in read]
+        out["peak_math"] = [math for _, math in read]
+    return out
+
+
+MATH = {"default": "fp32", "fp32-strict": "fp32", "fp32": "fp32", "tf32": "tf32",
+        "bf16": "bf16", "fp16": "fp16"}  # fmt: skip
+"""The datasheet column whose peak a transformer's matmuls ran at, per precision: at the
+default math PyTorch runs matmuls in IEEE fp32 (``allow_tf32`` is off for matmuls), so the
+CUDA cores' fp32 peak, not TF32's (which the engine's MFU uses for ``default``: a convnet's
+convolutions run TF32 there)."""
+MATH_WORDS = {"fp32": "IEEE fp32", "tf32": "TF32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def math_mfu(r: BurstResult) -> tuple[float | None, str | None]:
+    """``(mfu_pct, peak_math)``: the burst's MFU against the peak of the math its matmuls ran
+    (:data:`MATH`), and that math in words; ``(None, None)`` where unknown (a CPU, a failed
+    burst, a GPU without that peak)."""
+    column = MATH.get(r.knobs.precision)
+    if not r.ok or r.achieved_tflops is None or column is None or not r.device_name:
+        return None, None
+    sms = r.mig["sms"] if r.mig else None
+    peak = hardware.peak_flops(r.device_name, column, sms=sms)
+    if not peak:
+        return None, None
+    return 100.0 * r.achieved_tflops * 1e12 / peak, MATH_WORDS[column]
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -229,10 +316,10 @@ def beside_llmc(
     a = llmc_anchor(refs)
     rows = []
     for label, r in results.items():
-        same = r.workload == "gpt:124m" and str(r.device).startswith("cuda")
+        same = r.workload == "gpt:124m" and str(r.device).startswith("cuda")  # 1,024 tokens
         rows.append({"where": r.device_name or r.device, "run": label, "workload": r.workload,
                      "tokens_per_s": r.tokens_per_s if r.ok else None,
-                     "mfu_pct": r.mfu_pct if r.ok else None,
+                     "mfu_pct": math_mfu(r)[0],
                      "compares": SAME_MODEL if same else FOR_SCALE,
                      "source": "your burst"})  # fmt: skip
     if a.h100 is not None:
@@ -368,11 +455,65 @@ def _on(workload: str, knobs: Knobs, baseline: BurstResult, run: Callable[..., B
     return MemoryPerRank(where, baseline, ckpt, sharded)
 
 
-def check_memory(prediction: str | None, memory: MemoryPerRank, *,
-                 answer: str | None = None) -> Check:  # fmt: skip
-    """Exercise 4: lesson 10's check (``memory_lesson.check_frees_most``, the first
-    committed prediction against the change that freed the most) on ``memory``'s table."""
-    return check_frees_most(prediction, memory.table(), answer=answer, exercise=MEMORY)
+@dataclass(frozen=True)
+class MemoryHere:
+    """The lesson's own model on the learner's own device, with and without activation
+    checkpointing: what Exercise 3 judges."""
+
+    baseline: BurstResult
+    checkpointed: BurstResult
+
+    @property
+    def freed_pct(self) -> float | None:
+        """The share of the baseline's memory (``memory_lesson.held_mib``: peak allocated on
+        CUDA, the training tensors' bytes elsewhere) that checkpointing freed, in percent."""
+        base, held = held_mib(self.baseline), held_mib(self.checkpointed)
+        if base is None or held is None or base <= 0 or not self.checkpointed.ok:
+            return None
+        return 100.0 * (base - held) / base
+
+    def table(self) -> pd.DataFrame:
+        """``memory_lesson.memory_table`` of the two, with the share freed."""
+        runs = {ONE_RANK: self.baseline, "activation_checkpointing": self.checkpointed}
+        out = memory_table(runs, baseline=ONE_RANK)
+        held = held_mib(self.baseline)
+        out["freed_pct"] = [None if f is None or not held else round(100 * f / held, 1)
+                            for f in out["freed_mib"]]  # fmt: skip
+        return out
+
+
+def memory_here(
+    workload: Any, knobs: Knobs, base: BurstResult, *,
+    run: Callable[..., BurstResult] = run_burst, **burst: Any,
+) -> MemoryHere:  # fmt: skip
+    """``base`` (the lesson's eager burst) and the same knobs with activation checkpointing,
+    on the same device: the learner's own model, not a stand-in."""
+    return MemoryHere(base, run(workload, knobs.replace(activation_checkpointing=True), **burst))
+
+
+@_never_raises(exercise=MEMORY)
+def check_memory(prediction: float | None, memory: MemoryHere) -> Check:
+    """Exercise 3: the predicted share of memory (percent) checkpointing frees on this device
+    and model, against the measured one: within 25% of it or 10 points (a prediction is made
+    blind; the share moves with the batch, as the lesson says)."""
+    freed = memory.freed_pct
+    if freed is None:
+        r = memory.checkpointed
+        raise ValueError(f"the memory was not measured (checkpointed burst: {r.status} "
+                         f"{r.error or ''})".strip())  # fmt: skip
+    what = "the share of memory checkpointing frees (%)"
+    return check_prediction(prediction, round(freed, 1), exercise=MEMORY, rel_tol=0.25,
+                            abs_tol=10, what=what)  # fmt: skip
+
+
+def packing_limit(df: pd.DataFrame) -> float | None:
+    """The most ``packing="pack"`` can give over ``"pad"`` here: every padded token turned into
+    a real one, 1 / (1 - the pad rows' padding share); None where it was not measured."""
+    rows = df[(df["packing"] == "pad") & (df["status"] == "ok")] if "packing" in df else df[:0]
+    shares = [float(v) for v in rows.get("pad_share_pct", []) if v is not None and v == v]
+    if not shares or max(shares) >= 100:
+        return None
+    return 1.0 / (1.0 - max(shares) / 100.0)
 
 
 # -- float8 ------------------------------------------------------------------------------------
