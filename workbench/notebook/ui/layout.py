@@ -17,6 +17,7 @@ from workbench.core.knobs import Knobs
 from workbench.engine.hardware import DeviceInfo
 from workbench.engine.workloads import Workload
 from workbench.notebook import plots
+from workbench.notebook.chart_widget import PanelChart
 from workbench.notebook.ui.controls import KnobControls, disabled_reasons
 from workbench.notebook.ui.drawn import drawn_signal
 
@@ -69,9 +70,9 @@ class PanelWidgets:
         self.message = _with_class(w.HTML(), "wb-message")
         self.suspect = _with_class(w.HTML(), "wb-suspect")  # failed self-checks, loudly
         self.history = _with_class(w.HTML(), "wb-history")
-        self.charts = {n: _with_class(alt.JupyterChart(_placeholder(n)), f"wb-chart-{n}")
+        self.charts = {n: _with_class(PanelChart(_placeholder(n)), f"wb-chart-{n}")
                        for n in CHARTS}  # fmt: skip
-        self.snapshot_chart = _with_class(alt.JupyterChart(_placeholder("snapshot")),
+        self.snapshot_chart = _with_class(PanelChart(_placeholder("snapshot")),
                                           "wb-chart-snapshot")  # fmt: skip
         self.price, self.y_metric = _price_field(bench), _y_field(bench)
         self.root = _with_class(w.VBox([self._header(bench), self.controls.box(),

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import altair as alt
 import ipywidgets as w
 import pandas as pd
 
@@ -148,8 +147,7 @@ class Bench:
         """Build (or rebuild) the panel; with ``autorun`` a first burst starts once the browser
         has drawn the panel (``notebook.ui.drawn``: at once without a kernel, after a second
         or two in a kernel with no browser), so the browser's drawing is not measured."""
-        alt.JupyterChart.enable_offline()
-        self._ui = PanelWidgets(self)
+        self._ui = PanelWidgets(self)  # its charts get Vega from this kernel (chart_widget)
         self._redraw(highlight_id=None)
         if autorun:
             self._run_when_drawn(self._ui)
