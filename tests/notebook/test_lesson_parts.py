@@ -53,3 +53,20 @@ def test_lesson_6_with_one_rank_falls_back_and_finishes(tiny_data, tmp_path, mon
     printed = "\n".join(_text(c) for c in nb.cells)
     assert "one process here (one GPU): no ranks to compare" in printed
     assert "1 rank(s)" in printed and "one rank: nothing crosses a link" in printed
+
+
+@pytest.mark.concurrent  # a kernel waiting on bursts
+def test_lesson_12s_sections_run_without_the_ones_before_them(tiny_data, tmp_path, monkeypatch):
+    """Section 3 (memory, core) right after the set-up cell: it measures the eager burst
+    section 1 would have left, instead of raising KeyError (every section does so through
+    ``lesson.baseline``)."""
+    monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))
+    nb = nbformat.read(NOTEBOOKS / "12_transformer_on_a_gpu.ipynb", as_version=4)
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    start = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## 3."))
+    end = next(i for i, c in enumerate(nb.cells) if "## 4." in c.source)
+    nb.cells = [setup, *nb.cells[start:end]]
+    assert not _run(nb, tmp_path, "12")
+    printed = "\n".join(_text(c) for c in nb.cells)
+    assert "not measured yet (its section did not run here): measuring it now" in printed
+    assert "Prediction for 12-memory committed" in printed and "12-memory" in printed
