@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import JpegFolder, Net, make_optimizer, provenance
+from kept_runs import keep, markdown_table, pairs_parser, print_table_if_asked, spread
 
 from workbench.config import TunedConfig
 from workbench.config.autotune import AutotuneOptions
@@ -83,9 +83,7 @@ def compare(dataset, name: str, a: tuple[int, bool], b: tuple[int, bool], args) 
     pairs = [pair(dataset, a, b, args, a_first=i % 2 == 0) for i in range(args.pairs)]
     row = {"comparison": name, "autotuned": list(a), "reference": list(b), "pairs": pairs}
     for key in ("ratio", "ratio_after_cap"):
-        values = [p[key] for p in pairs]
-        row[key] = {"median": round(statistics.median(values), 4),
-                    "min": round(min(values), 4), "max": round(max(values), 4)}  # fmt: skip
+        row[key] = spread([p[key] for p in pairs])
     row["chosen_workers"] = [p["autotuned"]["chosen_workers"] for p in pairs]
     shown = ("comparison", "ratio", "ratio_after_cap", "chosen_workers")
     print(json.dumps({k: row[k] for k in shown}), file=sys.stderr, flush=True)
@@ -94,39 +92,32 @@ def compare(dataset, name: str, a: tuple[int, bool], b: tuple[int, bool], args) 
 
 def table(paths: list[Path]) -> str:
     """The published table (docs/production.md), every figure read from the kept JSON."""
-    lines = [
-        "| run (commit, date, load) | comparison | after the cap: autotuned / reference, median"
-        " (range) | whole run (range) | workers chosen |",
-        "| --- | --- | ---: | ---: | --- |",
-    ]
-    for path in paths:
-        doc = json.loads(path.read_text())
-        load = doc["machine"]["load_avg"][0]
-        run_name = f"`{path.name}` ({doc['commit'][:7]}, {doc['date'][:10]}, load {load:.2f})"
-        for row in doc["rows"]:
-            after, whole = row["ratio_after_cap"], row["ratio"]
-            lines.append(
-                f"| {run_name} | {row['comparison']} | {after['median']:.3f} "
-                f"({after['min']:.3f}-{after['max']:.3f}) | {whole['median']:.3f} "
-                f"({whole['min']:.3f}-{whole['max']:.3f}) | "
-                f"{', '.join(str(w) for w in row['chosen_workers'])} |"
-            )
-    return "\n".join(lines)
+    columns = [("run (commit, date, load)", "---"), ("comparison", "---"),
+               ("after the cap: autotuned / reference, median (range)", "---:"),
+               ("whole run (range)", "---:"), ("workers chosen", "---")]  # fmt: skip
+    return markdown_table(paths, columns, _run_name, _cells)
+
+
+def _run_name(path: Path, doc: dict) -> str:
+    load = doc["machine"]["load_avg"][0]
+    return f"`{path.name}` ({doc['commit'][:7]}, {doc['date'][:10]}, load {load:.2f})"
+
+
+def _cells(row: dict) -> list[str]:
+    after, whole = row["ratio_after_cap"], row["ratio"]
+    return [row["comparison"],
+            f"{after['median']:.3f} ({after['min']:.3f}-{after['max']:.3f})",
+            f"{whole['median']:.3f} ({whole['min']:.3f}-{whole['max']:.3f})",
+            ", ".join(str(w) for w in row["chosen_workers"])]  # fmt: skip
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--table"]:
-        print(table([Path(p) for p in sys.argv[2:]]))
+    if print_table_if_asked(table):
         return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=4, help="even: each side first as often")
-    ap.add_argument("--seconds", type=float, default=16.0, help="length of each run")
+    ap = pairs_parser(__doc__, pairs=4, seconds=16.0)
     ap.add_argument("--cap", type=float, default=6.0, help="autotune's cap_s")
     ap.add_argument("--best", type=int, default=1, help="the workers tuned by hand")
-    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="the model's torch threads")
-    ap.add_argument("--data", type=Path, default=None, help="an ImageFolder (default: samples)")
-    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     source = provenance()  # the commit whose code this process loaded: read before measuring
@@ -148,10 +139,7 @@ def main() -> None:
     ]
     doc = {**source, "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
            "load_avg_end": os.getloadavg()}  # fmt: skip
-    text = json.dumps(doc, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    keep(doc, args.out)
 
 
 if __name__ == "__main__":

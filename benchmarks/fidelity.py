@@ -54,6 +54,9 @@ from torch.utils.data import DataLoader, Dataset
 
 import workbench as wb
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # kept_runs, run as a script or loaded
+from kept_runs import keep, markdown_table, pairs_parser, print_table_if_asked, spread
+
 IMAGE_PX = 64
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -282,9 +285,7 @@ def measure(root: Path, workers: int, args: argparse.Namespace) -> dict:
     quiet = [p["ratio"] for p in pairs if p["others_cores"] < args.quiet_cores]
     row = {
         "workers": workers,
-        "ratio_median": round(statistics.median(ratios), 4),
-        "ratio_min": round(min(ratios), 4),
-        "ratio_max": round(max(ratios), 4),
+        **{f"ratio_{k}": v for k, v in spread(ratios).items()},
         "quiet_pairs": len(quiet),
         "quiet_ratio_median": round(statistics.median(quiet), 4) if quiet else None,
         "fresh_thread_ratio_median": _median_of(pairs, "ratio_fresh_thread"),
@@ -328,36 +329,30 @@ def provenance() -> dict:
 def table(paths: list[Path]) -> str:
     """The published table (README, docs/figures.md) from kept runs: one row per run and
     worker count, every figure read from the JSON, none typed."""
-    lines = [
-        "| run (commit, date) | workers | burst / plain, median | range | quiet pairs |"
-        " before: a fresh thread / plain |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for path in paths:
-        doc = json.loads(path.read_text())
-        run = f"`{path.name}` ({doc['commit'][:7]}, {doc['date'][:10]})"
-        for row in doc["rows"]:
-            before = row.get("fresh_thread_ratio_median")
-            lines.append(
-                f"| {run} | {row['workers']} | {row['ratio_median']:.3f} | "
-                f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f} | "
-                f"{row['quiet_pairs']}/{len(row['pairs'])} | "
-                f"{f'{before:.3f}' if before is not None else '-'} |"
-            )
-    return "\n".join(lines)
+    columns = [("run (commit, date)", "---"), ("workers", "---:"),
+               ("burst / plain, median", "---:"), ("range", "---:"), ("quiet pairs", "---:"),
+               ("before: a fresh thread / plain", "---:")]  # fmt: skip
+    return markdown_table(paths, columns, _run_name, _cells)
+
+
+def _run_name(path: Path, doc: dict) -> str:
+    return f"`{path.name}` ({doc['commit'][:7]}, {doc['date'][:10]})"
+
+
+def _cells(row: dict) -> list[str]:
+    before = row.get("fresh_thread_ratio_median")
+    return [str(row["workers"]), f"{row['ratio_median']:.3f}",
+            f"{row['ratio_min']:.3f}-{row['ratio_max']:.3f}",
+            f"{row['quiet_pairs']}/{len(row['pairs'])}",
+            f"{before:.3f}" if before is not None else "-"]  # fmt: skip
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--table"]:
-        print(table([Path(p) for p in sys.argv[2:]]))
+    if print_table_if_asked(table):
         return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = pairs_parser(__doc__, pairs=6, seconds=3.0)
     ap.add_argument("--workers", default="0,1,2", help="DataLoader worker counts, comma-separated")
-    ap.add_argument("--pairs", type=int, default=6, help="even: each side first as often")
-    ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--data", type=Path, default=None, help="an ImageFolder (default: samples)")
     ap.add_argument(
         "--quiet-cores",
         type=float,
@@ -369,16 +364,12 @@ def main() -> None:
         action="store_true",
         help="also run each burst as before: on a fresh thread of its own",
     )
-    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     source = provenance()  # the commit whose code this process loaded: read before measuring
     root = args.data or wb.ensure_datasets().images
     rows = [measure(root, int(w), args) for w in args.workers.split(",")]
     doc = {**source, "batch": args.batch, "seconds": args.seconds, "rows": rows}
-    text = json.dumps(doc, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    keep(doc, args.out)
 
 
 if __name__ == "__main__":
