@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -371,17 +372,60 @@ def record_result(result: Any, record: bool, store: object) -> None:
     ``StoreWarning`` says so, the result keeps ``id`` None and is kept in the pending file
     (``pending.py``) for a later retry. A result that reaches its store first stores the
     ones kept for that store.
+
+    The class store (``store`` None with ``WORKBENCH_STORE`` set: a room's PostgreSQL) that
+    failed is left alone for ``CLASS_RETRY_S``: the bursts meanwhile are kept at once, each
+    with one short line, so a room whose store is down pays its connect timeout once a
+    minute, not once a burst.
     """
     if not record:
         return
     doc = result.to_dict()
+    if store is None and time.monotonic() < _class_down_until[0]:
+        _keep_while_down(doc)
+        return
     try:
         target = open_store(store)  # type: ignore[arg-type]
         result.id = target.append(doc)
     except Exception as exc:  # the measurement stands; only its stored copy is late
+        if store is None and _class_store_set():
+            _class_down_until[0] = time.monotonic() + CLASS_RETRY_S
+            _keep_while_down(doc, exc)
+            return
         _keep_unstored(doc, store, exc)
         return
     _retry_quietly(target)
+
+
+CLASS_RETRY_S = 60.0
+"""After the class store failed a burst, later bursts leave it alone this long."""
+_class_down_until = [0.0]
+"""``time.monotonic()`` before which the class store is not tried (one list: mutable)."""
+
+
+def _class_store_set() -> bool:
+    try:
+        return store_url_from_environment(check_mode=False) is not None
+    except StoreError:
+        return True
+
+
+def _keep_while_down(doc: dict[str, Any], exc: Exception | None = None) -> None:
+    """Keep a burst for the class store while it is down, with one short line."""
+    why = "" if exc is None else f" ({_short(_scrubbed(' '.join(str(exc).split()), None))})"
+    try:
+        keep_pending(doc, None, exc or StoreError("the class store is down"))
+    except Exception as keep_exc:
+        warnings.warn(f"class store down{why}: this burst is stored nowhere ({keep_exc})",
+                      StoreWarning, stacklevel=4)  # fmt: skip
+        return
+    left = max(0.0, _class_down_until[0] - time.monotonic())
+    warnings.warn(f"class store down{why}: burst kept, stored when it answers (next try in "
+                  f"{left:.0f} s)", StoreWarning, stacklevel=4)  # fmt: skip
+
+
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def retry_pending(store: Store | str | os.PathLike[str] | None = None) -> int:
