@@ -150,6 +150,14 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _unless(
+    reason: str | None, name: str, label: str, changes: dict[str, Any], does: str
+) -> DataPath:
+    """A path available unless ``reason`` says why it cannot run here; ``does`` says what it
+    does when it can."""
+    return DataPath(name, label, changes, available=reason is None, why=reason or does)
+
+
 def _cpu_path(workload: Workload, workers: int, cpu: dict[str, Any], *, now: bool) -> DataPath:
     what = "decode and augment" if images(workload) else "run __getitem__ and collate"
     where = {0: "in the training loop", 1: "in 1 worker process"}.get(
@@ -185,13 +193,8 @@ def _gpu_decode(
     reason = _no_image_folder(workload) or _decode_refused(workload, knobs, device, changes)
     does = ("the workers read JPEG bytes; the device decodes them (nvJPEG) and crops, flips "
             "and normalizes there")  # fmt: skip
-    return DataPath(
-        name="gpu-decode",
-        label=f"decode=gpu ({fmt}), {_count(readers, 'worker')} reading bytes",
-        changes=changes,
-        available=reason is None,
-        why=reason or does,
-    )
+    label = f"decode=gpu ({fmt}), {_count(readers, 'worker')} reading bytes"
+    return _unless(reason, "gpu-decode", label, changes, does)
 
 
 def _predecoded(workload: Workload, knobs: Knobs, device: torch.device, cores: int) -> DataPath:
@@ -205,16 +208,9 @@ def _predecoded(workload: Workload, knobs: Knobs, device: torch.device, cores: i
         changes["num_workers"] = min(cores, BYTE_READERS)
     where = "the device" if on_device else "the workers, in float32"
     does = f"uint8 pixels decoded once, ahead of time; cropped and normalized on {where}"
-    return DataPath(
-        name="predecoded",
-        label=(
-            f"data_format=predecoded, decode={changes['decode']}, "
-            f"{_count(changes['num_workers'], 'worker')}"
-        ),
-        changes=changes,
-        available=reason is None,
-        why=reason or does,
-    )
+    label = (f"data_format=predecoded, decode={changes['decode']}, "
+             f"{_count(changes['num_workers'], 'worker')}")  # fmt: skip
+    return _unless(reason, "predecoded", label, changes, does)
 
 
 def _dali(workload: Workload, cores: int, fmt: str) -> DataPath:
@@ -225,12 +221,8 @@ def _dali(workload: Workload, cores: int, fmt: str) -> DataPath:
     reason = _no_image_folder(workload) or dali_available() or _dali_refused(workload)
     does = ("DALI decodes (nvJPEG with mixed decode on CUDA, its C++ threads elsewhere) and "
             "crops only each JPEG's window")  # fmt: skip
-    return DataPath(
-        name="dali",
-        label=f"loader=dali ({fmt}), {_count(threads, 'thread')}",
-        changes=changes,
-        available=reason is None,
-        why=reason or does,
+    return _unless(
+        reason, "dali", f"loader=dali ({fmt}), {_count(threads, 'thread')}", changes, does
     )
 
 
