@@ -505,15 +505,24 @@ def mfu_note(refs: Iterable[Reference] | None = None) -> str:
             "recipe differ too). Compare MFU within one GPU generation.")  # fmt: skip
 
 
-def feeding_note(rate_id: str = "wb-gpu-r50-bf16", per_core_id: str = "wb-cpu-decode-1worker",
+def feeding_note(rate_id: str = "wb-gpu-r50-bf16", workers_id: str = "wb-gpu-r50-jpeg-8workers",
+                 per_core_id: str = "wb-cpu-decode-1worker",
                  refs: Iterable[Reference] | None = None) -> str:  # fmt: skip
-    """How many CPU cores decoding JPEGs it takes to feed a GPU's training rate: the rate of
-    ``rate_id`` over one core's decode rate (``per_core_id``), both entries."""
+    """How many CPU cores decoding JPEGs it takes to feed a GPU's training rate (``rate_id``),
+    read first at the rate the same kept run's own loader workers delivered (``workers_id``:
+    its images/s over its ``num_workers``, on the GPU box's cores, epoch restarts included),
+    then at one core's decode rate on this project's test VM (``per_core_id``): the first is
+    what that box would need, the second a lower bound from a faster core. Both entries."""
     refs = list(load() if refs is None else refs)
-    rate, core = find(rate_id, refs), find(per_core_id, refs)
+    rate, fed, core = find(rate_id, refs), find(workers_id, refs), find(per_core_id, refs)
+    workers = int((fed.knobs or {}).get("num_workers") or 1)
+    per_worker = fed.value / workers
     return (f"Feeding {rate.value:,.0f} {rate.units} ({rate_id}: {rate.workload} "
-            f"{rate.precision} on {rate.device_name or rate.hardware}) from JPEGs decoded at "
-            f"{core.value:,.0f} {core.units} a core ({per_core_id}) takes about "
-            f"{rate.value / core.value:.0f} cores for that one GPU, in loader workers alone: "
-            "count the cores your machine gives each GPU. Past them, move the decode instead: "
-            "decode=gpu, predecoded bytes or DALI (the data-path table).")  # fmt: skip
+            f"{rate.precision} on {rate.device_name or rate.hardware}) from JPEGs: its own box's "
+            f"loader delivered {fed.value:,.0f} {fed.units} with {workers} workers "
+            f"({workers_id}), {per_worker:,.0f} a worker, so about "
+            f"{rate.value / per_worker:.0f} cores for that one GPU; at the test VM's "
+            f"{core.value:,.0f} {core.units} a core ({per_core_id}) still about "
+            f"{rate.value / core.value:.0f}. Count the cores your machine gives each GPU: "
+            "past them, move the decode instead: decode=gpu, predecoded bytes or DALI (the "
+            "data-path table).")  # fmt: skip
