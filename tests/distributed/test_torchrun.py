@@ -71,9 +71,10 @@ def test_job_spec_round_trips_through_its_file(tmp_path):
 
 
 def test_torchrun_command_uses_a_free_port_unless_one_is_given(tmp_path):
-    standalone = torchrun_command(2, tmp_path / "job.json", None)
-    assert standalone[1:3] == ["-m", "torch.distributed.run"] and "--standalone" in standalone
-    assert "--nproc-per-node=2" in standalone and "--max-restarts=0" in standalone
+    picked = torchrun_command(2, tmp_path / "job.json", None)
+    assert picked[1:3] == ["-m", "workbench.distributed.agent"]  # torchrun, our rendezvous
+    assert "--nproc-per-node=2" in picked and "--max-restarts=0" in picked
+    assert "--standalone" not in picked and not [w for w in picked if w.startswith("--rdzv")]
     fixed = torchrun_command(2, tmp_path / "job.json", 29555)
     assert "--rdzv-endpoint=127.0.0.1:29555" in fixed and "--standalone" not in fixed
 

@@ -1,4 +1,4 @@
-"""torchrun's agent for a multi-node job, with a static rendezvous in the kernel's store.
+"""torchrun's agent with a static rendezvous: in the kernel's store, or, for one node, its own.
 
 ``python -m workbench.distributed.agent TORCHRUN-ARGS`` runs torchrun itself
 (``torch.distributed.run.main``: the same elastic agent, the same variables for the ranks as a
@@ -17,6 +17,11 @@ keep in the store (their exit barrier: counters) can be disturbed by someone who
 port, which fails the job, and runs nothing. The store's address and the job's id come from
 the job's private file (``workbench.distributed.jobsecret``), never from argv.
 
+A one-node job (no job file: ``workbench.distributed.torchrun``) gets the same treatment
+instead of torchrun's ``--standalone`` (a ``c10d`` rendezvous, its pickle in a store on every
+interface): the agent hosts the ranks' store itself, on a socket it binds to ``127.0.0.1``
+(``master_listen_fd``), at the port ``--rdzv-endpoint`` names or one the system picks.
+
 An agent also watches the kernel, as its ranks do: torchrun asks the rendezvous every
 ``--monitor-interval`` how many nodes wait to join (:meth:`num_nodes_waiting`), and that call
 checks, once a second, that the kernel's store still answers and keeps its ``alive`` key.
@@ -27,8 +32,10 @@ kernel leaves nothing behind, even ranks still connecting.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
+import uuid
 from datetime import timedelta
 
 from torch.distributed import PrefixStore, TCPStore
@@ -40,7 +47,7 @@ from torch.distributed.elastic.rendezvous import (
     rendezvous_handler_registry,
 )
 
-from workbench.distributed.jobsecret import job_from_env
+from workbench.distributed.jobsecret import SECRET_FILE_ENV, job_from_env
 from workbench.distributed.nodes import NODE_RANK_ENV
 from workbench.distributed.storejob import (
     ALIVE_MISSING_S,
@@ -53,6 +60,9 @@ from workbench.distributed.storejob import (
 
 BACKEND = "workbench"
 """The rendezvous backend's name in torchrun's registry (this process's only)."""
+LOCAL_BACKEND = "workbench-local"
+"""The one-node backend: the agent's own store on loopback."""
+LOOPBACK = "127.0.0.1"
 IDENTICAL_ENV = "TORCH_ELASTIC_WORKER_IDENTICAL"
 
 
@@ -107,6 +117,54 @@ class KernelStoreRendezvous(RendezvousHandler):
         return True
 
 
+class LoopbackRendezvous(RendezvousHandler):
+    """A one-node job: the agent hosts the ranks' store, bound to ``127.0.0.1`` only."""
+
+    def __init__(self, port: int, run_id: str) -> None:
+        self.port, self.run_id = port, run_id
+        self._store: PrefixStore | None = None
+
+    def get_backend(self) -> str:
+        return LOCAL_BACKEND
+
+    @property
+    def use_agent_store(self) -> bool:
+        return True  # the ranks' process group joins this store (MASTER_ADDR/PORT: its own)
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        if self._store is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((LOOPBACK, self.port))
+                sock.listen(socket.SOMAXCONN)
+                self.port = sock.getsockname()[1]
+                server = TCPStore(LOOPBACK, self.port, is_master=True, wait_for_workers=False,
+                                  timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
+                                  master_listen_fd=sock.fileno())  # fmt: skip
+            except BaseException:
+                sock.close()
+                raise
+            sock.detach()  # the store's server owns the descriptor now
+            self._store = PrefixStore(self.run_id, server)
+        return RendezvousInfo(self._store, 0, 1, RendezvousStoreInfo(LOOPBACK, self.port))
+
+    def is_closed(self) -> bool:
+        return False
+
+    def set_closed(self) -> None:
+        pass
+
+    def num_nodes_waiting(self) -> int:
+        return 0
+
+    def get_run_id(self) -> str:
+        return self.run_id
+
+    def shutdown(self) -> bool:
+        return True
+
+
 def node_rank(nnodes: int) -> int:
     """This node's rank: ``WORKBENCH_NODE_RANK`` (local, ssh) or ``SLURM_NODEID`` (srun)."""
     text = os.environ.get(NODE_RANK_ENV) or os.environ.get("SLURM_NODEID") or ""
@@ -114,6 +172,13 @@ def node_rank(nnodes: int) -> int:
         raise ValueError(f"{NODE_RANK_ENV}={text!r}: a node rank 0..{nnodes - 1} from the "
                          "launcher (or SLURM_NODEID under srun)")  # fmt: skip
     return int(text)
+
+
+def _create_local(params: RendezvousParameters) -> RendezvousHandler:
+    host, _, port = params.endpoint.rpartition(":")
+    if host != LOOPBACK or not port.isdigit() or params.max_nodes != 1:
+        raise ValueError(f"a one-node workbench rendezvous is on {LOOPBACK}:PORT, one node")
+    return LoopbackRendezvous(int(port), params.run_id)
 
 
 def _create(params: RendezvousParameters) -> RendezvousHandler:
@@ -125,16 +190,24 @@ def _create(params: RendezvousParameters) -> RendezvousHandler:
 
 
 def torchrun_args(argv: list[str]) -> list[str]:
-    """torchrun's arguments: the rendezvous read from the job's file, then ``argv``."""
+    """torchrun's arguments: the rendezvous read from the job's file (a multi-node job), else
+    the agent's own store on loopback (``--rdzv-endpoint=127.0.0.1:PORT`` in ``argv``, or a
+    port the system picks); then ``argv``."""
+    if not os.environ.get(SECRET_FILE_ENV):
+        given = [a for a in argv if a.startswith("--rdzv-endpoint=")]
+        endpoint = [] if given else [f"--rdzv-endpoint={LOOPBACK}:0"]
+        return [f"--rdzv-backend={LOCAL_BACKEND}", *endpoint,
+                f"--rdzv-id=wb-{uuid.uuid4().hex[:12]}", *argv]  # fmt: skip
     _, url = job_from_env()
     _, _, job_id = parse_job_url(url)
     return [f"--rdzv-backend={BACKEND}", f"--rdzv-endpoint={url}", f"--rdzv-id={job_id}", *argv]
 
 
 def main(argv: list[str] | None = None) -> None:
-    from torch.distributed import run  # torchrun itself, with this rendezvous registered
+    from torch.distributed import run  # torchrun itself, with these rendezvous registered
 
     rendezvous_handler_registry.register(BACKEND, _create)
+    rendezvous_handler_registry.register(LOCAL_BACKEND, _create_local)
     os.environ[IDENTICAL_ENV] = "1"
     run.main(torchrun_args(sys.argv[1:] if argv is None else argv))
 

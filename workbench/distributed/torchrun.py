@@ -1,8 +1,11 @@
 """Run a job under torchrun as a child process, hear from its ranks, and bring it down cleanly.
 
 Why torchrun and not our own process spawning: it is what users launch production jobs with,
-so a burst measured here starts the way their training starts (same rendezvous, same
-environment variables: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT).
+so a burst measured here starts the way their training starts (the same elastic agent, the
+same environment variables: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT). Only its
+rendezvous is the workbench's (``workbench.distributed.agent``: a static one whose store listens
+on loopback and holds no pickle, where ``--standalone`` pickles its state into a store on every
+interface, which any local user could overwrite to run code in the agent).
 
 How the ranks talk back: each rank appends JSON lines to ``<job dir>/rank<N>.jsonl`` (an
 :class:`EventLog`): its pid, each phase it enters, progress, and its result or its error. Files
@@ -151,13 +154,13 @@ def check_port(port: int | None) -> None:
 
 
 def torchrun_command(nproc: int, job_path: Path, port: int | None) -> list[str]:
-    """``python -m torch.distributed.run`` (torchrun) for one node running our worker."""
-    if port is None:
-        rdzv = ["--standalone"]  # torchrun picks a free port itself
-    else:
-        rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=workbench"]
+    """torchrun's agent for one node running our worker (``workbench.distributed.agent``:
+    torchrun itself, whose store listens on ``127.0.0.1`` only and holds no pickle, where
+    ``--standalone`` would listen on every interface with its rendezvous pickled in it);
+    ``port``: the store's, else one the system picks."""
+    rdzv = [] if port is None else [f"--rdzv-endpoint=127.0.0.1:{port}"]
     return [
-        sys.executable, "-m", "torch.distributed.run", *rdzv, "--nnodes=1",
+        sys.executable, "-m", "workbench.distributed.agent", *rdzv, "--nnodes=1",
         f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
         "-m", "workbench.distributed.rank", str(job_path),
     ]  # fmt: skip

@@ -9,9 +9,10 @@ kept in the store itself so that every learner's kernel sees it without a restar
 Where the instructor set the store up with ``workbench class init`` (``roles.py``), each learner
 logs in as themselves and the server enforces all of this (row-level security keyed on the
 login): a learner's name is their login, the instructor is the instructor's login, and
-``WORKBENCH_LEARNER``/``WORKBENCH_ROLE`` are ignored. Without it (one shared login for the room)
-the rules above are a courtesy between people in a room, not access control: everyone who holds
-that login can read and change every row with ``psql``.
+``WORKBENCH_LEARNER``/``WORKBENCH_ROLE`` are ignored; the server sets each row's id and time.
+Without it (one shared login for the room) the rules above are a courtesy between people in a
+room, not access control: everyone who holds that login can read and change every row with
+``psql``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def record_answer(answer: Mapping[str, Any], *, store: Store | str | None = None
     """Store one checked exercise answer (the learner and host are filled in); return its id.
 
     ``answer`` has ``exercise`` (a name such as ``"03-precision"``), ``ok`` (the checker's
-    verdict; None for a commit), ``message`` (what the learner was told), ``prediction`` (the
-    first prediction committed before the burst), ``measured`` (what the burst gave), ``kind``
+    verdict; None for a commit; in a class store the server computes it where the instructor
+    kept the exercise's rule, ``history.roles.define_check``, and marks it ``verified``),
+    ``message`` (what the learner was told), ``prediction`` (the first prediction committed
+    before the burst), ``measured`` (what the burst gave), ``kind``
     (``"check"``, the default, or ``"prediction"``: a prediction committed as its burst
     started), ``late`` (that first prediction came after a burst of the exercise had run) and
     ``changed_to`` (a later, different prediction: an edit; the first still counts).
