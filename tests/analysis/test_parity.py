@@ -79,11 +79,15 @@ def test_fp16_without_its_scaler_on_gradients_that_underflow_is_not_within_noise
     tiny = lambda out, y: 1e-9 * nn.functional.cross_entropy(out, y)  # noqa: E731
     adam = lambda params: torch.optim.Adam(params, lr=0.05)  # noqa: E731  scale-free steps
     wl = _linear(loss=tiny, optimizer=adam)
-    r = parity(wl, Knobs(batch_size=16), Knobs(batch_size=16, precision="fp16"), steps=8,
-               device="cpu", scaler=False)  # fmt: skip
-    assert r.verdict in ("drifting", "diverged") and not r.ok, r.summary()
-    assert r.candidate_grad_norms[0] == 0.0 < r.reference_grad_norms[0]  # underflowed to zero
-    assert any("without its GradScaler" in n for n in r.notes)
+    fp16 = Knobs(batch_size=16, precision="fp16")
+    scaled, bare = parity(
+        wl, Knobs(batch_size=16), [fp16, fp16], steps=8, device="cpu", scaler=[True, False]
+    )  # fmt: skip  one reference for both
+    assert bare.verdict in ("drifting", "diverged") and not bare.ok, bare.summary()
+    assert bare.candidate_grad_norms[0] == 0.0 < bare.reference_grad_norms[0]  # underflowed
+    assert any("without its GradScaler" in n for n in bare.notes)
+    assert scaled.verdict == "within-noise", scaled.summary()  # what the scaler is for
+    assert scaled.reference_losses == bare.reference_losses
 
 
 def test_a_bigger_batch_is_compared_per_sample_seen_as_information():
@@ -96,6 +100,8 @@ def test_a_bigger_batch_is_compared_per_sample_seen_as_information():
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({"steps": 1}, "steps"), ({"candidate": None}, "candidate"),
     ({"candidate": {"precision": "bf16"}}, "candidate"), ({"scaler": "no"}, "scaler"),
+    ({"candidate": [Knobs(), Knobs()], "scaler": [True]}, "scaler"),
+    ({"candidate": []}, "candidate"),
 ])  # fmt: skip
 def test_bad_input_is_refused_by_name_before_training(kwargs, named):
     args = {"candidate": Knobs(precision="bf16"), "steps": 4, **kwargs}

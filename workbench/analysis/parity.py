@@ -21,8 +21,10 @@ rounding difference of 1e-7 at the first step grows by orders of magnitude in te
 and a change of precision starts its difference higher (bf16 rounds at 2^-8), so it runs ahead
 of the reference's own curve by a lag, not by a different fate. The band at step k is
 therefore the reference-against-itself deviation up to step k times ``BAND_FACTOR`` (one order
-of magnitude of lag), and never below the unit roundoff of the lowest precision the two configs
-compute in (``UNIT_ROUNDOFF``): a loss computed in bf16 is not defined more finely than that.
+of magnitude of lag), and never below the rounding floor: the unit roundoff u of the lowest
+precision the two configs compute in (``UNIT_ROUNDOFF``: a loss computed in bf16 is not defined
+more finely than 2^-8) times the square root of k (each step adds its own rounding, and
+independent errors of k steps add up like a random walk, to about u times sqrt(k)).
 Knobs that must leave the math bit-identical get no such floor: their second reference run is
 a plain repeat, and where it repeats bit for bit the candidate must too, or the knob is
 reported as a defect by name (``defects``).
@@ -148,40 +150,58 @@ class ParityResult:
 def parity(
     workload: WorkloadArg = None,
     reference: Knobs | None = None,
-    candidate: Knobs | None = None,
+    candidate: Knobs | list[Knobs] | None = None,
     *,
     steps: int = DEFAULT_STEPS,
     device: str | torch.device | None = None,
     data_dir: str | Path | None = None,
     seed: int = 0,
-    scaler: bool = True,
+    scaler: bool | list[bool] = True,
     progress: Callable[[str], None] | None = None,
-) -> ParityResult:
+) -> Any:
     """Train ``reference`` (default: ``Knobs()``) twice and ``candidate`` once, ``steps``
     optimizer steps each, from the same weights on the same batches, and judge the
-    candidate's loss against the band (module docstring). ``scaler=False`` trains an fp16
-    candidate without its GradScaler (what loss scaling prevents). Bad input raises an
-    InputError naming it before anything trains."""
+    candidate's loss against the band (module docstring): a ParityResult. ``scaler=False``
+    trains an fp16 candidate without its GradScaler (what loss scaling prevents).
+
+    A list of candidates (and, if wanted, a list of ``scaler`` flags, one each) shares the
+    reference's two runs and returns a list of ParityResults, one a candidate. Bad input
+    raises an InputError naming it before anything trains."""
     reference = Knobs() if reference is None else reference
     _check_knobs("reference", reference)
-    _check_knobs("candidate", candidate)
+    many = isinstance(candidate, (list, tuple))
+    candidates = list(candidate) if many else [candidate]  # type: ignore[list-item]
+    if not candidates:
+        raise InputError.not_allowed("candidate", candidate, "a Knobs, or a list of them")
+    for each in candidates:
+        _check_knobs("candidate", each)
+    scalers = _scalers(scaler, len(candidates))
     check_steps(steps)
-    if not isinstance(scaler, bool):
-        raise InputError.not_allowed("scaler", scaler, "true or false")
     wl, dev = resolve_target(workload, device, data_dir)
     say = progress or (lambda _: None)
-    changed = changed_knobs(reference, candidate)  # type: ignore[arg-type]
-    kind = numerics.loosest(list(changed.values()))
+    kinds = [changed_knobs(reference, c).values() for c in candidates]
+    strict = all(numerics.loosest(list(k)) == "bit-identical" for k in kinds)
+    results = []
     with exclusive(threading.Event()):
         say("reference")
         first = trace_losses(wl, reference, steps, dev, seed=seed)
         say("reference, again")
-        second = trace_losses(wl, reference, steps, dev, seed=seed,
-                              reverse_samples=kind != "bit-identical")  # fmt: skip
-        say("candidate")
-        cand_steps = _candidate_steps(steps, first.samples_per_step, candidate)  # type: ignore[arg-type]
-        third = trace_losses(wl, candidate, cand_steps, dev, seed=seed, scaler=scaler)  # type: ignore[arg-type]
-    return compare(first, second, third, workload=wl.name)
+        second = trace_losses(wl, reference, steps, dev, seed=seed, reverse_samples=not strict)
+        for each, scaled in zip(candidates, scalers, strict=True):
+            say("candidate")
+            cand_steps = _candidate_steps(steps, first.samples_per_step, each)
+            third = trace_losses(wl, each, cand_steps, dev, seed=seed, scaler=scaled)
+            results.append(compare(first, second, third, workload=wl.name))
+    return results if many else results[0]
+
+
+def _scalers(scaler: Any, n: int) -> list[bool]:
+    """One GradScaler flag per candidate: a bool for all, or a list as long as theirs."""
+    flags = scaler if isinstance(scaler, (list, tuple)) else [scaler] * n
+    if len(flags) != n or not all(isinstance(f, bool) for f in flags):
+        allowed = f"true or false, or a list of {n} of them (one per candidate)"
+        raise InputError.not_allowed("scaler", scaler, allowed)
+    return list(flags)
 
 
 def check_steps(steps: Any) -> None:
@@ -237,7 +257,7 @@ def compare(
     noise = [_rel(c, r) for c, r in zip(second.losses, first.losses, strict=False)]
     seen, ref, cand_losses, envelope = _aligned(first, cand, _running_max(noise))
     devs = [_rel(c, r) for c, r in zip(cand_losses, ref, strict=True)]
-    bands = [max(BAND_FACTOR * e, floor) for e in envelope]
+    bands = [max(BAND_FACTOR * e, floor * math.sqrt(i + 1)) for i, e in enumerate(envelope)]
     same_step = first.samples_per_step == cand.samples_per_step
     same_data = (
         first.fingerprints == cand.fingerprints[: len(first.fingerprints)] if same_step else None
@@ -334,7 +354,8 @@ def _defects(r: ParityResult, first: LossTrace, second: LossTrace, cand: LossTra
                      "same samples with other augmentation draws (a worker's random generator "
                      "not seeded per sample?)")  # fmt: skip
     if r.numeric_class == "bit-identical" and r.verdict != "identical":
-        repeatable = first.losses == second.losses
+        # a reversed second run says nothing of repeatability: held to bit-identical then
+        repeatable = first.losses == second.losses or second.reversed_samples
         if repeatable or r.verdict in ("drifting", "diverged"):
             found.append(f"{_named(r.candidate, list(r.changed))} must leave the math "
                          f"bit-identical, yet the loss moved: {r.reason}")  # fmt: skip
@@ -347,7 +368,7 @@ def _notes(r: ParityResult, first: LossTrace, cand: LossTrace) -> list[str]:
         notes.append(f"{', '.join(r.changed)} change the {r.numeric_class} "
                      f"({numerics.CLASS_MEANING[r.numeric_class]}): the verdict is information, "
                      f"compared per {r.compared_on}")  # fmt: skip
-    if r.numeric_class == "bit-identical" and r.band_measured:
+    if r.numeric_class == "bit-identical" and r.band_measured and "as it is" in r.band_from:
         notes.append(f"the reference is not bit-for-bit repeatable here (its two runs differ "
                      f"by up to {r.band_measured:.2e}): nondeterministic kernels; the "
                      "candidate is held to the band")  # fmt: skip

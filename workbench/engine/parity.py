@@ -7,7 +7,8 @@ start from the same weights and train on the same samples in the same order with
 augmentation draws, whatever their loader knobs. What makes that so here:
 
 - **The weights**: the model is built under ``torch.manual_seed(seed)`` (the caller's random
-  state is put back after), so every trace of a workload starts from the same initial weights.
+  state is put back after), so every trace of a workload starts from the same initial weights;
+  the loader is built after, under ``seed + 1`` (a synthetic loader draws its batch then).
 - **The order**: the torch loader's sampler shuffles with a generator seeded by ``seed``
   (``TorchStream``): the same permutation for 0 workers or 16.
 - **The augmentation draws**: each sample is drawn with torch's, Python's and NumPy's global
@@ -178,21 +179,22 @@ def trace_losses(
         )  # fmt: skip
     began = time.perf_counter()
     wl = documents_view(workload, knobs, device)
-    stream, seeding = _stream(wl, knobs, device, seed, plan.decode_on_device)
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            state = build_train_state(wl, knobs, device, plan=plan)
-            if not scaler:
-                state.scaler = None
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)  # the weights: the same for every trace of the workload
+        state = build_train_state(wl, knobs, device, plan=plan)
+        if not scaler:
+            state.scaler = None
+        torch.manual_seed(seed + 1)  # what a loader draws as it is built (a synthetic batch)
+        stream, seeding = _stream(wl, knobs, device, seed, plan.decode_on_device)
+        try:
             with (
                 math_scope(plan.fp32_math, plan.cudnn_benchmark),
                 sdpa_scope(plan.attention),
                 compiler.clean_compiler(plan.compile is not None),
             ):
                 record = _train(state, stream, knobs, device, steps, reverse_samples, wl)
-    finally:
-        stream.close()
+        finally:
+            stream.close()
     losses, norms, prints, per_step = record
     return LossTrace(
         knobs=knobs, losses=losses, grad_norms=norms, fingerprints=prints,

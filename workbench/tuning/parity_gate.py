@@ -33,7 +33,7 @@ from workbench.engine.slot import exclusive
 
 SHARE = 0.15
 """The share of the tune's wall time the parity checks are sized to (the issue allows 20%)."""
-MIN_STEPS = 8
+MIN_STEPS = 4
 MAX_STEPS = 50
 MAX_CHECKS = 3
 """Picks checked at most; past them the start is kept (no pick)."""
