@@ -37,6 +37,15 @@ def _isolated_home(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def usual_umask():
+    """The test runs under the usual umask, 022 (new folders 0755, files 0644): what a folder
+    or file the workbench must keep private would get if it were made plainly."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
 @pytest.fixture(autouse=True)
 def _workload_registry():
     """Workloads a test registers by name are gone after it: no test sees another's."""

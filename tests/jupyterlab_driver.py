@@ -106,6 +106,30 @@ def http_status(url: str) -> int:
         return 0
 
 
+def wait_for_status(url: str, want: int = 200, timeout_s: float = 60.0) -> int:
+    """``url``'s HTTP status once it is ``want``, or the last one seen when time runs out."""
+    status = _poll(lambda: http_status(url) == want, timeout_s, every_s=0.5)
+    return want if status else http_status(url)
+
+
+@contextlib.contextmanager
+def workbench_lab(command: list, log: Path, **popen) -> Iterator[str]:
+    """``workbench lab`` run by ``command`` in a session of its own, its output in ``log``:
+    yields the access token it printed (fails with the log's tail when none came in 60 s);
+    its process group is sent SIGTERM after the block."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **popen
+        )
+    try:
+        found = _poll(lambda: re.search(r"token=([A-Za-z0-9_-]+)", log.read_text()), 60.0, 0.5)
+        assert found, log.read_text()[-2000:]
+        yield found.group(1)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
 def chromium_path() -> str | None:
     """The system Chromium (apt's ``chromium``); Playwright's own downloads are not used."""
     for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):

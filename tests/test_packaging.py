@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import site
 import subprocess
 import sys
 import sysconfig
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
-from jupyterlab_driver import free_port, http_status
+from jupyterlab_driver import free_port, http_status, wait_for_status, workbench_lab
 
 import workbench
 
@@ -149,34 +146,15 @@ def test_the_lab_copies_the_lessons_and_answers_only_with_its_token(venv):
     port = free_port()
     mine = venv["root"] / "my-lessons"
     log = venv["root"] / "lab.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [venv["bin"] / "workbench", "lab", "--no-browser", "--port", str(port),
-             "--notebooks", str(mine)],
-            cwd=venv["cwd"], env=venv["env"], stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    try:
-        token = None
-        for _ in range(120):
-            if found := re.search(r"token=([A-Za-z0-9_-]+)", log.read_text()):
-                token = found.group(1)
-                break
-            time.sleep(0.5)
-        assert token, log.read_text()[-2000:]
+    command = [venv["bin"] / "workbench", "lab", "--no-browser", "--port", str(port),
+               "--notebooks", str(mine)]  # fmt: skip
+    with workbench_lab(command, log, cwd=venv["cwd"], env=venv["env"]) as token:
         assert (mine / "01_quickstart.ipynb").is_file() and (mine / "README.md").is_file()
         api = f"http://127.0.0.1:{port}/api/contents/my-lessons"
-        for _ in range(120):
-            if http_status(f"{api}?token={token}") == 200:
-                break
-            time.sleep(0.5)
-        assert http_status(f"{api}?token={token}") == 200
+        assert wait_for_status(f"{api}?token={token}") == 200
         assert http_status(f"{api}/01_quickstart.ipynb?token={token}") == 200
         assert http_status(api) == 403
         assert http_status(f"{api}?token=not-{token}") == 403
         quickstart = f"http://127.0.0.1:{port}/lab/tree/my-lessons/01_quickstart.ipynb"
         assert f"{quickstart}?token={token}" in log.read_text()
         assert http_status(f"{quickstart}?token={token}") == 200
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)

@@ -525,18 +525,15 @@ def test_a_generated_set_is_told_from_a_users_folder(tiny_data, tmp_path):
     assert not data.is_sample_data(mine) and not data.is_sample_data(tiny_data)
 
 
-def test_the_default_data_root_makes_a_new_workbench_home_private(tmp_path, monkeypatch):
+def test_the_default_data_root_makes_a_new_workbench_home_private(
+    tmp_path, monkeypatch, usual_umask
+):
     """Before the history is first opened, a burst's data build may be what creates
     WORKBENCH_HOME: it must be 0700 then too, not the umask's 0755."""
     home = tmp_path / "home" / ".workbench"
     monkeypatch.setenv("WORKBENCH_HOME", str(home))
     monkeypatch.delenv("WORKBENCH_DATA", raising=False)
     monkeypatch.chdir(tmp_path)  # no ./data here
-    old = os.umask(0o022)
-    try:
-        root = data.data_root()
-    finally:
-        os.umask(old)
-    assert root == home / "data"
+    assert data.data_root() == home / "data"
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE(home.parent.stat().st_mode) == 0o700

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sqlite3
 import subprocess
 import sys
@@ -683,24 +682,20 @@ def test_a_results_created_at_is_the_rows_one_clock(history: HistoryStore) -> No
 
 
 def test_the_history_and_its_folder_are_private(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usual_umask: None
 ) -> None:
     """Other users on the host cannot read the history (nor its WAL files), whatever the
     umask: WORKBENCH_HOME is made 0700, the file and SQLite's companions 0600."""
     import stat
 
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "wbhome"))
-    old = os.umask(0o022)
-    try:
-        store = HistoryStore()
-        store.append({"workload": "cnn", "status": "ok"})
-        conn = sqlite3.connect(store.path)  # held open: -wal and -shm stay there to be seen
-        conn.execute("SELECT COUNT(*) FROM bursts").fetchall()
-        files = [store.path, *store.path.parent.glob("history.sqlite-*")]
-        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}
-        conn.close()
-    finally:
-        os.umask(old)
+    store = HistoryStore()
+    store.append({"workload": "cnn", "status": "ok"})
+    conn = sqlite3.connect(store.path)  # held open: -wal and -shm stay there to be seen
+    conn.execute("SELECT COUNT(*) FROM bursts").fetchall()
+    files = [store.path, *store.path.parent.glob("history.sqlite-*")]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}
+    conn.close()
     assert stat.S_IMODE((tmp_path / "wbhome").stat().st_mode) == 0o700
     assert store.journal_mode != "wal" or "history.sqlite-wal" in modes
     assert modes and set(modes.values()) == {0o600}, modes

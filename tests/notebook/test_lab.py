@@ -2,15 +2,12 @@
 
 import json
 import os
-import re
-import signal
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
-from jupyterlab_driver import free_port, http_status
+from jupyterlab_driver import free_port, http_status, wait_for_status, workbench_lab
 
 from workbench.core.errors import InputError
 from workbench.notebook.lab import TOKEN_ENV, copy_lessons, lab_command, lab_env, notebooks_dir
@@ -80,31 +77,11 @@ def test_a_real_server_refuses_requests_without_the_token_whatever_the_user_conf
     env = {**os.environ, **{k: str(tmp_path / v) for k, v in dirs.items()}}
     (tmp_path / "cfg").mkdir()  # a user config that would open the server to anyone
     (tmp_path / "cfg" / "jupyter_server_config.py").write_text('c.IdentityProvider.token = ""\n')
-    log = tmp_path / "lab.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workbench", "lab", "--no-browser", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
-    try:
-        token = None
-        for _ in range(120):
-            found = re.search(r"token=([A-Za-z0-9_-]+)", log.read_text())
-            if found:
-                token = found.group(1)
-                break
-            time.sleep(0.5)
-        assert token, log.read_text()[-2000:]
+    command = [sys.executable, "-m", "workbench", "lab", "--no-browser", "--port", str(port)]
+    with workbench_lab(command, tmp_path / "lab.log", env=env) as token:
         base = f"http://127.0.0.1:{port}/api/contents/notebooks"
-        for _ in range(120):
-            if http_status(f"{base}?token={token}") == 200:
-                break
-            time.sleep(0.5)
-        assert http_status(f"{base}?token={token}") == 200
+        assert wait_for_status(f"{base}?token={token}") == 200
         assert http_status(base) == 403
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 def _lessons(folder, version="1"):
@@ -173,17 +150,14 @@ def test_lab_with_a_file_as_its_notebooks_folder_exits_2_with_one_line(tmp_path,
     ]
 
 
-def test_the_users_lessons_folder_makes_a_new_workbench_home_private(tmp_path, monkeypatch):
+def test_the_users_lessons_folder_makes_a_new_workbench_home_private(
+    tmp_path, monkeypatch, usual_umask
+):
     home = tmp_path / ".workbench"
     monkeypatch.setenv("WORKBENCH_HOME", str(home))
     from workbench.notebook import lab
 
-    old = os.umask(0o022)
-    try:
-        folder = lab.default_notebooks_dir()
-    finally:
-        os.umask(old)
-    assert folder == home / "notebooks"
+    assert lab.default_notebooks_dir() == home / "notebooks"
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
 
 
