@@ -128,7 +128,9 @@ class TuneResult:
     """True when the runs cannot tell the speed-up (``speedup_doubt`` says why): no interval,
     an interval that holds 1 or spans more than ``speedup.WIDE_FACTOR``, or a drift larger
     than the speed-up. The summary then gives words, not the figures; the JSON keeps them.
-    None when there is no speed-up to judge (the start did not run, or the best is the start)."""
+    None when there is no speed-up to judge (the start did not run, or the best is the start).
+    ``save_config(result, path)`` marks such a file UNCERTAIN in its first lines; the knobs
+    alone (``save_config(result.best, path)``) carry no such mark: save the result."""
     speedup_doubt: str = ""
     """Why the runs cannot tell the speed-up, in words (``speedup.doubt``); empty when they can."""
     drift_sentence: str = ""
