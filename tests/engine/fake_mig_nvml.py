@@ -22,35 +22,13 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from nvml_errors import InvalidArgument, NoPermission, NotFound, NotSupported, NVMLError
+
 MIB = 1024 * 1024
 H100 = "NVIDIA H100 80GB HBM3"
 PARENT = "gpu:0"
 PARENT_UUID = "GPU-5a1c0e7d-0000-4000-8000-00000000a100"
 PCI = "0000:3b:00.0"
-
-
-class NVMLError(Exception):
-    pass
-
-
-class NotSupported(NVMLError):
-    def __str__(self) -> str:
-        return "Not Supported"
-
-
-class NoPermission(NVMLError):
-    def __str__(self) -> str:
-        return "Insufficient Permissions"
-
-
-class InvalidArgument(NVMLError):
-    def __str__(self) -> str:
-        return "Invalid Argument"
-
-
-class NotFound(NVMLError):
-    def __str__(self) -> str:
-        return "Not Found"
 
 
 @dataclass

@@ -9,8 +9,9 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from nvml_errors import NotSupported
 from nvml_readings import readings, recorded
-from test_telemetry import FakeNotSupported, fake_nvml, scripted_burst
+from test_telemetry import fake_nvml, scripted_burst
 
 from workbench.engine import telemetry
 from workbench.engine.nvml_record import RECORD_POINTS, clock_drop, nvml_record
@@ -104,7 +105,7 @@ def test_the_sampler_reads_the_memory_clock_and_keeps_the_record(
 
 @pytest.mark.usefixtures("no_visible_devices")
 def test_an_unsupported_memory_clock_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(mem_clock=[FakeNotSupported()]))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(mem_clock=[NotSupported()]))
     summary = scripted_burst().stop()
     assert summary.mem_clock_mhz is None and summary.sm_clock_mhz == 1980.0
     assert summary.nvml is not None and summary.nvml["window"]["mem_clock_mhz"] == [None] * 3

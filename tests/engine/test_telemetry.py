@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import psutil
 import pytest
 import torch
+from nvml_errors import LibraryNotFound, NotSupported, NVMLError
 
 from workbench import Knobs, Workload, run_burst
 from workbench.engine import burst, telemetry
@@ -42,28 +43,14 @@ def fresh_nvml() -> Iterator[None]:
 # --------------------------------------------------------------------------- a fake pynvml
 
 
-class FakeNVMLError(Exception):
-    pass
-
-
-class FakeNotSupported(FakeNVMLError):
-    def __str__(self) -> str:
-        return "Not Supported"
-
-
-class FakeLibraryNotFound(FakeNVMLError):
-    def __str__(self) -> str:
-        return "NVML Shared Library Not Found"
-
-
 class FakeNvml(types.ModuleType):
     """A pynvml stand-in: each query returns the next scripted value (the last one repeats).
 
     A scripted value that is an exception instance is raised instead of returned.
     """
 
-    NVMLError = FakeNVMLError
-    NVMLError_NotSupported = FakeNotSupported
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NotSupported
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
@@ -96,7 +83,7 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
         self.calls.append(("by_pci", bus_id))
         if "pci_error" in self.scripts:
-            raise FakeNVMLError("Not Found")
+            raise NVMLError("Not Found")
         return f"handle:{bus_id}"
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
@@ -207,7 +194,7 @@ def test_nvml_summary_uses_window_for_rates_and_whole_burst_for_memory(
 
 @pytest.mark.usefixtures("no_visible_devices")
 def test_not_supported_metric_is_none_and_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = fake_nvml(power_mw=[FakeNotSupported()])
+    fake = fake_nvml(power_mw=[NotSupported()])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     summary = scripted_burst().stop()
 
@@ -222,7 +209,7 @@ def test_not_supported_metric_is_none_and_not_asked_again(monkeypatch: pytest.Mo
 def test_transient_nvml_error_yields_none_for_that_sample_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake = fake_nvml(temp=[60, FakeNVMLError("Unknown Error"), 70, 65])
+    fake = fake_nvml(temp=[60, NVMLError("Unknown Error"), 70, 65])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     summary = scripted_burst().stop()
 
@@ -303,7 +290,7 @@ def test_handle_lookup_failure_falls_back_to_cpu_figures(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def no_handle(nvml: Any, index: int | None) -> Any:
-        raise FakeNVMLError("GPU is lost")
+        raise NVMLError("GPU is lost")
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
     monkeypatch.setattr(telemetry, "_nvml_handle", no_handle)
@@ -322,7 +309,7 @@ def test_handle_lookup_failure_falls_back_to_cpu_figures(
 @pytest.fixture
 def missing_nvml(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> FakeNvml:
     """An NVML whose library is not there; the workbench's warnings captured."""
-    fake = FakeNvml(init_error=FakeLibraryNotFound())
+    fake = FakeNvml(init_error=LibraryNotFound())
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     caplog.set_level(logging.WARNING, logger="workbench")
     return fake
@@ -729,7 +716,7 @@ def test_several_problems_are_all_listed() -> None:
 
 @pytest.mark.usefixtures("no_visible_devices")
 def test_unsupported_power_limit_is_unknown_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = fake_nvml(power_limit_mw=[FakeNotSupported()], power_mw=[250_000])
+    fake = fake_nvml(power_limit_mw=[NotSupported()], power_mw=[250_000])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     summary = scripted_burst().stop()
     assert summary.power_limit_w is None
