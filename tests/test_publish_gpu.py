@@ -102,6 +102,20 @@ def test_an_entry_naming_a_command_its_run_did_not_record_is_found(publish, copy
     assert "run None is no kept run" in bad[1]
 
 
+def _write_kept(results: Path, stamp: str, device: str, step: dict, command: str,
+                torch: str = "2.12.0") -> Path:  # fmt: skip
+    """One kept run of one step, as gpu_session.py writes it, under ``results``; ``stamp``: the
+    file name's date, and time where it has one (``20270105``, ``20270105-1000``)."""
+    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
+           "command": command, "git_commit": "abcdef1234", "git_dirty": False,
+           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
+           "device": device, "environment": {"versions": {"torch": torch, "cuda": "13.0"}},
+           "steps": [step]}  # fmt: skip
+    path = results / f"gpu-{stamp}-{device.lower().replace(' ', '-')}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _recorded_run(results: Path, strict: str = "fp32", device: str = "NVIDIA H200") -> Path:
     """A kept run as the GPU session writes it, holding the precision row only; ``strict``:
     the IEEE burst's name, ``fp32`` before issue 28 (its own row label), ``fp32-strict`` after."""
@@ -113,15 +127,9 @@ def _recorded_run(results: Path, strict: str = "fp32", device: str = "NVIDIA H20
                "step_ms_mean": ms * 1.01, "peak_mem_mib": 6000.0, "step_ms": [ms] * 10}
               for p, sps, ms in ((strict, 1000.0, 128.0), ("tf32", 3000.0, 42.7),
                                  ("bf16", 4000.0, 32.0), ("fp16", 4100.0, 31.2))]  # fmt: skip
-    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": "bash benchmarks/gpu_session.sh /tmp/out", "git_commit": "abcdef1234",
-           "git_dirty": False, "started_at": "2027-01-02T10:00:00+00:00",
-           "device": device,
-           "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
-           "steps": [{"name": "check", "status": "passed", "bursts": bursts}]}  # fmt: skip
-    path = results / f"gpu-20270102-1000-{device.lower().replace(' ', '-')}.json"
-    path.write_text(json.dumps(doc))
-    return path
+    step = {"name": "check", "status": "passed", "bursts": bursts}
+    return _write_kept(results, "20270102-1000", device, step,
+                       "bash benchmarks/gpu_session.sh /tmp/out")  # fmt: skip
 
 
 @pytest.mark.parametrize("strict", ["fp32", "fp32-strict"])
@@ -253,15 +261,8 @@ def _paths_run(results: Path, stamp: str = "20270103-1000", *, ceiling=(4300.0, 
             {"what": "predecoded-gpu", "reason": "not built: 20 s left"},
         ],
     }
-    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": "bash benchmarks/gpu_session.sh /tmp/out", "git_commit": "abcdef1234",
-           "git_dirty": False, "started_at": "2027-01-03T10:00:00+00:00",
-           "device": "NVIDIA H200",
-           "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
-           "steps": [loader]}  # fmt: skip
-    path = results / f"gpu-{stamp}-nvidia-h200.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return _write_kept(results, stamp, "NVIDIA H200", loader,
+                       "bash benchmarks/gpu_session.sh /tmp/out")  # fmt: skip
 
 
 def test_a_run_with_the_data_paths_tables_them_against_its_own_ceiling(publish, copy):
@@ -351,15 +352,9 @@ def _lessons_run(results: Path, stamp: str, records: list, device="NVIDIA H200")
     step = {"name": "lessons", "status": "passed", "bursts": [],
             "facts": {"lessons": {"command": "bash benchmarks/gpu_session.sh --steps lessons",
                                   "device": device, "lessons": records}}}  # fmt: skip
-    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": "bash benchmarks/gpu_session.sh --steps lessons --budget-s 570",
-           "git_commit": "abcdef1234", "git_dirty": False,
-           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
-           "device": device, "environment": {"versions": {"torch": "2.11.0", "cuda": "13.0"}},
-           "steps": [step]}  # fmt: skip
-    path = results / f"gpu-{stamp}-1000-{device.lower().replace(' ', '-')}.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return _write_kept(results, f"{stamp}-1000", device, step,
+                       "bash benchmarks/gpu_session.sh --steps lessons --budget-s 570",
+                       torch="2.11.0")  # fmt: skip
 
 
 def test_each_lesson_is_read_from_the_newest_kept_run_that_ran_it(publish, copy):
@@ -466,18 +461,6 @@ def _tx_run(results: Path, stamp: str, device: str, *, eager=210_000.0, default=
         step,
         "bash benchmarks/gpu_session.sh --steps transformer --budget-s 570",
     )
-
-
-def _write_kept(results: Path, stamp: str, device: str, step: dict, command: str) -> Path:
-    """One kept run of one step, as gpu_session.py writes it, under ``results``."""
-    doc = {"schema": "workbench-gpu-run/1", "recorded": True, "dry": False,
-           "command": command, "git_commit": "abcdef1234", "git_dirty": False,
-           "started_at": f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T10:00:00+00:00",
-           "device": device, "environment": {"versions": {"torch": "2.12.0", "cuda": "13.0"}},
-           "steps": [step]}  # fmt: skip
-    path = results / f"gpu-{stamp}-{device.lower().replace(' ', '-')}.json"
-    path.write_text(json.dumps(doc))
-    return path
 
 
 def _block(text: str, name: str) -> str:
