@@ -1,9 +1,10 @@
 """Every figure the lessons state, and where it comes from (read by test_lesson_claims.py).
 
-A lesson's prose (its markdown cells and the comments of its code cells) and the guide's
-"What to expect on a CPU and on a GPU" and "Common questions" may state a number with a
-performance unit (a ratio "4.7x", a share "12%", a rate in images/s or GB/s, TFLOP/s, a memory
-size) only when it is listed here with its source, and the source agrees with it:
+A lesson's prose (its markdown cells and the comments of its code cells) and the whole
+instructor guide (notebooks/README.md, but for the tables ``publish_gpu.py`` generates from the
+kept runs, and product names such as "H100 80GB") may state a number with a performance unit (a
+ratio "4.7x", a share "12%", a rate in images/s or GB/s, TFLOP/s, a memory size) only when it
+is listed here with its source, and the source agrees with it:
 
 - ``Kept``, ``Ratio``, ``Formula``: computed from the reference entries
   (``notebooks/reference/*.json``: the kept H200 run, NVIDIA's tables and datasheets); the
@@ -17,6 +18,13 @@ size) only when it is listed here with its source, and the source agrees with it
 Where one text means two things in one place (lesson 11's "5%": a band, an example), each
 claim names a word of its sentence (``near``). A new figure in a lesson fails the test until it
 is added here with its source.
+
+Each claim is **marked** (:func:`mark`) as one of :data:`MARKS`: *measured here* (this
+project's own measurement: a kept run's entry, or a figure of its own in a named file), *published*
+(another source's, with its url), *expected* (an example, a rated or a recommended value, with
+the reason) or *a setting* (a value the workbench itself uses: a check's band, a default). A kept
+entry's mark is its own kind in ``notebooks/reference``; a ratio of a measured and a published
+entry is published.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ from pathlib import Path
 from workbench.analysis.diagnosis import BALANCE_BAND
 from workbench.core.knobs import Knobs
 from workbench.core.results import NOISY_IQR_RATIO
+from workbench.engine.datasets import build_datasets
 from workbench.workshop import checks as workshop
 from workbench.workshop import compute_lesson, reference, transformer_lesson
+from workbench.workshop.board.figures import PREDICTION_BAND
 
 ROOT = Path(__file__).resolve().parents[2]
 Value = float | tuple[float, ...]
@@ -67,10 +77,12 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Formula:
-    """A figure computed from entries or stated quantities (``how`` says what)."""
+    """A figure computed from entries or stated quantities (``how`` says what); ``marked``: what
+    its inputs are (:data:`MARKS`)."""
 
     how: str
     compute: Callable[[], Value]
+    marked: str = "measured here"
 
     def value(self) -> Value:
         return self.compute()
@@ -95,10 +107,12 @@ class Setting:
 
 @dataclass(frozen=True)
 class Written:
-    """A figure or value that ``path`` (from the repository root) states as ``phrase``."""
+    """A figure or value that ``path`` (from the repository root) states as ``phrase``;
+    ``marked``: this project's measurement, or a value its code sets (:data:`MARKS`)."""
 
     path: str
     phrase: str
+    marked: str = "measured here"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.phrase!r}"
@@ -126,6 +140,22 @@ class Given:
 
 
 Source = Kept | Ratio | Formula | Setting | Written | Published | Given
+MARKS = ("measured here", "published", "expected", "a setting")
+
+
+def mark(source: Source) -> str:
+    """What kind of claim a source makes (module docstring)."""
+    if isinstance(source, Kept | Ratio):
+        ids = [source.ref_id] if isinstance(source, Kept) else [source.new, source.old]
+        kinds = {reference.find(i).kind for i in ids}
+        return "published" if "published" in kinds else "measured here"
+    if isinstance(source, Formula | Written):
+        return source.marked
+    if isinstance(source, Published):
+        return "published"
+    if isinstance(source, Given):
+        return "expected"
+    return "a setting"
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,11 @@ def _default(check: Callable[..., object], name: str) -> float:
     return 100 * inspect.signature(check).parameters[name].default
 
 
+def _default_value(function: Callable[..., object], name: str) -> float:
+    """A function's keyword default, as it is."""
+    return inspect.signature(function).parameters[name].default
+
+
 def _cudnn_order_pct() -> float:
     """The two identical 'off' bursts of the kept run, first and last: gap over their mean."""
     first, last = (reference.find(i).value for i in ("wb-gpu-r50-cudnn-off-1",
@@ -160,6 +195,8 @@ def _transformer_mfu() -> tuple[float, float]:
 
 
 PYTORCH_2 = "https://pytorch.org/get-started/pytorch-2.0/"
+DOCKER_RUN = "https://docs.docker.com/reference/cli/docker/container/run/"
+MIG_PROFILES = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
 CHANNELS_LAST_TUTORIAL = (
     "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html#performance-gains"
 )
@@ -175,9 +212,16 @@ TRANSFORMER_MFU = Formula(
     "the published transformer MFU ranges of compute_lesson.PUBLISHED: Llama 3 "
     "(https://arxiv.org/abs/2407.21783) and Megatron-LM (https://arxiv.org/abs/2205.05198)",
     _transformer_mfu,
+    "published",
 )
 A100_AMP_MFU = Kept("dle-a100-amp-1gpu-mfu")
 CPU_MATH_OVER_AUTO = Written("docs/figures.md", "read 0.92 (0.90-0.96)")
+LLMC_MFU_H200 = Formula(
+    "llm.c's per-GPU rate x gpt:124m's FLOPs a token / the H200's dense bf16 peak "
+    "(transformer_lesson.llmc_anchor)",
+    lambda: transformer_lesson.llmc_anchor().mfu_needed_pct("h200"),
+    "published",
+)
 
 CLAIMS: tuple[Claim, ...] = (
     # 02 the data pipeline
@@ -191,11 +235,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("03", "3x", Ratio("wb-gpu-r50-tf32", "wb-gpu-r50-fp32")),
     Claim("03", "10%", Setting("workshop.check_speedup's rel_tol",
                                lambda: _default(workshop.check_speedup, "rel_tol"))),
-    Claim("03", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25")),
+    Claim("03", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25",
+                               "a setting")),
     # 04 batch size and memory
     Claim("04", "16 GB", Published(reference.find("dle-v100-fp32-1gpu").url,
                                    "NVIDIA's DGX-1 16GB (V100) ResNet-50 table")),
-    Claim("04", "4x", Written("notebooks/04_batch_size_and_memory.ipynb", "grad_accum=4")),
+    Claim("04", "4x", Written("notebooks/04_batch_size_and_memory.ipynb", "grad_accum=4",
+                              "a setting")),
     Claim("04", "90%", Setting("workshop.check_knee's share",
                                lambda: _default(workshop.check_knee, "share"))),
     # 05 the bottleneck
@@ -203,14 +249,14 @@ CLAIMS: tuple[Claim, ...] = (
     # 06 distributed
     Claim("06", "25 MiB", Setting("Knobs().bucket_cap_mb", lambda: Knobs().bucket_cap_mb)),
     *(Claim("06", size, Written("notebooks/06_distributed_and_nccl.ipynb",
-                                "[8 * 1024, 64 * 1024, 512 * 1024, 4 * 2**20]"))
+                                "[8 * 1024, 64 * 1024, 512 * 1024, 4 * 2**20]", "a setting"))
       for size in ("8 KiB", "64 KiB", "512 KiB", "4 MiB")),
     Claim("06", "7.72x", Ratio("dle-a100-tf32-8gpu", "dle-a100-tf32-1gpu", tol=0.01)),
     Claim("06", "6.72x", Ratio("dle-a100-amp-8gpu", "dle-a100-amp-1gpu", tol=0.01)),
     Claim("06", "400 Gb/s", Given("a rated InfiniBand port speed, named as an example")),
     Claim("06", "100 Gb/s", Given("a rated Ethernet port speed, named as an example")),
-    Claim("06", "50 GB/s", Formula("400 Gb/s / 8 bits a byte", lambda: 400 / 8)),
-    Claim("06", "12.5 GB/s", Formula("100 Gb/s / 8 bits a byte", lambda: 100 / 8)),
+    Claim("06", "50 GB/s", Formula("400 Gb/s / 8 bits a byte", lambda: 400 / 8, "expected")),
+    Claim("06", "12.5 GB/s", Formula("100 Gb/s / 8 bits a byte", lambda: 100 / 8, "expected")),
     # 07 profiling
     Claim("07", "10%", Setting("workshop.check_top_operator's tolerance",
                                lambda: _default(workshop.check_top_operator, "tolerance"))),
@@ -218,18 +264,20 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("07", "40%", Given("a GPU starved by its host, an example")),
     Claim("07", "95%", Given("a GPU that is the limit, an example")),
     # 08 production
-    Claim("08", "20%", Written("notebooks/08_to_production.ipynb", "rel_tol=0.2")),
+    Claim("08", "20%", Written("notebooks/08_to_production.ipynb", "rel_tol=0.2", "a setting")),
     # 09 storage
     Claim("09", "7.9 GB/s", Formula("PCIe 4.0 x4: 4 lanes x 16 GT/s x 128/130 / 8 bits a byte",
-                                    lambda: 4 * 16 * 128 / 130 / 8)),
+                                    lambda: 4 * 16 * 128 / 130 / 8, "expected")),
     Claim("09", "6 Gb/s", Given("SATA revision 3's rated line rate (0.6 GB/s after 8b/10b)")),
-    Claim("09", "1 MiB", Written("workbench/engine/storage.py", "os.pread(fd, _MIB, offset)")),
-    Claim("09", "4 KiB", Written("workbench/engine/storage.py", "_random(fd, size, 4096,")),
+    Claim("09", "1 MiB", Written("workbench/engine/storage.py", "os.pread(fd, _MIB, offset)",
+                                 "a setting")),
+    Claim("09", "4 KiB", Written("workbench/engine/storage.py", "_random(fd, size, 4096,",
+                                 "a setting")),
     Claim("09", "1.8x", Written("docs/figures.md", "256 px would be 150 MiB, 1.8x")),
     # 10 memory and money
     Claim("10", "20%", Given("the speed-up of the example")),
     Claim("10", "16.7%", Formula("1 - 1/1.2: the bill of the same work at 1.2x the speed",
-                                 lambda: 100 * (1 - 1 / 1.2))),
+                                 lambda: 100 * (1 - 1 / 1.2), "expected")),
     # 11 compute and monitoring
     Claim("11", "93%", Published(PYTORCH_2, "PyTorch 2.0: 163 open-source models on an A100")),
     Claim("11", "21%", Published(PYTORCH_2, "PyTorch 2.0: the fp32 average speed-up")),
@@ -250,10 +298,15 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("guide", "1.53x", Ratio("wb-gpu-r50-fp16", "wb-gpu-r50-tf32")),
     Claim("guide", "1.2-1.3x", Formula(
         f"1 + the published gains: 22% ({CHANNELS_LAST_TUTORIAL}), about 30% ({COMPOSER})",
-        lambda: (1.22, 1.30))),
+        lambda: (1.22, 1.30), "published")),
     Claim("guide", "12%", CUDNN_ORDER),
     Claim("guide", "5%", CHECK_BAND),
-    Claim("guide", "10%", NOISY),
+    Claim("guide", "10%", NOISY, near="noisy"),
+    Claim("guide", "10%", Setting("workshop.check_top_operator's tolerance",
+                                  lambda: _default(workshop.check_top_operator, "tolerance")),
+          near="for operators"),
+    Claim("guide", "10%", Setting("workshop.check_scale_out's same band",
+                                  lambda: 100 * workshop.SCALE_OUT_SAME), near="busbw"),
     Claim("guide", "10.6%", Kept("wb-gpu-r50-bf16-mfu")),
     Claim("guide", "19%", A100_AMP_MFU),
     Claim("guide", "3.2x", Ratio("nvidia-h200-bf16-dense", "nvidia-a100-bf16-dense")),
@@ -266,8 +319,35 @@ CLAIMS: tuple[Claim, ...] = (
                                   "wb-gpu-gpt-compile-default")),
     Claim("guide", "1.25x", Ratio("torchao-llama3-8b-fp8-tensorwise", "torchao-llama3-8b-bf16")),
     Claim("guide", "1.10x", Ratio("torchao-llama3-8b-fp8-rowwise", "torchao-llama3-8b-bf16")),
-    Claim("guide", "20%", Formula("llm.c's per-GPU rate x gpt:124m's FLOPs a token / the H200's "
-                                  "dense bf16 peak (transformer_lesson.llmc_anchor)",
-                                  lambda: transformer_lesson.llmc_anchor().mfu_needed_pct(
-                                      "h200"))),
+    # the guide beyond those two sections: the room's set-up, the exercises, the board
+    Claim("guide", "4 MB", Setting("build_datasets' token_mb",
+                                   lambda: _default_value(build_datasets, "token_mb"))),
+    Claim("guide", "16 GB", Given("recommended memory a learner on a GPU room: the kernel, up to "
+                                  "16 forked workers, the profiler's trace")),
+    Claim("guide", "8 GB", Given("recommended memory a learner on a CPU room")),
+    Claim("guide", "2 GB", Given("recommended /dev/shm on a GPU room: 16 workers x 2 batches of "
+                                 "a resnet50 batch of 64 (the guide's 1.2 GB) and room to spare")),
+    Claim("guide", "1 GB", Given("recommended /dev/shm on a CPU room (smaller cnn batches)")),
+    Claim("guide", "64 MB", Published(DOCKER_RUN, "docker run --shm-size: its default")),
+    Claim("guide", "38.5 MB", Formula("64 x 3 x 224 x 224 x 4 bytes (a resnet50 batch of 64)",
+                                      lambda: 64 * 3 * 224 * 224 * 4 / 1e6, "expected")),
+    Claim("guide", "1.2 GB", Formula("16 workers x 2 batches x 38.5 MB",
+                                     lambda: 16 * 2 * 64 * 3 * 224 * 224 * 4 / 1e9,
+                                     "expected")),
+    Claim("guide", "35 GB", Published(MIG_PROFILES, "the H200's 1g.35gb and 2g.35gb profiles")),
+    Claim("guide", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25",
+                                  "a setting"), near="predicted number"),
+    Claim("guide", "25%", Setting("workshop.check_prediction's rel_tol",
+                                  lambda: _default(workshop.check_prediction, "rel_tol")),
+          near="15 points"),
+    Claim("guide", "25%", Setting("board.figures.PREDICTION_BAND", lambda: 100 * PREDICTION_BAND),
+          near="in time"),
+    Claim("guide", "90%", Setting("workshop.check_knee's share",
+                                  lambda: _default(workshop.check_knee, "share"))),
+    Claim("guide", "15%", Setting("analysis.diagnosis.BALANCE_BAND", lambda: 100 * BALANCE_BAND)),
+    Claim("guide", "1 MiB", Written("workbench/engine/storage.py", "a test file of at least 1 MiB",
+                                    "a setting")),
+    Claim("guide", "20%", Written("notebooks/08_to_production.ipynb", "rel_tol=0.2", "a setting"),
+          near="re-measured"),
+    Claim("guide", "20%", LLMC_MFU_H200, near="H200 matches"),
 )  # fmt: skip
