@@ -15,8 +15,6 @@ from workbench.config.changes import PYTORCH_DEFAULTS, Change
 from workbench.config.tuned_config import TunedConfig
 from workbench.core.knobs import Knobs
 from workbench.engine.training import (
-    _read_flags,
-    _restore_flags,
     at_torch_defaults,
     precision_state,
 )
@@ -94,7 +92,7 @@ def test_the_allocator_variable_set_after_cuda_started_says_it_is_too_late(
     assert made["OMP_NUM_THREADS"].note is None
 
 
-def test_the_dry_run_is_apply_in_a_fresh_process_and_leaves_this_one_alone(restore_flags):
+def test_the_dry_run_is_apply_in_a_fresh_process_and_leaves_this_one_alone(restored_backend_flags):
     torch.backends.cudnn.benchmark = True  # this process's own state: not a fresh one's
     torch.set_float32_matmul_precision("medium")
     before, environ = precision_state(), dict(os.environ)
@@ -102,13 +100,6 @@ def test_the_dry_run_is_apply_in_a_fresh_process_and_leaves_this_one_alone(resto
     assert precision_state() == before and dict(os.environ) == environ
     assert Change("cudnn.benchmark", False, True, "backend") in dry
     assert ("PYTORCH_CUDA_ALLOC_CONF", None, ALLOC) in [(c.name, c.before, c.after) for c in dry]
-
-
-@pytest.fixture
-def restore_flags():
-    saved = _read_flags()
-    yield
-    _restore_flags(saved)
 
 
 def test_pytorch_defaults_are_what_a_fresh_interpreter_reads():

@@ -456,15 +456,6 @@ def test_grad_scaler_only_for_fp16():
         assert TunedConfig(Knobs(precision=p)).grad_scaler("cpu") is None
 
 
-@pytest.fixture
-def restored_backend_flags():
-    from workbench.engine.training import _read_flags, _restore_flags
-
-    saved = _read_flags()
-    yield
-    _restore_flags(saved)
-
-
 def test_apply_backend_flags_sets_tf32_and_cudnn_benchmark(restored_backend_flags):
     b = torch.backends
     done = TunedConfig(Knobs(precision="tf32", cudnn_benchmark=True)).apply_backend_flags()

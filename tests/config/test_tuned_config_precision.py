@@ -13,13 +13,12 @@ import sys
 import textwrap
 import warnings
 
-import pytest
 import yaml
 
 from workbench.config.saved import load_config, save_config
 from workbench.config.tuned_config import TunedConfig
 from workbench.core.knobs import Knobs, RenamedValueWarning
-from workbench.engine.training import _read_flags, _restore_flags, precision_state
+from workbench.engine.training import precision_state
 
 # Every switch of PyTorch's math a script can read, each through every API that reads it
 # (legacy and per-backend TF32 both, by precision_state), plus the others beside them.
@@ -75,13 +74,6 @@ def test_a_config_saved_at_the_default_knobs_leaves_every_math_switch_as_pytorch
     assert out["written"] == {}
     assert out["after"] == out["before"]
     assert out["before"]["cudnn.allow_tf32"] is True  # what PyTorch set: cuDNN may use TF32
-
-
-@pytest.fixture
-def restored_backend_flags():
-    saved = _read_flags()
-    yield
-    _restore_flags(saved)
 
 
 def test_a_default_config_leaves_the_scripts_own_tf32_alone(restored_backend_flags):
