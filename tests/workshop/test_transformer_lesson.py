@@ -1,6 +1,9 @@
-"""Lesson 12's helpers: its frames, llm.c's run computed from the entries (and the same as the
-GPU session's anchor), memory per rank where two ranks run and where they cannot (one GPU),
-float8 refused without bursts where it cannot act, and the checks of exercises 4 and 5."""
+"""Lesson 12's helpers: its frames (MFU against the peak of the math that ran), llm.c's run
+computed from the entries (and the same as the GPU session's anchor), its batch sized to the
+device's free memory so every burst fits a 1g.10gb slice, a section measuring the baseline an
+earlier one did not, what checkpointing frees on the learner's own model (exercise 3), memory per
+rank where two ranks run and where they cannot (one GPU), float8 refused without bursts where it
+cannot act, and packing's limit."""
 
 from __future__ import annotations
 
