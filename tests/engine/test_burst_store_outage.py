@@ -4,28 +4,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from flaky_store import FlakyStore
 from workloads_for_tests import tensor_workload
 
 import workbench as wb
-from workbench.history.store import HistoryStore, StoreError, StoreWarning, pending_results
-
-
-class LostMount(HistoryStore):
-    """A real history whose writes fail while ``down``, as on a network mount that went away."""
-
-    down = True
-
-    def append(self, record: Any) -> int:
-        if self.down:
-            raise StoreError(f"history store {self.path} cannot be used (disk I/O error)")
-        return super().append(record)
+from workbench.history.store import StoreWarning, pending_results
 
 
 def test_a_burst_whose_record_fails_returns_its_result_and_is_stored_later(tmp_path: Path):
-    store = LostMount(tmp_path / "h.sqlite")
+    store = FlakyStore(tmp_path / "h.sqlite")
+    store.down = True  # the network mount went away
     with pytest.warns(StoreWarning, match="could not record this burst.*disk I/O error"):
         r = wb.run_burst(tensor_workload(), wb.Knobs(batch_size=8), seconds=0.2,
                          warmup_steps=1, device="cpu", store=store)  # fmt: skip

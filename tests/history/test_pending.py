@@ -11,27 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flaky_store import FlakyStore
 
 from workbench.history import pending
 from workbench.history.store import (
-    HistoryStore,
     StoreError,
     StoreWarning,
     pending_results,
     record_result,
     retry_pending,
 )
-
-
-class FlakyStore(HistoryStore):
-    """A real SQLite history whose writes fail while ``down`` (a lost mount, a full disk)."""
-
-    down = False
-
-    def append(self, record: Any) -> int:
-        if self.down:
-            raise StoreError(f"history store {self.path} cannot be used (disk I/O error)")
-        return super().append(record)
 
 
 @dataclass
