@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import cycles, package_modules
+
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
 # Imported inside functions, never at the top of a module: heavy, optional, or loaded only
@@ -52,15 +54,6 @@ HEAVY_OWN = ("workbench.engine.datasets", "workbench.engine", "workbench.noteboo
              "workbench.notebook")  # fmt: skip
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
 def _imports(path: Path) -> list[tuple[ast.stmt, bool]]:
     """Every import statement (outside ``if TYPE_CHECKING:``), and whether it is in a function."""
     found: list[tuple[ast.stmt, bool]] = []
@@ -89,41 +82,9 @@ def _targets(node: ast.stmt, modules: dict[str, Path]) -> list[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+    modules = package_modules(PACKAGE)
     return {name: {t for node, _ in _imports(path) for t in _targets(node, modules)} - {name}
             for name, path in modules.items()}  # fmt: skip
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
 
 
 def _package_of(module: str) -> str:
@@ -131,15 +92,11 @@ def _package_of(module: str) -> str:
 
 
 def test_no_module_imports_itself_back():
-    assert _cycles(_graph()) == []
-
-
-def test_a_cycle_is_found_where_there_is_one():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles(_graph()) == []
 
 
 def test_no_private_name_is_imported_across_sub_packages():
-    modules = _modules()
+    modules = package_modules(PACKAGE)
     bad = []
     for name, path in modules.items():
         for node, _ in _imports(path):
@@ -155,7 +112,7 @@ def test_no_private_name_is_imported_across_sub_packages():
 
 def test_imports_inside_functions_are_for_heavy_dependencies_and_say_why():
     bad = []
-    for path in _modules().values():
+    for path in package_modules(PACKAGE).values():
         lines = path.read_text().splitlines()
         where = path.relative_to(PACKAGE.parent).as_posix()
         for node, in_function in _imports(path):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import cycles, package_modules
+
 import workbench
 
 ROOT = Path(workbench.__file__).resolve().parent
@@ -24,17 +26,6 @@ ROOT = Path(workbench.__file__).resolve().parent
 KNOWN_CYCLES: list[set[str]] = []
 """Circles that other work in progress owns and will break; each with who owns it. Empty: a
 new circle anywhere in the package fails this test."""
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
 def _imported(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
@@ -61,47 +52,12 @@ def _imported(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> se
 
 def import_graph() -> dict[str, set[str]]:
     """Each module of the package, and the modules of the package it imports."""
-    modules = _modules()
+    modules = package_modules(ROOT)
     known = set(modules)
     return {
         name: _imported(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
         for name, path in modules.items()
     }
-
-
-def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[set[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                group.add(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                found.append(group)
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
 
 
 def test_the_graph_sees_imports_inside_functions_and_by_name():
