@@ -73,7 +73,7 @@ def test_a_burst_on_two_local_nodes_counts_every_rank_and_shows_each_node(tiny_d
     r = wb.run_burst("cnn", knobs, data_dir=tiny_data, store=store_path, window=WINDOW,
                      launcher="local", timeout_s=120)  # fmt: skip
     assert r.status == "ok", r.error
-    # torch's rendezvous numbers the agents by (address, pid): local-0's agent starts first
+    # the launcher numbers the nodes (static rendezvous): local-0 holds rank 0
     assert [(row["rank"], row["node"]) for row in r.ranks] == [(0, "local-0"), (1, "local-1")]
     assert r.samples == sum(row["samples"] for row in r.ranks) == 2 * r.ranks[0]["samples"]
     assert r.samples_per_s == pytest.approx(r.samples / r.measured_s)

@@ -277,7 +277,7 @@ def test_run_burst_with_nodes_2_picks_srun_inside_the_allocation(in_slurm, slurm
     r = wb.run_burst("cnn", knobs, data_dir=tiny_data, record=False, seconds=0.5, min_steps=3,
                      warmup_steps=1, timeout_s=120)  # fmt: skip
     assert r.status == "ok", r.error
-    # which node gets rank 0 is the rendezvous's choice (the order the agents join)
+    # srun numbers the nodes (SLURM_NODEID, the node rank): the ranks are one per node
     assert sorted((n["node"], len(n["ranks"])) for n in r.nodes) == [("wb1", 1), ("wb2", 1)]
     assert sorted(rank for n in r.nodes for rank in n["ranks"]) == [0, 1]
     assert r.samples == sum(row["samples"] for row in r.ranks) > 0
