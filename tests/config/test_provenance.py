@@ -35,7 +35,8 @@ def test_this_machine_is_read_without_importing_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from workbench.config import provenance; m = provenance.current_machine(); "
+    code = ("import sys; from workbench.config import provenance; "
+            "m = provenance.current_machine(); "
             "print('torch' in sys.modules, m['torch'] is not None, m['gpus'])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     imported, versioned, gpus = out.stdout.split(" ", 2)
