@@ -42,30 +42,33 @@ def test_burst_json_is_one_document_on_stdout(tiny_data, tmp_path):
     assert rows[0]["samples_from"] == "all tensors"  # the store keeps the whole result
 
 
+# A knob's bad value as ``--set`` takes it, and what the one line says.
+BAD_SETTINGS = {
+    "batch_size=0": "batch_size=0 is not allowed",
+    "batch_size=-3": "batch_size=-3 is not allowed",
+    "batch_size=abc": "batch_size='abc' is not allowed: an integer",
+    "prefetch_factor=4": "prefetch_factor=4 is not allowed: needs num_workers",
+    "precision=fp8": "precision='fp8' is not allowed: one of default, fp32-strict",
+    "fp8=tensorwise": "fp8='tensorwise' is not allowed: needs precision=bf16",
+    "warp=9": "warp='9' is not allowed: unknown knob; known: batch_size",
+    "batch_sise=64": (
+        "batch_sise='64' is not allowed: unknown knob (did you mean batch_size?); known: batch_size"
+    ),
+    "NCCL_ALGO=Rign": "NCCL_ALGO='Rign' is not allowed: a comma-separated list",
+    "NCCL_IB_TIMEOUT=40": "NCCL_IB_TIMEOUT='40' is not allowed: an integer 1-31",
+    "world_size=512": "world_size=512 is not allowed: 1..",
+    "world_size=0": "world_size=0 is not allowed",
+}
+BAD_OPTIONS = [
+    (["--workload", "nope"], "workload='nope' is not allowed: one of cnn, resnet50, gpt"),
+    (["--data", "/does/not/exist"], "/does/not/exist does not exist"),
+    (["--seconds", "0"], "seconds=0.0 is not allowed"),
+    (["--seconds", "abc"], "invalid float value: 'abc'"),
+]
+
+
 @pytest.mark.parametrize(
-    ("args", "words"),
-    [
-        (["--set", "batch_size=0"], "batch_size=0 is not allowed"),
-        (["--set", "batch_size=-3"], "batch_size=-3 is not allowed"),
-        (["--set", "batch_size=abc"], "batch_size='abc' is not allowed: an integer"),
-        (["--set", "prefetch_factor=4"], "prefetch_factor=4 is not allowed: needs num_workers"),
-        (["--set", "precision=fp8"], "precision='fp8' is not allowed: one of default, fp32-strict"),
-        (["--set", "fp8=tensorwise"], "fp8='tensorwise' is not allowed: needs precision=bf16"),
-        (["--set", "warp=9"], "warp='9' is not allowed: unknown knob; known: batch_size"),
-        (
-            ["--set", "batch_sise=64"],
-            "batch_sise='64' is not allowed: unknown knob (did you "
-            "mean batch_size?); known: batch_size",
-        ),
-        (["--workload", "nope"], "workload='nope' is not allowed: one of cnn, resnet50, gpt"),
-        (["--data", "/does/not/exist"], "/does/not/exist does not exist"),
-        (["--seconds", "0"], "seconds=0.0 is not allowed"),
-        (["--seconds", "abc"], "invalid float value: 'abc'"),
-        (["--set", "NCCL_ALGO=Rign"], "NCCL_ALGO='Rign' is not allowed: a comma-separated list"),
-        (["--set", "NCCL_IB_TIMEOUT=40"], "NCCL_IB_TIMEOUT='40' is not allowed: an integer 1-31"),
-        (["--set", "world_size=512"], "world_size=512 is not allowed: 1.."),
-        (["--set", "world_size=0"], "world_size=0 is not allowed"),
-    ],
+    ("args", "words"), [*((["--set", s], w) for s, w in BAD_SETTINGS.items()), *BAD_OPTIONS]
 )
 def test_bad_input_exits_2_with_one_line(args, words, capsys):
     code = main(["burst", *args, "--json"])
