@@ -130,6 +130,10 @@ def test_on_a_cpu_two_gloo_ranks_run_with_the_lessons_own_burst_as_the_one_rank(
     assert set(table["where"]) == {"this CPU, gpt, two gloo ranks"}
     assert memory.heading() == "Measured on this CPU, gpt, two gloo ranks."
     assert memory.gpu_table() is None
+    kept = _held(2.0, knobs=base.replace(activation_checkpointing=True))  # section 3's burst
+    again = lesson.memory_per_rank("gpt", base, one, gpu=False, run=calls.run,
+                                   compare=calls.compare, checkpointed=kept)  # fmt: skip
+    assert len(calls.runs) == 1 and again.checkpointed is kept  # not measured twice
 
 
 def test_with_one_gpu_the_comparison_runs_on_the_cpu_labelled_and_the_gpu_checkpoints():

@@ -416,10 +416,12 @@ def memory_per_rank(
     cpu_window: Mapping[str, Any] | None = None,
     run: Callable[..., BurstResult] = run_burst,
     compare: Callable[..., ShardingComparison] = compare_sharding,
+    checkpointed: BurstResult | None = None,
     **burst: Any,
 ) -> MemoryPerRank:
     """Activation checkpointing on one rank and FSDP on two, against ``baseline`` (a burst of
-    ``workload`` with ``knobs`` on one rank, already measured).
+    ``workload`` with ``knobs`` on one rank, already measured); ``checkpointed``: the same
+    with activation checkpointing, where section 3 measured it already (not measured again).
 
     Where two ranks run here (a CPU's gloo processes, two GPUs or more), everything runs with
     the lesson's workload on this device. With one GPU ``compare_sharding`` skips with its
@@ -429,12 +431,16 @@ def memory_per_rank(
     options; ``run`` and ``compare`` stand in for the bursts in tests."""
     ranks = (torch.cuda.device_count() if gpu else 2) if ranks_here is None else ranks_here
     cpu_window = window(False) if cpu_window is None else cpu_window
+
+    def here_ckpt() -> BurstResult:
+        return checkpointed or run(workload, knobs.replace(activation_checkpointing=True), **burst)
+
     if gpu:
         tried = compare(workload, knobs, world_size=min(ranks, 2), cases=["fsdp"], **burst)
         if tried.skipped is None:
-            ckpt = run(workload, knobs.replace(activation_checkpointing=True), **burst)
+            ckpt = here_ckpt()
             return MemoryPerRank(f"this GPU and another, {workload}", baseline, ckpt, tried)
-        gpu_ckpt = run(workload, knobs.replace(activation_checkpointing=True), **burst)
+        gpu_ckpt = here_ckpt()
         cpu = lesson_plan(LESSON, gpu=False)
         opts = dict(cpu_window, device="cpu")
         out = _on(cpu.workload, cpu.base, run(cpu.workload, cpu.base, **opts), run, compare,
@@ -444,13 +450,13 @@ def memory_per_rank(
         out.on_this_gpu = {ONE_RANK: baseline, "activation_checkpointing": gpu_ckpt}
         return out
     return _on(workload, knobs, baseline, run, compare, dict(burst, device="cpu"),
-               f"this CPU, {workload}, two gloo ranks")  # fmt: skip
+               f"this CPU, {workload}, two gloo ranks", checkpointed)  # fmt: skip
 
 
 def _on(workload: str, knobs: Knobs, baseline: BurstResult, run: Callable[..., BurstResult],
         compare: Callable[..., ShardingComparison], opts: Mapping[str, Any],
-        where: str) -> MemoryPerRank:  # fmt: skip
-    ckpt = run(workload, knobs.replace(activation_checkpointing=True), **opts)
+        where: str, checkpointed: BurstResult | None = None) -> MemoryPerRank:  # fmt: skip
+    ckpt = checkpointed or run(workload, knobs.replace(activation_checkpointing=True), **opts)
     sharded = compare(workload, knobs, world_size=2, cases=["fsdp"], **opts)
     return MemoryPerRank(where, baseline, ckpt, sharded)
 
