@@ -48,5 +48,9 @@ def test_a_misspelt_knob_gets_its_real_name_in_knobs_and_in_run_burst():
         wb.run_burst("cnn", batchsize=64)
     with pytest.raises(TypeError, match=r"secs=.*did you mean seconds\?"):
         wb.run_burst("cnn", secs=3)
+    with pytest.raises(wb.KnobError, match=r"did you mean batch_size\?.*base=wb.Knobs\(batch"):
+        wb.sweep("cnn", "num_workers", [0, 1], batchsize=64)  # before any burst runs
+    with pytest.raises(wb.KnobError, match=r"tune takes no knob by keyword.*base=wb.Knobs"):
+        wb.tune("cnn", {"num_workers": [0, 1]}, batch_size=64)
     with pytest.raises(wb.KnobError, match=r"Knobs\(nccl=\{'NCCL_ALGO': 'Ring'\}\)"):
         wb.Knobs(NCCL_ALGO="Ring")

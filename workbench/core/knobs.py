@@ -492,18 +492,27 @@ def unknown_knob(name: str, value: Any) -> KnobError:
     return KnobError(name, value, f"unknown knob{hint}; known: {_known()}")
 
 
-def not_an_argument(
-    function: str, name: str, given: Mapping[str, Any], arguments: Sequence[str]
-) -> UnknownKnob:
-    """The refusal of ``function(..., name=...)`` where ``name`` is no argument: a knob (or a
-    typo of one) goes in ``Knobs(...)``; a typo of an argument names the argument."""
-    value = given[name]
+def meant_knob(name: str) -> str | None:
+    """The knob a keyword names or misspells (``batchsize`` -> batch_size); None for others."""
     knob = name if name in SPECS else _closest_name(name)
-    if knob is not None and not _NCCL_NAME.match(knob):
+    return None if knob is None or _NCCL_NAME.match(knob) else knob
+
+
+def not_an_argument(
+    function: str, name: str, given: Mapping[str, Any], arguments: Sequence[str],
+    knobs_keyword: str | None = None,
+) -> UnknownKnob:  # fmt: skip
+    """The refusal of ``function(..., name=...)`` where ``name`` is no argument: a knob (or a
+    typo of one) goes in ``Knobs(...)``, the second argument or ``knobs_keyword=``; a typo of
+    an argument names the argument."""
+    value = given[name]
+    knob = meant_knob(name)
+    if knob is not None:
         meant = "" if knob == name else f" (did you mean {knob}?)"
-        allowed = (f"{function} takes no knob by keyword{meant}: knobs go in Knobs, "
-                   f"{function}(workload, wb.Knobs({knob}={value!r}))")  # fmt: skip
-        return UnknownKnob(name, value, allowed)
+        knobs = f"wb.Knobs({knob}={value!r})"
+        how = f"{knobs_keyword}={knobs}" if knobs_keyword else f"{function}(workload, {knobs})"
+        return UnknownKnob(name, value, f"{function} takes no knob by keyword{meant}: knobs go "
+                                        f"in Knobs, {how}")  # fmt: skip
     close = difflib.get_close_matches(name, arguments, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
     return UnknownKnob(name, value, f"no argument of {function}: {hint}its arguments are "

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import torch
 
 from workbench.core.errors import InputError
-from workbench.core.knobs import Knobs
+from workbench.core.knobs import Knobs, meant_knob, not_an_argument
 from workbench.engine import hardware
 from workbench.history.store import Store, open_store
 
@@ -105,6 +105,9 @@ class BurstSetup:
     ) -> BurstSetup:  # fmt: skip
         """Check ``options`` as ``caller`` received them; ``window``/``record``: its defaults."""
         unknown = sorted(set(options) - set(BurstOptions.__annotations__))
+        if unknown and meant_knob(unknown[0]):  # a knob goes in Knobs: say which, and where
+            base = "base" if caller in ("sweep", "tune") else None  # their start's knobs
+            raise not_an_argument(caller, unknown[0], options, (), base)
         if unknown:
             raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
         numbers = {k: options.get(k) for k in ("seconds", "min_steps", "warmup_steps")}
