@@ -207,6 +207,10 @@ def test_the_current_folder_goes_on_the_path_only_for_a_module_there_or_when_ask
     capsys.readouterr()
     assert workload_is_here("mymodel:make_model") and workload_is_here("mymodel")
     assert not workload_is_here("cnn") and not workload_is_here("elsewhere:make")
+    (tmp_path / "examples").mkdir()  # a plain folder, no __init__.py: a namespace package
+    (tmp_path / "examples" / "train.py").write_text(USER_MODULE)
+    assert workload_is_here("examples.train:make_model")
+    assert not workload_is_here("examples.missing:make") and not workload_is_here("a-b:make")
 
 
 def test_data_for_a_function_that_cannot_take_it_names_the_option(tmp_path, monkeypatch, capsys):

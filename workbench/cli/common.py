@@ -211,14 +211,19 @@ TRUST_CWD_HELP = (
 
 def workload_is_here(workload: str | None) -> bool:
     """Whether ``--workload`` names a module (``mymod:make``, ``pkg.mod:make``) that is a
-    file or a package in the current folder: the one case the folder is put on the import
-    path without ``--trust-cwd``."""
+    file or a package in the current folder, a plain folder included (``examples.train:make``
+    with no ``__init__.py``: a namespace package): the one case the folder is put on the
+    import path without ``--trust-cwd``."""
     if not workload:
         return False
-    top = workload.partition(":")[0].partition(".")[0]
+    parts = workload.partition(":")[0].split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
     here = Path.cwd()
-    package = here / top / "__init__.py"
-    return top.isidentifier() and ((here / f"{top}.py").is_file() or package.is_file())
+    top, named = here / parts[0], here.joinpath(*parts)
+    candidates = (top.with_suffix(".py"), top / "__init__.py", named.with_suffix(".py"),
+                  named / "__init__.py")  # fmt: skip
+    return any(path.is_file() for path in candidates)
 
 
 def import_from_here(add: bool = True) -> None:
