@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_rows, run as a s
 import gpu_proc  # noqa: E402
 from gpu_rows import (  # noqa: E402
     REHEARSAL,
+    REHEARSALS,
     ROW_SETS,
     ROWS,
     SECONDS,
@@ -251,12 +252,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the rows in --json; the row it died in is failed")  # fmt: skip
     ap.add_argument("--rows", choices=sorted(ROW_SETS), default="all",
                     help="all; first (the GPU session's first call: all but max-autotune); "
-                    "max-autotune (a call of its own)")  # fmt: skip
+                    "max-autotune (a call of its own); parity (loss parity, a call of its "
+                    "own)")  # fmt: skip
     ap.add_argument("--rehearse", action="store_true", help="the GPU session's CPU rehearsal: "
                     "small CPU rows through the same loop and the same writing")  # fmt: skip
     ap.add_argument("--data-dir", default=None, help="where the data set is built")
     args = ap.parse_args(argv)
-    rows = plan(REHEARSAL if args.rehearse else ROW_SETS[args.rows])
+    rows = plan(REHEARSALS.get(args.rows, REHEARSAL) if args.rehearse else ROW_SETS[args.rows])
     if args.plan:
         print(plan_table(rows))
         return 0
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"= {rec['label']}: {rec['status']} (earlier run)"
               + (f": {rec['reason']}" if rec.get("reason") else ""))  # fmt: skip
     write = json_writer(args.json, meta)
-    if args.rehearse and not args.resume:
+    if args.rehearse and not args.resume and args.rows not in REHEARSALS:  # the check's own
         write = _with_planted_fault(write)
     seconds = min(args.seconds, 0.25) if args.rehearse else args.seconds
     records = run_rows(rows, args.budget_s, write,

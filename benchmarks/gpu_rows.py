@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from workbench import Knobs, run_burst
+from workbench.analysis.parity import parity
 from workbench.analysis.profiling import profile_burst
 from workbench.core.results import BurstResult
 from workbench.distributed.jobs import comm_bench
@@ -57,6 +58,7 @@ class Tools:
     profile: Callable[..., Any] = profile_burst
     comm: Callable[..., Any] = comm_bench
     device_count: Callable[[], int] = torch.cuda.device_count
+    parity: Callable[..., Any] = parity
 
 
 @dataclass
@@ -399,8 +401,107 @@ REHEARSAL: tuple[Row, ...] = (
 )  # fmt: skip
 """What ``gpu_check.py --rehearse`` runs on a CPU: the GPU rows need CUDA, and the rehearsal
 proves the plumbing (rows written as they end, the budget, a crash's resume), not the GPU."""
+
+# -- loss parity (issue 40): does the faster config still train the same? ---------------------
+
+WITHIN = ("identical", "within-noise")
+NOT_DIVERGED = ("identical", "within-noise", "drifting")
+
+
+Candidates = dict[str, tuple[Knobs, bool]]
+"""A parity row's candidates: label -> (knobs, GradScaler on)."""
+
+
+def parity_row(workload: str, reference: Knobs, candidates: Candidates, steps: int,
+               must: dict[str, tuple[str, ...]]) -> Callable[[RowRun], None]:  # fmt: skip
+    """One ``wb.parity`` of ``candidates`` (label: knobs, GradScaler on) against ``reference``
+    on ``workload``, sharing the reference's two runs. Each candidate's verdict, numbers and
+    loss curves go into the row's facts (``parity``: the kept run's figures); a label in
+    ``must`` must reach one of its verdicts, with no defect."""
+
+    def row(run: RowRun) -> None:
+        labels = list(candidates)
+        results = run.tools.parity(
+            workload, reference, [candidates[n][0] for n in labels], steps=steps,
+            device=run.device, data_dir=run.data_dir, scaler=[candidates[n][1] for n in labels],
+        )  # fmt: skip
+        kept = run.facts.setdefault("parity", {})
+        for label, r in zip(labels, results, strict=True):
+            kept[f"{workload}: {label}"] = parity_facts(r)
+            allowed = must.get(label)
+            if allowed is not None:
+                run.expect(f"{workload} {label}: parity {' or '.join(allowed)}",
+                           r.verdict in allowed and not r.defects,
+                           "; ".join([r.reason, *r.defects]))  # fmt: skip
+
+    return row
+
+
+def parity_facts(r: Any) -> dict[str, Any]:
+    """What the kept run holds of one parity result: the evidence a saved config keeps, the
+    reason, defects, both runs of the reference and the candidate's losses, the time."""
+    return {
+        **r.evidence(), "candidate": r.candidate.changes(), "reason": r.reason,
+        "defects": list(r.defects), "grad_norm_max_rel_dev": r.grad_norm_max_rel_dev,
+        "band_from": r.band_from, "reference_losses": r.reference_losses,
+        "reference2_losses": r.reference2_losses, "candidate_losses": r.candidate_losses,
+        "seconds": round(r.seconds, 1), "device": r.device,
+    }  # fmt: skip
+
+
+def compile_parity(run: RowRun) -> None:
+    """compile=default against eager, in bf16, on resnet50 then gpt:124m."""
+    for workload, knobs, steps in (("resnet50", Knobs(**_R50, precision="bf16"), 30),
+                                   ("gpt:124m", Knobs(**_124M, precision="bf16"), 20)):  # fmt: skip
+        compiled = {"compile=default": (knobs.replace(compile="default"), True)}
+        parity_row(workload, knobs, compiled, steps, {"compile=default": WITHIN})(run)
+
+
+_R50 = {"batch_size": 64, "num_workers": 8}  # JPEGs, each sample's augmentation seeded
+_124M = {"batch_size": 8}
+
+PARITY: tuple[Row, ...] = (
+    Row("parity resnet50: bf16, fp16 with and without its scaler", 1, 80,
+        "resnet50 on JPEGs at batch 64, 30 steps: the default twice and 3 candidates, 5 "
+        "traces of ~10 s (a burst's ~7 s and set-up; not yet timed on a GPU)",
+        parity_row("resnet50", Knobs(**_R50), {
+            "bf16": (Knobs(**_R50, precision="bf16"), True),
+            "fp16": (Knobs(**_R50, precision="fp16"), True),
+            "fp16, no scaler": (Knobs(**_R50, precision="fp16"), False),
+        }, 30, {"bf16": WITHIN, "fp16": WITHIN})),
+    Row("parity gpt:124m: bf16, fp16 with and without its scaler, fp8", 2, 150,
+        "gpt:124m at batch 8 (8,192 tokens a step), 20 steps: the default (fp32) twice and 4 "
+        "candidates, 6 traces of ~20 s; fp8 eager (its casts unfused: slow, the numbers the "
+        "same); a guess, not yet timed",
+        parity_row("gpt:124m", Knobs(**_124M), {
+            "bf16": (Knobs(**_124M, precision="bf16"), True),
+            "fp16": (Knobs(**_124M, precision="fp16"), True),
+            "fp16, no scaler": (Knobs(**_124M, precision="fp16"), False),
+            "fp8 tensorwise": (Knobs(**_124M, precision="bf16", fp8="tensorwise"), True),
+        }, 20, {"bf16": WITHIN, "fp16": WITHIN, "fp8 tensorwise": NOT_DIVERGED})),
+    Row("parity compile=default: resnet50 and gpt:124m, in bf16", 3, 200,
+        "each model's bf16 eager twice and compiled once: a cold compile of resnet50 and of "
+        "gpt:124m (~60 s each, a guess from the tiny gpt's 14.5 s) and 4 eager traces",
+        lambda run: compile_parity(run)),
+)  # fmt: skip
+"""The loss-parity rows (issue 40), a call of their own (``gpu_session.py``'s ``parity``
+step): bf16, fp16 (with and without its GradScaler), fp8 and compile against each model's
+reference, from the same weights on the same batches (``workbench.analysis.parity``)."""
+
+REHEARSAL_PARITY: tuple[Row, ...] = (
+    Row("rehearsal: cnn parity, bf16 and num_workers=1", 1, 20,
+        "a CPU rehearsal's row: the default twice, bf16 and one loader worker, 3 steps each",
+        parity_row("cnn", Knobs(batch_size=8), {
+            "bf16": (Knobs(batch_size=8, precision="bf16"), True),
+            "num_workers=1": (Knobs(batch_size=8, num_workers=1), True),
+        }, 3, {"bf16": WITHIN, "num_workers=1": ("identical",)})),
+)  # fmt: skip
+"""What ``gpu_check.py --rows parity --rehearse`` runs on a CPU: the parity rows' plumbing."""
+
 ROW_SETS: dict[str, tuple[Row, ...]] = {"all": ROWS, "first": FIRST_CALL,
-                                        "max-autotune": MAX_AUTOTUNE}  # fmt: skip
+                                        "max-autotune": MAX_AUTOTUNE, "parity": PARITY}  # fmt: skip
+REHEARSALS: dict[str, tuple[Row, ...]] = {"parity": REHEARSAL_PARITY}
+"""A row set's own CPU rehearsal; the others rehearse with ``REHEARSAL``."""
 
 SETUP_EST_S = 8.0
 SETUP_WHY = ("Python, torch, CUDA and NVML start, the default data set (800 JPEGs on 16 worker "

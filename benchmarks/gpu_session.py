@@ -111,6 +111,10 @@ class Step:
     call: int = 1  # which call to the box runs it (``CALLS``)
 
 
+PARITY_EST_S = 8.0 + 80.0 + 150.0 + 200.0
+"""The parity step: the check's set-up and its rows' estimates (``gpu_rows.SETUP_EST_S`` and
+``gpu_rows.PARITY``'s, written here so the session loads no torch; a test holds them equal)."""
+PARITY_FIRST_S = 8.0 + 80.0
 LESSONS_SETUP_S = 25.0
 """The lessons steps' set-up: the wheelhouse installed offline ~15 s, the room's 3,000 JPEGs
 drawn over 16 cores ~10 s (an estimate: not yet timed on a box)."""
@@ -194,6 +198,12 @@ PLAN: tuple[Step, ...] = (
          "measurements, 461 s with C++ stacks), start-up ~6 s", call=4),
     *(_lessons_step(name, group, call) for name, group, call in (
         ("lessons", "core", 5), ("lessons-optional", "optional", 6))),
+    # call 7: loss parity (issue 40)
+    Step("parity", PARITY_EST_S, LESSONS_CALL_S, "gpu_check.py --rows parity: bf16, fp16 with "
+         "and without its scaler, fp8 and compile=default against each model's reference on "
+         "resnet50 (JPEGs, 30 steps) and gpt:124m (20 steps), 5-6 traces a row and two cold "
+         "compiles: the rows' estimates (gpu_rows.PARITY), none yet timed on a GPU",
+         timed=True, min_s=PARITY_FIRST_S, call=7),
 )  # fmt: skip
 CALLS: dict[int, tuple[str, ...]] = {}
 for _s in PLAN:

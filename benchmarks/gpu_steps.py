@@ -724,6 +724,13 @@ def max_autotune(log: StepLog, budget_s: float) -> None:
     check(log, budget_s, rows="max-autotune")
 
 
+def parity_rows(log: StepLog, budget_s: float) -> None:
+    """Loss parity (issue 40), a call of its own: bf16, fp16 with and without its scaler, fp8
+    and compile against each model's reference on resnet50 and gpt:124m
+    (``gpu_check.py --rows parity``); a rehearsal runs its CPU row (cnn: bf16, a worker)."""
+    check(log, budget_s, rows="parity")
+
+
 def pytest_gpu(log: StepLog, budget_s: float) -> None:
     """The tests marked gpu; DALI's are named as not run where DALI cannot be imported."""
     if log.ctx.dry:
@@ -833,10 +840,10 @@ STEPS: dict[str, Callable[..., None]] = {
     "loader": loader, "paths": paths, "tune": tune, "check": check, "pytest-gpu": pytest_gpu,
     "transformer": gpu_transformer.transformer, "lessons": lessons,
     "lessons-optional": lessons, "fp8": gpu_fp8.fp8_vs_bf16, "max-autotune": max_autotune,
-    "snapshot": snapshot,
+    "snapshot": snapshot, "parity": parity_rows,
 }  # fmt: skip
 TIMED = frozenset({"check", "pytest-gpu", "transformer", "fidelity", "max-autotune",
-                   *LESSON_GROUPS})  # fmt: skip
+                   "parity", *LESSON_GROUPS})  # fmt: skip
 """Steps that are given their time (the rest of the budget), not just a timeout."""
 BUDGETED = TIMED | {"loader"}
 """Steps that read their budget (``--budget-s``): the loader builds its predecoded copy only

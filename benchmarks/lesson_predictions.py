@@ -18,7 +18,7 @@ from typing import Any
 PREDICTED: dict[str, dict[str, Any]] = {  # per lesson ("03") and prediction variable
     "01": {"prediction": 50},
     "02": {"prediction": 1},
-    "03": {"prediction": 0.5},
+    "03": {"prediction": 0.5, "prediction_parity": 0.001},
     "04": {"prediction": 16},
     "05": {"prediction": "data-bound"},
     "06": {"prediction": 64 * 1024, "prediction_nodes": "same"},
