@@ -460,23 +460,26 @@ def compile_parity(run: RowRun) -> None:
 _R50 = {"batch_size": 64, "num_workers": 8}  # JPEGs, each sample's augmentation seeded
 _124M = {"batch_size": 8}
 
+
+def half_precisions(base: dict[str, Any]) -> Candidates:
+    """bf16, fp16 with its GradScaler and fp16 without it, at ``base``'s other knobs."""
+    return {"bf16": (Knobs(**base, precision="bf16"), True),
+            "fp16": (Knobs(**base, precision="fp16"), True),
+            "fp16, no scaler": (Knobs(**base, precision="fp16"), False)}  # fmt: skip
+
+
 PARITY: tuple[Row, ...] = (
     Row("parity resnet50: bf16, fp16 with and without its scaler", 1, 80,
         "resnet50 on JPEGs at batch 64, 30 steps: the default twice and 3 candidates, 5 "
         "traces of ~10 s (a burst's ~7 s and set-up; not yet timed on a GPU)",
-        parity_row("resnet50", Knobs(**_R50), {
-            "bf16": (Knobs(**_R50, precision="bf16"), True),
-            "fp16": (Knobs(**_R50, precision="fp16"), True),
-            "fp16, no scaler": (Knobs(**_R50, precision="fp16"), False),
-        }, 30, {"bf16": WITHIN, "fp16": WITHIN})),
+        parity_row("resnet50", Knobs(**_R50), half_precisions(_R50), 30,
+                   {"bf16": WITHIN, "fp16": WITHIN})),
     Row("parity gpt:124m: bf16, fp16 with and without its scaler, fp8", 2, 150,
         "gpt:124m at batch 8 (8,192 tokens a step), 20 steps: the default (fp32) twice and 4 "
         "candidates, 6 traces of ~20 s; fp8 eager (its casts unfused: slow, the numbers the "
         "same); a guess, not yet timed",
         parity_row("gpt:124m", Knobs(**_124M), {
-            "bf16": (Knobs(**_124M, precision="bf16"), True),
-            "fp16": (Knobs(**_124M, precision="fp16"), True),
-            "fp16, no scaler": (Knobs(**_124M, precision="fp16"), False),
+            **half_precisions(_124M),
             "fp8 tensorwise": (Knobs(**_124M, precision="bf16", fp8="tensorwise"), True),
         }, 20, {"bf16": WITHIN, "fp16": WITHIN, "fp8 tensorwise": NOT_DIVERGED})),
     Row("parity compile=default: resnet50 and gpt:124m, in bf16", 3, 200,

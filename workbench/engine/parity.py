@@ -58,7 +58,7 @@ from workbench.engine.formats import dataset_for
 from workbench.engine.loaders import BatchStream, build_loader
 from workbench.engine.loaders.torch_loader import TorchStream
 from workbench.engine.packing import documents_view
-from workbench.engine.plan import plan_burst
+from workbench.engine.plan import Plan, plan_burst
 from workbench.engine.training import (
     TrainState,
     build_train_state,
@@ -187,11 +187,7 @@ def trace_losses(
         torch.manual_seed(seed + 1)  # what a loader draws as it is built (a synthetic batch)
         stream, seeding = _stream(wl, knobs, device, seed, plan.decode_on_device)
         try:
-            with (
-                math_scope(plan.fp32_math, plan.cudnn_benchmark),
-                sdpa_scope(plan.attention),
-                compiler.clean_compiler(plan.compile is not None),
-            ):
+            with plan_numerics(plan):
                 record = _train(state, stream, knobs, device, steps, reverse_samples, wl)
         finally:
             stream.close()
@@ -203,6 +199,18 @@ def trace_losses(
         no_effect={**plan.no_effect, **(state.no_effect or {})},
         scaler=state.scaler is not None,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def plan_numerics(plan: Plan) -> Iterator[None]:
+    """The plan's numerics for the steps inside, as a burst sets them: the fp32 math mode and
+    cudnn.benchmark (``math_scope``), the SDPA kernel (``sdpa_scope``) and a clean compiler
+    (``compiler.clean_compiler``); everything put back after."""
+    with contextlib.ExitStack() as scopes:
+        scopes.enter_context(math_scope(plan.fp32_math, plan.cudnn_benchmark))
+        scopes.enter_context(sdpa_scope(plan.attention))
+        scopes.enter_context(compiler.clean_compiler(plan.compile is not None))
+        yield
 
 
 def _stream(
