@@ -77,6 +77,14 @@ def test_the_board_shows_the_rooms_answers_best_configs_and_knob_spread(room):
     assert "teacher:***@db.example" in Board(Flaky(room)).ui.store.value
 
 
+def test_the_instructor_starts_an_exercise_over_for_the_room(room):
+    board = Board(room)
+    line = board.reset_exercise("03-precision")
+    assert "03-precision starts over on the board" in line and "2 earlier row(s)" in line
+    assert "03-precision" not in board.ui.answers.value  # nothing answered since
+    assert "0 answer(s)" in board.ui.status.value and len(room.answers()) == 2  # kept in store
+
+
 def test_the_board_says_when_it_is_not_looking_at_the_room(room, monkeypatch):
     note, is_class = store_note(room)
     assert not is_class and "not a class store" in note and "WORKBENCH_STORE" in note

@@ -52,6 +52,8 @@ __all__ = [
     "first_predictions",
     "knob_effect",
     "latest_answers",
+    "seat_devices",
+    "since_resets",
 ]
 
 ANSWER_COLUMNS = ("id", "created_at", "learner", "host", "exercise", "ok", "message",
@@ -75,6 +77,15 @@ def answers_frame(answers: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     frame["ok"] = frame["ok"].map(bool).astype(bool)
     frame["kind"] = frame["kind"].map(lambda k: "check" if _null(k) else str(k))
     return frame
+
+
+def since_resets(answers: pd.DataFrame, resets: Mapping[str, int]) -> pd.DataFrame:
+    """``answers`` without the rows of an exercise the instructor started over (``resets``:
+    exercise -> the newest id at the reset): only the rows after it count."""
+    if not resets or answers.empty:
+        return answers
+    cut = answers["exercise"].map(lambda e: resets.get(e, -1))
+    return answers[answers["id"].astype(float) > cut.astype(float)].reset_index(drop=True)
 
 
 def latest_answers(answers: pd.DataFrame) -> pd.DataFrame:

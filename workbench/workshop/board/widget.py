@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,13 @@ class BoardView:
     read_at: str
 
 
-def read_board(store: Any, knob: str, new: Any, old: Any) -> BoardView:
-    """Read the answers and the bursts once and compute the three views' tables."""
-    answers = figures.answers_frame(store.answers())
+def read_board(
+    store: Any, knob: str, new: Any, old: Any, resets: Mapping[str, int] | None = None
+) -> BoardView:
+    """Read the answers and the bursts once and compute the three views' tables. ``resets``:
+    exercise -> the newest answer id when the instructor started it over
+    (:meth:`Board.reset_exercise`): the rows up to it are left out."""
+    answers = figures.since_resets(figures.answers_frame(store.answers()), resets or {})
     bursts = store.frame()
     effects = figures.knob_effect(bursts, knob, new, old)
     devices = figures.seat_devices(bursts)  # a CPU seat's figures never join a GPU seat's
@@ -108,6 +113,8 @@ class Board:
         if self.refresh_s <= 0:
             raise ValueError(f"refresh_s must be > 0 seconds, got {refresh_s}")
         self.view: BoardView | None = None
+        self.resets: dict[str, int] = {}
+        """Exercises the instructor started over on the board: exercise -> newest answer id."""
         self.reads = 0
         """Successful reads of the store so far (the status line counts them)."""
         self._lock = threading.Lock()
@@ -131,7 +138,7 @@ class Board:
         """Read the store and redraw; on failure say so on the board and keep the last view."""
         with self._lock:
             try:
-                view = read_board(self.store, self.knob, self.new, self.old)
+                view = read_board(self.store, self.knob, self.new, self.old, self.resets)
             except Exception as exc:  # the point: the board stays up when the store is not
                 self.ui.status.value = _red(f"could not read the store at "
                                             f"{time.strftime('%H:%M:%S')}: "
@@ -140,6 +147,20 @@ class Board:
             self.view, self.reads = view, self.reads + 1
             self.ui.draw(view, self)
             return view
+
+    def reset_exercise(self, exercise: str) -> str:
+        """Start ``exercise`` over on the board, for the room (a second round of it): the
+        answers and predictions stored so far are left out of every view from now on, and the
+        board says so. The store keeps them; each learner's own prediction book is theirs
+        (``workshop.reset_exercise()`` in their notebook starts it over there)."""
+        answers = self.store.answers()
+        ids = [int(a["id"]) for a in answers if a.get("exercise") == exercise and a.get("id")]
+        self.resets[exercise] = max(ids, default=0)
+        line = (f"{exercise} starts over on the board at {time.strftime('%H:%M:%S')} (reset): "
+                f"{len(ids)} earlier row(s) left out; learners run workshop.reset_exercise("
+                f"{exercise!r}) to start over in their own notebooks.")  # fmt: skip
+        self.refresh()
+        return line
 
     def start(self, every_s: float | None = None) -> None:
         """Refresh every ``every_s`` seconds on a background thread (the kernel stays free)."""
