@@ -9,8 +9,10 @@ library never imports this (an import-linter contract in ``pyproject.toml`` says
   ``record``); the lessons import it as ``workshop``. ``memory_lesson``, ``compute_lesson`` and
   ``transformer_lesson``: the own helpers and checks of lessons 10, 11 and 12.
 - ``lesson_plans``: each lesson's workload and starting knobs; ``predictions``: the book of
-  first predictions; ``reference``: the lessons' cited GPU figures; ``format_charts``: lesson 9's
-  chart.
+  first predictions (kept in the learner's ``WORKBENCH_HOME``; no burst starts without one or an
+  explicit skip); ``noise``: this seat's noise, read before a check grades; ``reference``: the
+  lessons' cited GPU figures; ``format_charts``: lesson 9's chart; ``transformer_sizing``:
+  lesson 12's batch from the device's free memory.
 - ``board/``: the instructor's class board, one concept in one package where it was spread over
   three layers: ``figures`` (the room's tables, pure pandas; was ``analysis/board.py``),
   ``charts`` (Altair; was ``notebook/board_charts.py``) and ``widget`` (the ``Board``; was
