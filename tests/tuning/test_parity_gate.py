@@ -88,3 +88,29 @@ def test_the_accepted_pick_s_evidence_is_saved_and_shown(tmp_path, capsys):
     assert main(["show", str(path)]) == 0
     assert f"loss parity against the start (batch_size=8): {measured.verdict} over 4 steps" in (
         capsys.readouterr().out)  # fmt: skip
+
+
+def test_a_real_tune_s_check_reads_its_bursts_and_trains(monkeypatch):
+    from workloads_for_tests import tensor_workload
+
+    from workbench.tuning import tuner
+
+    seen = {}
+
+    def choose(ranked, start, check):  # the tune's own check, on a pick it did not measure
+        seen["result"] = check(start, start.replace(precision="bf16"))
+        return parity_gate.Gate()
+
+    monkeypatch.setattr(tuner.parity_gate, "choose", choose)
+    t = tuner.tune(
+        tensor_workload(),
+        {"batch_size": [16]},
+        budget=2,
+        base=Knobs(batch_size=16),
+        device="cpu",
+        seconds=0.1,
+        record=False,
+    )  # fmt: skip  steps sized from its bursts
+    assert t.best is not None and seen["result"].verdict == "within-noise"
+    assert parity_gate.MIN_STEPS <= seen["result"].steps <= parity_gate.MAX_STEPS
+    assert seen["result"].candidate.precision == "bf16"
