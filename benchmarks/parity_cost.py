@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         "parity_in_tune_s": t.parity_s,
         "parity_in_tune": t.parity.evidence() if t.parity is not None else None,
         "refused": t.parity_refused,
+        "notes": t.notes,
     }
     if t.parity_s is not None:
         doc["parity_s"], doc["share_pct"] = t.parity_s, 100 * t.parity_s / (tune_s - t.parity_s)
