@@ -30,6 +30,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from workbench.engine.memory import SavedTensorProbe
+from workbench.engine.workloads.gpt import GPT_SIZES, gpt
 from workbench.workshop.slices import MEMORY_MARGIN, profile_memory_mib
 
 __all__ = ["MAX_BATCH", "SEQUENCES", "SLICE", "Sizing", "per_sequence_mib", "size_for",
@@ -108,12 +113,6 @@ def per_sequence_mib(workload: Any, device: Any) -> float:
     """What one sequence's forward and loss keep for backward on ``device`` (MiB), at the
     default math with the ``math`` attention kernel: the burst's own probe on a real batch of
     one (``engine.memory.SavedTensorProbe``), its graph then dropped."""
-    # torch and the engine's probe only where a GPU lesson sizes itself
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from workbench.engine.memory import SavedTensorProbe
-
     model = workload.model().to(device)
     x, y = next(iter(torch.utils.data.DataLoader(workload.dataset(), batch_size=1)))
     x, y = x.to(device), y.to(device)
@@ -128,9 +127,6 @@ def per_sequence_mib(workload: Any, device: Any) -> float:
 def size_here(workload: Any, device: Any = "cuda") -> Sizing:
     """Measure on ``device`` (a GPU) and size: free memory by CUDA, states from the model's
     parameter count, the loss's transient from its vocabulary (the tied head's rows)."""
-    # torch only where a GPU lesson sizes itself
-    import torch
-
     per = per_sequence_mib(workload, device)
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     model = workload.model()
@@ -143,8 +139,6 @@ def size_here(workload: Any, device: Any = "cuda") -> Sizing:
 def workload_at(name: str, seq: int) -> Any:
     """``name`` (``gpt:124m``) at ``seq`` tokens: the name itself at GPT-2's 1,024, else the
     same shape with a shorter context, named ``gpt:124m@512``."""
-    from workbench.engine.workloads.gpt import GPT_SIZES, gpt
-
     shape = GPT_SIZES[name.split(":", 1)[1]]
     if seq == shape.block:
         return name
