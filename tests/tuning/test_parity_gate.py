@@ -114,3 +114,10 @@ def test_a_real_tune_s_check_reads_its_bursts_and_trains(monkeypatch):
     assert t.best is not None and seen["result"].verdict == "within-noise"
     assert parity_gate.MIN_STEPS <= seen["result"].steps <= parity_gate.MAX_STEPS
     assert seen["result"].candidate.precision == "bf16"
+
+
+def test_a_bad_parity_steps_is_refused_before_any_burst(tmp_path, capsys):
+    assert main(["tune", "--out", str(tmp_path / "t.yaml"), "--parity-steps", "1",
+                 "--workload", "cnn", "--no-record"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "parity_steps=1 is not allowed" in err and "samples/s" not in err

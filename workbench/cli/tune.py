@@ -55,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="overwrite --out even when it holds a config an earlier tune could tell and this "
         "tune cannot (speedup_uncertain); refused by default",
     )  # fmt: skip
+    p.add_argument(
+        "--parity-steps", type=int, default=None, metavar="N",
+        help="steps of the loss-parity check a pick that changes rounding gets before it is "
+        "reported (default: sized to ~15%% of the tune; 0: no check)",
+    )  # fmt: skip
     add_run_args(p, seconds=3.0)
     add_money(p, tune=True)
 
@@ -78,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
              seconds=args.seconds, device=dev, data_dir=args.data,
              record=not args.no_record, store=args.store, progress=landed,
              price_per_hour=args.price_per_hour, epoch_samples=args.epoch_samples,
-             hours_per_month=args.hours_per_month)  # fmt: skip
+             hours_per_month=args.hours_per_month,
+             parity_steps=args.parity_steps)  # fmt: skip
     # the median claimed, and the collate function every burst batched with
     written, refused = None, None
     if t.best_result is not None:

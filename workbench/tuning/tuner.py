@@ -176,6 +176,8 @@ def tune(
     began = time.perf_counter()
     check_budget(budget)
     check_margin(memory_margin)
+    if parity_steps not in (None, 0):
+        check_parity_steps(parity_steps)
     price = cost.resolve_price(price_per_hour)
     money = {"price_per_hour": price,
              "epoch_samples": cost.check_count(epoch_samples, "epoch_samples")}  # fmt: skip
@@ -248,8 +250,6 @@ def _gate(
     off (``steps=0``) or the tune was stopped."""
     if steps == 0 or search.stopped in ("interrupted", "cancelled"):
         return None
-    if steps is not None:
-        check_parity_steps(steps)
 
     def result_of(knobs: Knobs) -> BurstResult | None:  # its last finished run, for its timing
         return next((r for r in reversed(search.runs.get(knobs, [])) if r.ok), None)
