@@ -337,8 +337,7 @@ def _touched(entry: Entry) -> float | None:
 def _commit_row(c: Commit | None) -> dict[str, Any] | None:
     if c is None:
         return None
-    value = {"skip": True} if c.value is SKIP else c.value
-    return {"value": value, "at": c.at, "late": c.late, "reset": c.reset}
+    return {"value": c.value, "at": c.at, "late": c.late, "reset": c.reset}
 
 
 def _commit_from(row: dict[str, Any] | None) -> Commit | None:
