@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -18,6 +20,17 @@ def load_benchmark(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def benchmark_fixture(name: str):
+    """A module-scoped fixture that is ``benchmarks/NAME.py`` loaded once for the test module:
+    ``steps = benchmark_fixture("gpu_steps")`` gives the tests a ``steps`` argument."""
+
+    @pytest.fixture(scope="module")
+    def module() -> ModuleType:
+        return load_benchmark(name)
+
     return module
 
 

@@ -2,7 +2,6 @@
 step loop, its timeouts and the drift step's arithmetic are tested here on the CPU, so a typo
 or a wrong sum cannot waste that time."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,38 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+from benchmark_modules import benchmark_fixture
 from blocked_imports import _SITECUSTOMIZE
 
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 _SCRIPT = _BENCH / "gpu_session.sh"
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def session():
-    return _load("gpu_session")
-
-
-@pytest.fixture(scope="module")
-def steps():
-    return _load("gpu_steps")
-
-
-@pytest.fixture(scope="module")
-def record():
-    return _load("gpu_record")
-
-
-@pytest.fixture(scope="module")
-def publish():
-    return _load("publish_gpu")
+session = benchmark_fixture("gpu_session")
+steps = benchmark_fixture("gpu_steps")
+record = benchmark_fixture("gpu_record")
+publish = benchmark_fixture("publish_gpu")
 
 
 def _blocked_env(tmp_path: Path) -> dict[str, str]:
@@ -909,11 +886,19 @@ def _kept_then_lost(kept: list[str], lost: str | None, order: list[str]) -> None
     assert lost == order[len(kept)]
 
 
-def test_a_rehearsed_segfault_keeps_the_bursts_before_it(tmp_path, session):
+def _planted_failure(tmp_path: Path, step: str, failure: str, budget_s: int) -> tuple[Path, dict]:
+    """Rehearse ``step`` alone with a planted ``failure`` (segv, timeout): the session exits
+    1; its out folder and the step's kept record."""
     out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "drift", "--rehearse-fail", "drift=segv", "--budget-s", "400")
+    p = _rehearse(out, "--steps", step, "--rehearse-fail", f"{step}={failure}",
+                  "--budget-s", str(budget_s))  # fmt: skip
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
-    (drift,) = _kept(out)["steps"]
+    (kept,) = _kept(out)["steps"]
+    return out, kept
+
+
+def test_a_rehearsed_segfault_keeps_the_bursts_before_it(tmp_path, session):
+    out, drift = _planted_failure(tmp_path, "drift", "segv", budget_s=400)
     assert drift["status"] == "failed" and drift["exit_code"] == -11
     _kept_then_lost([b["label"] for b in drift["bursts"]], drift["died_in"]["label"], DRIFT_ORDER)
     assert "died of SIGSEGV" in drift["reason"] and "planted segv" in drift["log_tail"]
@@ -922,10 +907,7 @@ def test_a_rehearsed_segfault_keeps_the_bursts_before_it(tmp_path, session):
 
 @pytest.mark.concurrent  # mostly waits for the planted hang's deadline
 def test_a_rehearsed_hang_is_killed_by_the_steps_deadline_and_keeps_its_bursts(tmp_path):
-    out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "drift", "--rehearse-fail", "drift=timeout", "--budget-s", "60")
-    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
-    (drift,) = _kept(out)["steps"]
+    out, drift = _planted_failure(tmp_path, "drift", "timeout", budget_s=60)
     assert drift["status"] == "timeout"
     _kept_then_lost([b["label"] for b in drift["bursts"]], drift["died_in"]["label"], DRIFT_ORDER)
     summary = (out / "summary.txt").read_text()
@@ -934,10 +916,7 @@ def test_a_rehearsed_hang_is_killed_by_the_steps_deadline_and_keeps_its_bursts(t
 
 @pytest.mark.concurrent  # mostly waits for the planted hang's deadline
 def test_a_rehearsed_check_that_hangs_keeps_the_rows_before_it(tmp_path):
-    out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "check", "--rehearse-fail", "check=timeout", "--budget-s", "75")
-    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
-    (check,) = _kept(out)["steps"]
+    _, check = _planted_failure(tmp_path, "check", "timeout", budget_s=75)
     rows = check["facts"]["rows"]
     assert [r["status"] for r in rows] == ["passed"] * (len(rows) - 1) + ["failed"]
     assert rows[-1]["reason"].startswith("stopped by its timeout")
@@ -946,10 +925,7 @@ def test_a_rehearsed_check_that_hangs_keeps_the_rows_before_it(tmp_path):
 
 
 def test_a_rehearsed_check_that_crashes_resumes_after_the_row_it_died_in(tmp_path):
-    out = tmp_path / "out"
-    p = _rehearse(out, "--steps", "check", "--rehearse-fail", "check=segv", "--budget-s", "400")
-    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
-    (check,) = _kept(out)["steps"]
+    _, check = _planted_failure(tmp_path, "check", "segv", budget_s=400)
     assert [(r["label"], r["status"]) for r in check["facts"]["rows"]] == [
         (CHECK_ORDER[0], "passed"), (CHECK_ORDER[1], "failed"),
         (CHECK_ORDER[2], "passed")]  # fmt: skip
