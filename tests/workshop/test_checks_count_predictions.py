@@ -104,7 +104,8 @@ def _rank(params, activations, **knobs):
 
 # lesson 12 on the learner's own model: checkpointing frees 28 of 110 MiB held (25.5%)
 MEMORY_HERE = transformer_lesson.MemoryHere(
-    _rank(20.0, 30.0), _rank(20.0, 2.0, activation_checkpointing=True))
+    _rank(20.0, 30.0), _rank(20.0, 2.0, activation_checkpointing=True)
+)
 FP8_RUN = transformer_lesson.Fp8Run(
     _burst(0.0), BurstResult(status="ok", tokens_per_s=1300.0, fp8_linears=48,
                              knobs=Knobs(precision="bf16", fp8="tensorwise")))  # fmt: skip
