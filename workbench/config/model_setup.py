@@ -18,13 +18,23 @@ Light imports: torch inside :func:`prepare`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.config.changes import Change
 
 if TYPE_CHECKING:
-    from workbench.config.tuned_config import TunedConfig
     from workbench.core.knobs import Knobs
+
+
+class SetsUpModels(Protocol):
+    """What :func:`prepare` asks of a config (a ``TunedConfig``; named by what it does, so
+    that this module, which ``tuned_config`` imports, imports nothing back)."""
+
+    knobs: Knobs
+
+    def apply_activation_checkpointing(self, model: Any) -> Any: ...
+
+    def wrap_model(self, model: Any, device: Any = None) -> Any: ...
 
 __all__ = ["planned", "prepare", "report", "summary"]
 
@@ -70,7 +80,7 @@ def summary(knobs: Knobs) -> str:
     return line
 
 
-def prepare(cfg: TunedConfig, model: Any, device: Any = None) -> tuple[Any, list[Change]]:
+def prepare(cfg: SetsUpModels, model: Any, device: Any = None) -> tuple[Any, list[Change]]:
     """``model`` set up as the bursts trained it, and what changed (:func:`planned`'s changes
     that acted on it, each with a note where one could not). The ranks' wrapper follows the
     running job: a process group of two or more ranks wraps the model (``cfg.wrap_model``),
