@@ -4,12 +4,15 @@ A saved config carries a number measured on one machine; production runs on anot
 driver, CUDA, NCCL, torch, GPU model, core count). ``verify`` reruns the saved burst here (the
 same workload, knobs and window, ``runs`` times), and compares:
 
-- **samples/s**: the median here against the saved figure, allowed ``Z`` times the larger of
-  the two noises (the saved tune's runs' spread, or its burst's step IQR over the median, and
-  the spread of the runs here), never less than ``MIN_TOLERANCE``: within that it holds;
-  faster holds too; slower by more is ``slower``, by how much;
-- **peak memory**: the highest peak here against the saved one, allowed
-  ``MEMORY_TOLERANCE``; more is ``more-memory`` (a config that fitted there may not here);
+- **samples/s**: the median here against the saved figure, allowed ``t_value`` standard
+  errors of their difference (Student's t for the runs' degrees of freedom, ``Z`` past 30):
+  the largest noise (the saved tune's runs' spread, ``UNMEASURED_NOISE`` for a single saved
+  burst; here the runs' spread, or a window's own: the standard error of its mean step) times
+  sqrt(1/saved runs + 1/runs here), between ``MIN_TOLERANCE`` and ``MAX_TOLERANCE``: within
+  that it holds; faster holds too; slower by more is ``slower``, by how much;
+- **peak memory**: on CUDA the highest allocated peak here against the saved one, allowed
+  ``MEMORY_TOLERANCE``; more is ``more-memory`` (a config that fitted there may not here). On
+  a CPU the peak is the whole process's: shown, not judged;
 - **the environment** (``FIELDS``: GPU model, driver, CUDA, cuDNN, NCCL, torch, usable cores):
   each field that differs is named, and where the figure does not hold they are the likely
   causes.
@@ -22,6 +25,7 @@ workload) raises an InputError naming it.
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,13 +45,33 @@ from workbench.engine.window import BurstWindow
 
 VERDICTS = ("holds", "slower", "more-memory", "cannot-run")
 FIELDS = ("gpu", "driver", "cuda", "cudnn", "nccl", "torch", "usable_cores")
-Z = 2.0
-"""Noises allowed either way before a difference counts (about 95% of a normal spread)."""
+Z = 1.96
+"""Standard errors allowed either way before a difference counts, with the noise known (95%
+of a normal spread); with the noise read off a few runs, Student's t for their degrees of
+freedom (``t_value``), wider."""
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+        10: 2.23, 15: 2.13, 20: 2.09, 30: 2.04}  # fmt: skip
+"""Student's t, two-sided 95%, by degrees of freedom (a table: no scipy on a bare GPU box)."""
+
+
+def t_value(dof: int) -> float:
+    """The two-sided 95% t for ``dof`` degrees of freedom (the nearest tabled below it; ``Z``
+    past 30, and for none: the noise is then a stated stand-in, not an estimate)."""
+    if dof < 1:
+        return Z
+    if dof > 30:
+        return Z
+    return _T95[max(d for d in _T95 if d <= dof)]
+
+
 MIN_TOLERANCE = 0.03
 """The least relative difference that counts as slower (3%): a quiet machine's own spread."""
 MEMORY_TOLERANCE = 0.10
 """Peak memory may be this much (10%) above the saved peak: allocator rounding, a process's
 resident pages and workers' copy-on-write sharing move a peak this much between runs."""
+UNMEASURED_NOISE = 0.05
+"""The relative noise a single saved burst is given (its spread was never measured): the
+tuner's own stand-in until a config has run twice (``tuning.noise.PRIOR_NOISE``)."""
 MAX_TOLERANCE = 0.5
 """The most a difference may be and still hold (50%), however noisy the runs: past it the
 answer says the runs were too noisy rather than hold a figure half as fast."""
@@ -238,17 +262,22 @@ def _judge(
     sps = [b.samples_per_s for b in bursts if b.samples_per_s]
     r.samples_per_s_runs = sps
     r.samples_per_s = statistics.median(sps) if sps else None
-    if len(sps) >= 2:
-        r.noise_pct = 100.0 * statistics.stdev(sps) / statistics.median(sps)
+    spread = 100.0 * statistics.stdev(sps) / statistics.median(sps) if len(sps) >= 2 else None
+    r.noise_pct = max((x for x in (spread, _window_noise(bursts)) if x is not None), default=None)
     noise = max(x for x in (r.noise_pct, r.saved_noise_pct, 0.0) if x is not None) / 100.0
-    tolerance = min(max(Z * noise, MIN_TOLERANCE), MAX_TOLERANCE)
+    saved_runs = len((prov.get("tune") or {}).get("samples_per_s_runs") or []) or 1
+    if r.saved_noise_pct is None:  # one saved burst: its own spread was never measured
+        noise = max(noise, UNMEASURED_NOISE)
+        r.notes.append(f"the saved figure is one burst, its noise unmeasured: taken as at "
+                       f"least {UNMEASURED_NOISE:.0%} (a tune's saved config lists its "
+                       "runs)")  # fmt: skip
+    spread = noise * math.sqrt(1 / saved_runs + 1 / max(1, len(sps)))  # a median's error
+    z = t_value(saved_runs + len(sps) - 2)  # few runs: the noise itself is uncertain
+    tolerance = min(max(z * spread, MIN_TOLERANCE), MAX_TOLERANCE)
     if Z * noise > MAX_TOLERANCE:
         r.notes.append(f"the runs spread by {100 * noise:.0f}%: too noisy to tell a "
                        f"difference under {MAX_TOLERANCE:.0%} (a busy machine?); rerun on a "
                        "quiet one")  # fmt: skip
-    if r.noise_pct is None and r.saved_noise_pct is None:
-        r.notes.append(f"one run and no saved spread: differences under {MIN_TOLERANCE:.0%} "
-                       "count as the same (--runs 3 measures the noise here)")  # fmt: skip
     r.tolerance_pct = 100.0 * tolerance
     saved = r.saved_samples_per_s
     r.change_pct = 100.0 * (r.samples_per_s / saved - 1.0) if r.samples_per_s and saved else None
@@ -264,7 +293,7 @@ def _judge(
     if r.change_pct is not None and r.change_pct < -r.tolerance_pct:
         r.verdict = "slower"
         r.reason = f"slower by {-r.change_pct:.1f}%: {figures}; {memory}{_causes(r)}"
-    elif r.mem_change_pct is not None and r.mem_change_pct > 100.0 * MEMORY_TOLERANCE:
+    elif _gpu_peak(bursts) and (r.mem_change_pct or 0.0) > 100.0 * MEMORY_TOLERANCE:
         r.verdict = "more-memory"
         r.reason = (f"{memory}: more than the {MEMORY_TOLERANCE:.0%} allowed; "
                     f"{figures}{_causes(r)}")  # fmt: skip
@@ -272,9 +301,33 @@ def _judge(
         r.verdict = "holds"
         differs = f"; the environment differs in {_fields(r)}" if r.differs else ""
         r.reason = f"{figures}; {memory}{differs}"
+    if not _gpu_peak(bursts) and r.peak_mem_mib is not None:
+        r.notes.append("on a CPU the peak is the whole process's (Python, torch, the data): a "
+                       "kernel and a fresh command differ by more than the config does, so it "
+                       "is shown, not judged")  # fmt: skip
     if r.differs and r.verdict == "holds":
         r.notes.append(f"it holds on another environment ({_fields(r)}): the figures carry over")
     return r
+
+
+def _window_noise(bursts: list[BurstResult]) -> float | None:
+    """The median burst's own noise, in percent: the standard error of its window's mean step
+    time (its steps' standard deviation over their mean, over the square root of their count).
+    Two or three runs can agree by chance on a busy machine whose steps stall at random; a
+    window's own steps say how far its mean could move."""
+    errors = []
+    for b in bursts:
+        steps = b.step_ms or []
+        mean = statistics.fmean(steps) if len(steps) >= 2 else 0.0
+        if mean > 0:
+            errors.append(statistics.stdev(steps) / mean / math.sqrt(len(steps)))
+    return 100.0 * statistics.median(errors) if errors else None
+
+
+def _gpu_peak(bursts: list[BurstResult]) -> bool:
+    """Whether the peaks are CUDA's allocated bytes (a figure of the config), not a process's
+    resident memory."""
+    return any(b.peak_mem_kind == "allocated" for b in bursts)
 
 
 def _causes(r: VerifyResult) -> str:
