@@ -39,6 +39,7 @@ from workbench.analysis.diagnosis import BALANCE_BAND
 from workbench.core.knobs import Knobs
 from workbench.core.results import NOISY_IQR_RATIO
 from workbench.engine.datasets import build_datasets
+from workbench.history.exercise_rules import RULES
 from workbench.workshop import checks as workshop
 from workbench.workshop import compute_lesson, reference, transformer_lesson
 from workbench.workshop.board.figures import PREDICTION_BAND
@@ -235,8 +236,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("03", "3x", Ratio("wb-gpu-r50-tf32", "wb-gpu-r50-fp32")),
     Claim("03", "10%", Setting("workshop.check_speedup's rel_tol",
                                lambda: _default(workshop.check_speedup, "rel_tol"))),
-    Claim("03", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25",
-                               "a setting")),
+    Claim("03", "25%", Setting("exercise_rules.RULES['03-precision'].rel_tol",
+                               lambda: 100 * RULES["03-precision"].rel_tol)),
     # 04 batch size and memory
     Claim("04", "16 GB", Published(reference.find("dle-v100-fp32-1gpu").url,
                                    "NVIDIA's DGX-1 16GB (V100) ResNet-50 table")),
@@ -335,10 +336,10 @@ CLAIMS: tuple[Claim, ...] = (
                                      lambda: 16 * 2 * 64 * 3 * 224 * 224 * 4 / 1e9,
                                      "expected")),
     Claim("guide", "35 GB", Published(MIG_PROFILES, "the H200's 1g.35gb and 2g.35gb profiles")),
-    Claim("guide", "25%", Written("workbench/workshop/checks.py", "PREDICTION_TOL = 0.25",
-                                  "a setting"), near="predicted number"),
-    Claim("guide", "25%", Setting("workshop.check_prediction's rel_tol",
-                                  lambda: _default(workshop.check_prediction, "rel_tol")),
+    Claim("guide", "25%", Setting("workshop.PREDICTION_TOL", lambda: 100 * workshop.PREDICTION_TOL),
+          near="predicted number"),
+    Claim("guide", "25%", Setting("exercise_rules.RULES['01-data-wait'].rel_tol",
+                                  lambda: 100 * RULES["01-data-wait"].rel_tol),
           near="15 points"),
     Claim("guide", "25%", Setting("board.figures.PREDICTION_BAND", lambda: 100 * PREDICTION_BAND),
           near="in time"),

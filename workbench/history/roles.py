@@ -76,13 +76,14 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import InputError
 from workbench.history.base import StoreError
+from workbench.history.exercise_rules import RULES, Rule
 from workbench.history.postgres import CLASS_INSTRUCTOR_KEY, PG_SCHEMA, PostgresStore
 
 __all__ = [
@@ -136,6 +137,8 @@ class ClassSetup:
     """Learners whose login existed already (from an earlier run): left as they were."""
     logins: Path | None
     """The 0600 PGPASSFILE with the new logins' passwords; None when none was created."""
+    checks: tuple[str, ...] = ()
+    """The exercises whose verdicts the server now computes (their rules kept in ``checks``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +148,7 @@ class ClassSetup:
             "created": list(self.created),
             "kept": list(self.kept),
             "logins": None if self.logins is None else str(self.logins),
+            "checks": list(self.checks),
         }
 
     def summary(self) -> str:
@@ -152,6 +156,8 @@ class ClassSetup:
             f"class store {self.database}: instructor login {self.instructor}, learners' "
             f"group {self.group}",
             f"created: {', '.join(self.created) or 'none'}; kept: {', '.join(self.kept) or 'none'}",
+            f"verdicts the server computes: {', '.join(self.checks) or 'none'} (the other "
+            "exercises' answers show as unverified: workbench/history/exercise_rules.py says why)",
         ]
         if self.logins is not None:
             lines.append(
@@ -183,6 +189,7 @@ def init_class(
     *,
     logins: str | os.PathLike[str],
     instructor: str | None = None,
+    checks: Mapping[str, Rule] = RULES,
 ) -> ClassSetup:
     """Set up a class store on ``admin_url`` (the server's administrator); see the module doc.
 
@@ -190,7 +197,10 @@ def init_class(
     learner, then the grants and policies (all in one transaction). Run again with more
     learners to add them: roles made by an earlier run are kept (their passwords unchanged);
     a role of the same name that this command did not make is refused, never taken over.
-    ``logins``: a new file (refused if it exists) for the new logins' passwords.
+    ``logins``: a new file (refused if it exists) for the new logins' passwords. ``checks``:
+    what each exercise accepts (default: every workshop exercise the server can judge,
+    ``exercise_rules.RULES``), stored in the ``checks`` table so that the server computes
+    those verdicts; a rule kept there for another exercise (``define_check``) stays.
     """
     names = _check_learners(learners)
     target = Path(logins).expanduser()
@@ -210,6 +220,8 @@ def init_class(
             _end_idle_learners(conn, group)
             fresh = _create_roles(conn, database, teacher, group, names)
             _server_side(conn)
+            for exercise, rule in checks.items():
+                _keep_check(conn, exercise, rule)
             _grant(conn, database, teacher, group)
             _close_other_databases(conn, database)
             _write_logins(target, database, fresh, _host_port(admin_url))
@@ -221,7 +233,8 @@ def init_class(
     created = tuple(fresh)
     return ClassSetup(database=database, instructor=teacher, group=group, created=created,
                       kept=tuple(n for n in names if n not in fresh),
-                      logins=target if created else None)  # fmt: skip
+                      logins=target if created else None,
+                      checks=tuple(checks))  # fmt: skip
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -340,17 +353,23 @@ _SERVER_SIDE = (
                 RETURN NEW;  -- a prediction's commit or a reset: no verdict to judge
             END IF;
             SELECT * INTO rule FROM {PG_SCHEMA}.checks WHERE exercise = NEW.exercise;
-            IF NOT FOUND OR guess IS NULL OR truth IS NULL THEN
+            IF NOT FOUND THEN
                 NEW.verified := false;  -- the client's ok, shown as unverified
                 RETURN NEW;
             END IF;
-            IF NOT rule.choice AND json_typeof(NEW.prediction) = 'number'
+            IF guess IS NULL OR truth IS NULL THEN
+                NEW.ok := false;  -- no prediction, or nothing measured: nothing right
+            ELSIF rule.choice THEN
+                NEW.ok := lower(btrim(guess)) = lower(btrim(truth));
+            ELSIF json_typeof(NEW.prediction) = 'number'
                     AND json_typeof(NEW.measured) = 'number' THEN
                 NEW.ok := abs(guess::float8 - truth::float8)
                           <= greatest(rule.rel_tol * abs(truth::float8), rule.abs_tol);
             ELSE
-                NEW.ok := lower(btrim(guess)) = lower(btrim(truth));
+                NEW.ok := false;  -- a word where the rule asks for a number
             END IF;
+            -- a prediction committed after a burst had run is judged, never right
+            NEW.ok := NEW.ok AND NOT COALESCE(NEW.late, false);
             NEW.verified := true;
             RETURN NEW;
         END $$""",
@@ -424,19 +443,31 @@ def define_check(
     """What ``exercise`` accepts, kept by the server (the instructor's login, or the
     administrator's): a prediction within ``rel_tol`` of the measurement, or ``abs_tol``;
     ``choice``: the measured choice itself. Answers recorded after it get their ``ok``
-    computed by the server (``verified``); see the module doc."""
+    computed by the server (``verified``); see the module doc. ``workbench class init`` keeps
+    every workshop exercise's rule this way (``exercise_rules.RULES``)."""
+    rule = Rule(rel_tol=rel_tol, abs_tol=abs_tol, choice=choice)
+    _valid_rule(exercise, rule)
+    with PostgresStore(url).transaction() as conn:
+        _keep_check(conn, exercise, rule)
+
+
+def _valid_rule(exercise: str, rule: Rule) -> None:
     if not isinstance(exercise, str) or not exercise:
         raise InputError.not_allowed("exercise", exercise, "an exercise's name, e.g. 03.precision")
-    for name, value in (("rel_tol", rel_tol), ("abs_tol", abs_tol)):
+    for name, value in (("rel_tol", rule.rel_tol), ("abs_tol", rule.abs_tol)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise InputError.not_allowed(name, value, "a number >= 0")
-    with PostgresStore(url).transaction() as conn:
-        conn.execute(
-            f"INSERT INTO {PG_SCHEMA}.checks (exercise, rel_tol, abs_tol, choice)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT (exercise) DO UPDATE SET"
-            " rel_tol = EXCLUDED.rel_tol, abs_tol = EXCLUDED.abs_tol, choice = EXCLUDED.choice",
-            (exercise, float(rel_tol), float(abs_tol), bool(choice)),
-        )
+
+
+def _keep_check(conn: Any, exercise: str, rule: Rule) -> None:
+    """Insert or replace ``exercise``'s row of the ``checks`` table."""
+    _valid_rule(exercise, rule)
+    conn.execute(
+        f"INSERT INTO {PG_SCHEMA}.checks (exercise, rel_tol, abs_tol, choice)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT (exercise) DO UPDATE SET"
+        " rel_tol = EXCLUDED.rel_tol, abs_tol = EXCLUDED.abs_tol, choice = EXCLUDED.choice",
+        (exercise, float(rule.rel_tol), float(rule.abs_tol), bool(rule.choice)),
+    )
 
 
 def _host_port(url: str) -> str:

@@ -49,6 +49,7 @@ from workbench.config.saved import load_config
 from workbench.engine import hardware
 from workbench.engine.workloads import resolve_workload
 from workbench.history.dsn import scrub
+from workbench.history.exercise_rules import BLIND, Rule, rule_for
 from workbench.history.store import StoreError, store_url_from_environment
 from workbench.workshop import classroom, noise
 from workbench.workshop.lesson_plans import (
@@ -99,6 +100,7 @@ __all__ = [
     "commit_prediction",
     "example_script",
     "gpu_verdicts",
+    "graded_by",
     "lesson_knobs",
     "lesson_plan",
     "lesson_workload",
@@ -485,13 +487,16 @@ def check_prediction(
     *,
     exercise: str = "",
     what: str = "the measurement",
-    rel_tol: float = 0.25,
-    abs_tol: float = 0.0,
+    rel_tol: float | None = None,
+    abs_tol: float | None = None,
 ) -> Check:
     """A prediction against one measured number (or choice): right within ``rel_tol`` of it
     (or ``abs_tol`` in its own units, for shares near zero). A short burst is noisy and a
-    prediction is an order of magnitude, so the band is wide. With an exercise name, the
+    prediction is an order of magnitude, so the band is wide (25% unless given). An exercise
+    with a rule in ``exercise_rules.RULES`` is graded by that rule, the one the class store's
+    server judges with (a tolerance given here must be the same). With an exercise name, the
     prediction judged is the first one committed before the burst (``commit_prediction``)."""
+    rule = graded_by(exercise, Rule(rel_tol=0.25), rel_tol=rel_tol, abs_tol=abs_tol)
     if measured is None:
         return Check(False, f"{what} was not measured (the burst failed?): run it again",
                      exercise=exercise, prediction=prediction)  # fmt: skip
@@ -503,8 +508,8 @@ def check_prediction(
         if number_measured:
             if not number:
                 return Check(False, f"predict {what} as a number, not {guess!r}", **fields)
-            close = abs(guess - measured) <= max(rel_tol * abs(measured), abs_tol)
-            band = f"within {rel_tol:.0%}" + (f" or {abs_tol:g}" if abs_tol else "")
+            close = rule.accepts(guess, measured)
+            band = f"within {rule.rel_tol:.0%}" + (f" or {rule.abs_tol:g}" if rule.abs_tol else "")
             verdict = "close enough" if close else "outside the band"
             return Check(close, f"{what}: {prediction_note(guess, measured)} ({verdict}: {band})",
                          **fields)  # fmt: skip
@@ -517,6 +522,23 @@ def check_prediction(
     if prediction is None:
         return _no_answer(f"your prediction of {what}", "prediction", exercise=exercise)
     return judge(prediction)
+
+
+def graded_by(exercise: str, default: Rule, **given: float | None) -> Rule:
+    """The rule ``exercise`` is graded by: its row of ``exercise_rules.RULES`` (the one
+    ``workbench class init`` stores for the server), else ``default`` with the tolerances the
+    caller gave (``given``; None: not given). A tolerance given for an exercise that has a
+    rule must be the rule's: two bands for one exercise would grade the learner by one and
+    the board by the other."""
+    rule = rule_for(exercise) if exercise else None
+    asked = {name: value for name, value in given.items() if value is not None}
+    if rule is None:
+        return dataclasses.replace(default, **asked)
+    differs = {name: value for name, value in asked.items() if getattr(rule, name) != value}
+    if differs:
+        raise ValueError(f"{exercise} is graded by its rule in workbench/history/"
+                         f"exercise_rules.py ({rule}); {differs} differs from it")  # fmt: skip
+    return rule
 
 
 # -- lesson set-up ---------------------------------------------------------------------------
@@ -753,22 +775,27 @@ def check_speedup(
             return Check(False, why, exercise=exercise, prediction=prediction,
                          answered=False)  # fmt: skip
 
-    def judge(guess: Any, tol: float = rel_tol) -> Check:
-        fields = {"exercise": exercise, "measured": round(ratio, 3)}
+    shown = round(ratio, 3)  # what the row carries: the server judges against this value
+    blind = graded_by(exercise, Rule(rel_tol=max(rel_tol, PREDICTION_TOL)))
+    read = Rule(rel_tol=rel_tol)
+
+    def judge(guess: Any, rule: Rule = read) -> Check:
+        fields = {"exercise": exercise, "measured": shown}
         if isinstance(guess, bool) or not isinstance(guess, (int, float)) or guess <= 0:
             return Check(False, f"the answer is a ratio (a number > 0), not {guess!r}", **fields)
-        if abs(guess / ratio - 1) <= tol:
+        if rule.accepts(guess, shown):
             return Check(True, words, **fields)
         return Check(False, f"{guess:g} is off: {words}", **fields)
 
     question = f"{metric} at {knob}={new} divided by {metric} at {knob}={old}"
     return _judge(judge, answer, prediction, exercise, question, choice=False,
-                  predict=lambda g: judge(g, max(rel_tol, PREDICTION_TOL)))  # fmt: skip
+                  predict=lambda g: judge(g, blind))  # fmt: skip
 
 
-PREDICTION_TOL = 0.25
+PREDICTION_TOL = BLIND.rel_tol
 """A predicted ratio within 25% of the measured one is right: it was made blind, before the
-burst (an answer read off the table gets the tighter ``rel_tol``)."""
+burst (an answer read off the table gets the tighter ``rel_tol``). A lesson's exercise takes
+its band from ``exercise_rules.RULES``, which the class store's server judges with."""
 
 
 @_never_raises

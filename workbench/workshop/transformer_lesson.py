@@ -43,6 +43,7 @@ from workbench.engine.fp8 import fp8_no_effect
 from workbench.engine.workloads import resolve_workload
 from workbench.engine.workloads.gpt import GPT_SIZES, TinyGPT
 from workbench.engine.workloads.transformer_flops import train_flops_per_sample
+from workbench.history.exercise_rules import Rule
 from workbench.workshop import reference, transformer_sizing
 from workbench.workshop.checks import (
     PREDICTION_TOL,
@@ -50,6 +51,7 @@ from workbench.workshop.checks import (
     _judge_first,
     _never_raises,
     check_prediction,
+    graded_by,
 )
 from workbench.workshop.lesson_plans import lesson_plan
 from workbench.workshop.memory_lesson import held_mib, memory_table
@@ -500,16 +502,16 @@ def memory_here(
 @_never_raises(exercise=MEMORY)
 def check_memory(prediction: float | None, memory: MemoryHere) -> Check:
     """Exercise 3: the predicted share of memory (percent) checkpointing frees on this device
-    and model, against the measured one: within 25% of it or 10 points (a prediction is made
-    blind; the share moves with the batch, as the lesson says)."""
+    and model, against the measured one: within 25% of it or 10 points, its rule in
+    ``exercise_rules.RULES`` (a prediction is made blind; the share moves with the batch, as
+    the lesson says)."""
     freed = memory.freed_pct
     if freed is None:
         r = memory.checkpointed
         raise ValueError(f"the memory was not measured (checkpointed burst: {r.status} "
                          f"{r.error or ''})".strip())  # fmt: skip
     what = "the share of memory checkpointing frees (%)"
-    return check_prediction(prediction, round(freed, 1), exercise=MEMORY, rel_tol=0.25,
-                            abs_tol=10, what=what)  # fmt: skip
+    return check_prediction(prediction, round(freed, 1), exercise=MEMORY, what=what)
 
 
 def packing_limit(df: pd.DataFrame) -> float | None:
@@ -601,14 +603,17 @@ def check_fp8(prediction: float | None, result: Fp8Run) -> Check:
     if ratio is None:
         raise ValueError(result.summary())
 
+    shown = round(ratio, 3)  # what the row carries: the server judges against this value
+    rule = graded_by(FP8, Rule(rel_tol=PREDICTION_TOL))
+
     def judge(guess: Any) -> Check:
         if isinstance(guess, bool) or not isinstance(guess, (int, float)) or guess <= 0:
             return Check(False, f"the prediction is a ratio (a number > 0), not {guess!r}",
-                         measured=round(ratio, 3))  # fmt: skip
-        close = abs(guess / ratio - 1) <= PREDICTION_TOL
+                         measured=shown)  # fmt: skip
+        close = rule.accepts(guess, shown)
         return Check(close, f"{result.summary()} ({'within' if close else 'outside'} "
-                            f"{PREDICTION_TOL:.0%} of your {guess:g})",
-                     measured=round(ratio, 3))  # fmt: skip
+                            f"{rule.rel_tol:.0%} of your {guess:g})",
+                     measured=shown)  # fmt: skip
 
     what = "fp8 tokens/s over bf16 tokens/s (both compiled), e.g. 1.2"
     return _judge_first(judge, prediction, exercise=FP8, what=what)
