@@ -35,6 +35,7 @@ _OPTION_OF = {
     "hours_per_month": "--hours-per-month",
     "launcher": "--launcher",
     "hosts": "--hosts",
+    "parity_steps": "--parity-steps",
 }
 """Arguments whose errors name them as the Python API does, shown as the CLI's options."""
 

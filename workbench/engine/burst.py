@@ -60,7 +60,7 @@ from workbench.core.knobs import Knobs
 from workbench.core.nccl import flags as nccl_flags
 from workbench.core.results import BurstResult, spread, utc_now
 from workbench.engine import compiler, hardware, memory, mig, oom
-from workbench.engine.attention import sdpa_scope, watch_attention
+from workbench.engine.attention import watch_attention
 from workbench.engine.batches import Batch, SampleRule, sample_rule, tensor_leaves
 from workbench.engine.burst_thread import run_as_production
 from workbench.engine.epochs import short_epochs_report
@@ -87,8 +87,8 @@ from workbench.engine.training import (
     build_train_state,
     check_model_takes,
     count_flops_live,
-    math_scope,
     micro_step,
+    numerics_scope,
     optimizer_step,
     precision_state,
     to_device,
@@ -217,11 +217,7 @@ def _measure_on_device(
         sampler = Sampler(dev).start()
         measured, parts = None, {}  # parts: the memory figures known so far, kept on failure
         try:
-            with (
-                math_scope(plan.fp32_math, plan.cudnn_benchmark),
-                sdpa_scope(plan.attention),
-                compiler.clean_compiler(plan.compile is not None),
-            ):
+            with numerics_scope(plan):
                 measured = _guarded(wl, knobs, dev, loop, plan, result, parts)
         finally:
             if measured is not None:

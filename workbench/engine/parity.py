@@ -50,20 +50,18 @@ from torch.utils.data import Dataset, IterableDataset
 
 from workbench.core.errors import InputError
 from workbench.core.knobs import Knobs
-from workbench.engine import compiler
-from workbench.engine.attention import sdpa_scope
 from workbench.engine.batches import Batch, map_tensors, sample_rule, tensor_leaves
 from workbench.engine.epochs import SAMPLE_SET
 from workbench.engine.formats import dataset_for
 from workbench.engine.loaders import BatchStream, build_loader
 from workbench.engine.loaders.torch_loader import TorchStream
 from workbench.engine.packing import documents_view
-from workbench.engine.plan import Plan, plan_burst
+from workbench.engine.plan import plan_burst
 from workbench.engine.training import (
     TrainState,
     build_train_state,
-    math_scope,
     micro_step,
+    numerics_scope,
     optimizer_step,
     to_device,
 )
@@ -187,7 +185,7 @@ def trace_losses(
         torch.manual_seed(seed + 1)  # what a loader draws as it is built (a synthetic batch)
         stream, seeding = _stream(wl, knobs, device, seed, plan.decode_on_device)
         try:
-            with plan_numerics(plan):
+            with numerics_scope(plan):
                 record = _train(state, stream, knobs, device, steps, reverse_samples, wl)
         finally:
             stream.close()
@@ -199,18 +197,6 @@ def trace_losses(
         no_effect={**plan.no_effect, **(state.no_effect or {})},
         scaler=state.scaler is not None,
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def plan_numerics(plan: Plan) -> Iterator[None]:
-    """The plan's numerics for the steps inside, as a burst sets them: the fp32 math mode and
-    cudnn.benchmark (``math_scope``), the SDPA kernel (``sdpa_scope``) and a clean compiler
-    (``compiler.clean_compiler``); everything put back after."""
-    with contextlib.ExitStack() as scopes:
-        scopes.enter_context(math_scope(plan.fp32_math, plan.cudnn_benchmark))
-        scopes.enter_context(sdpa_scope(plan.attention))
-        scopes.enter_context(compiler.clean_compiler(plan.compile is not None))
-        yield
 
 
 def _stream(

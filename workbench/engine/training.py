@@ -25,6 +25,8 @@ from torch import nn
 from workbench.core.errors import KnobError
 from workbench.core.knobs import Knobs
 from workbench.core.torch_math import TORCH_DEFAULTS
+from workbench.engine import compiler
+from workbench.engine.attention import sdpa_scope
 from workbench.engine.batches import (
     Batch,
     BatchError,
@@ -449,6 +451,20 @@ def math_scope(fp32_math: str | None, cudnn_benchmark: bool | None) -> Iterator[
         yield
     finally:
         _restore_flags(saved)
+
+
+@contextlib.contextmanager
+def numerics_scope(plan: Plan) -> Iterator[None]:
+    """The plan's numerics for the steps inside, as a burst (and a parity trace) sets them:
+    the fp32 math mode and cudnn.benchmark (:func:`math_scope`), the SDPA kernel
+    (``attention.sdpa_scope``) and a clean compiler (``compiler.clean_compiler``); all put
+    back after."""
+    with (
+        math_scope(plan.fp32_math, plan.cudnn_benchmark),
+        sdpa_scope(plan.attention),
+        compiler.clean_compiler(plan.compile is not None),
+    ):
+        yield
 
 
 _FP32_MODES = {"fp32-strict": False, "tf32": True}
