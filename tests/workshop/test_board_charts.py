@@ -15,13 +15,13 @@ def _values(chart, layer: int = -1) -> list[dict]:
     return data["values"] if "values" in data else spec["datasets"][data["name"]]
 
 
-ANSWERS = figures.answers_frame([
+ANSWERS = figures.answers_frame([  # verdicts the class store's server computed (verified)
     {"id": 1, "learner": "ann", "host": "h1", "exercise": "03-precision", "ok": True,
-     "message": "", "prediction": 2.0, "measured": 1.6},
+     "message": "", "prediction": 2.0, "measured": 1.6, "verified": True},
     {"id": 2, "learner": "bob", "host": "h2", "exercise": "03-precision", "ok": False,
-     "message": "", "prediction": None, "measured": 2.4},
+     "message": "", "prediction": None, "measured": 2.4, "verified": True},
     {"id": 3, "learner": "ann", "host": "h1", "exercise": "05-verdict", "ok": True,
-     "message": "", "prediction": "balanced", "measured": "data-bound"},
+     "message": "", "prediction": "balanced", "measured": "data-bound", "verified": True},
 ])  # fmt: skip
 
 
@@ -96,3 +96,22 @@ def test_best_chart_shows_the_workload_most_learners_ran():
     assert [r["samples_per_s"] for r in _values(chart)] == [300.0, 200.0]
     assert "cnn" in chart.to_dict()["title"]["text"]
     assert [r["learner"] for r in _values(board_charts.best(best, "gpt"))] == ["bob"]
+
+
+def test_an_unverified_claim_is_grey_beside_the_correct_share_and_marked_per_learner():
+    claim = figures.answers_frame([
+        {"id": 1, "learner": "ann", "host": "h1", "exercise": "12-bf16", "ok": True,
+         "message": "", "prediction": 2.0, "measured": 1.9, "verified": True},
+        {"id": 2, "learner": "bob", "host": "h2", "exercise": "12-bf16", "ok": True,
+         "message": "", "prediction": 9.0, "measured": 1.8, "verified": False},
+    ])  # fmt: skip
+    chart = board_charts.correct(figures.exercise_summary(claim))
+    (row,) = _values(chart)
+    assert (row["correct_pct"], row["unverified_pct"], row["unverified"]) == (50.0, 50.0, 1)
+    spec = chart.to_dict()
+    assert spec["encoding"]["color"]["scale"]["range"][1] == "#8c8c8c"  # grey: not correct
+    points = board_charts.answers(figures.exercise_answers(claim, "12-bf16"), "12-bf16")
+    verdicts = {(r["learner"], r["kind"]): r["verdict"] for r in _values(points)}
+    assert verdicts[("ann", "measured")] == "correct (server)"
+    assert verdicts[("bob", "measured")] == "correct, unverified"
+    assert "unverified" in str(points.to_dict()["encoding"]["shape"])  # marked on the chart

@@ -9,10 +9,12 @@ from workbench.history.store import records_frame
 from workbench.workshop.board import figures as board
 
 
-def _answer(i, learner, exercise, ok, prediction=None, measured=None, host="gpu1"):
+def _answer(i, learner, exercise, ok, prediction=None, measured=None, host="gpu1", verified=True):
+    """A row as the class store returns it; ``verified``: the server computed ``ok``."""
     return {"id": i, "created_at": f"2026-12-04T10:{i:02d}:00+00:00", "learner": learner,
             "host": host, "exercise": exercise, "ok": ok, "message": f"verdict {i}",
-            "prediction": prediction, "measured": measured}  # fmt: skip
+            "prediction": prediction, "measured": measured,
+            "verified": verified if ok is not None else None}  # fmt: skip
 
 
 ANSWERS = board.answers_frame(
@@ -266,3 +268,19 @@ def test_the_summary_groups_seats_by_device_so_a_cpu_never_joins_a_gpus_median()
     assert grouped.loc["a laptop CPU", "measured"] == pytest.approx(0.4)
     assert grouped.loc[board.UNKNOWN_DEVICE, "learners"] == 1
     assert grouped["learners"].sum() == 4
+
+
+def test_only_the_servers_verdicts_count_as_correct_and_a_claim_shows_as_unverified():
+    claims = board.answers_frame([
+        _answer(1, "ann", "12-bf16", True, prediction=2.0, measured=1.9),  # the server's
+        # a hand-written ok=true (or a kernel's verdict on an exercise the server cannot judge)
+        _answer(2, "bob", "12-bf16", True, prediction=9.0, measured=1.8, verified=False),
+        _answer(3, "cy", "12-bf16", True, prediction=2.0, measured=2.1, verified=None),
+        _answer(4, "dee", "12-bf16", False, prediction=5.0, measured=2.0),
+    ])  # fmt: skip
+    (row,) = board.exercise_summary(claims).to_dict("records")
+    assert (row["learners"], row["correct"], row["unverified"]) == (4, 1, 2)
+    assert row["correct_pct"] == 25.0
+    rows = board.exercise_answers(claims, "12-bf16").set_index("learner")
+    assert rows["verified"].to_dict() == {"ann": True, "bob": False, "cy": False, "dee": True}
+    assert rows.loc["bob", "ok"]  # the claim is shown as made, beside verified=False

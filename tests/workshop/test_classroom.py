@@ -41,6 +41,7 @@ def test_record_answer_goes_to_the_default_store(
         "kind": "check",  # the default: a check's verdict
         "late": None,
         "changed_to": None,
+        "verified": None,  # no server judged it: a SQLite file
     }
 
 

@@ -207,17 +207,24 @@ class Store(ABC):
         self, exercise: str | None = None, *, learner: str | None = None
     ) -> list[dict[str, Any]]:
         """Exercise answers this process may see, oldest first; each has ``id, created_at,
-        learner, host, exercise, ok, message, kind, late, prediction, measured, changed_to``
-        (``records.decode_answer``)."""
+        learner, host, exercise, ok, message, kind, late, prediction, measured, changed_to,
+        verified`` (``records.decode_answer``). ``verified`` is True where the class store's
+        server computed ``ok`` by the exercise's rule, False where it kept the client's, and
+        None where no server judges (the SQLite file, a store without class roles)."""
         where, params = self._where({"exercise": exercise, "learner": learner})
         texts = ", ".join(self._json(c) for c in ("prediction", "measured", "changed_to"))
-        columns = f"{_ANSWER_COLUMNS}, {texts}"
+        columns = f"{_ANSWER_COLUMNS}, {texts}, {self._verified_column()}"
         rows = self._query(
             f"SELECT {columns} FROM {self._table('answers')}{where} ORDER BY id", params
         )
         return [decode_answer(row) for row in rows]
 
     # -- SQL pieces --------------------------------------------------------------------------
+
+    def _verified_column(self) -> str:
+        """What ``answers`` selects as ``verified``: no server judges here (PostgreSQL's class
+        store says otherwise)."""
+        return "NULL"
 
     def _table(self, name: str) -> str:
         return f"{self._PREFIX}{name}"

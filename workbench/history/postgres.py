@@ -162,6 +162,8 @@ class PostgresStore(Store):
         self._dsn = Secret(dsn.strip())
         self._psycopg = _driver()
         self._login: ClassLogin | None = None
+        self._judged = False
+        """Whether ``answers`` has the server's ``verified`` column (``workbench class init``)."""
         self._prepare()
 
     @property
@@ -237,6 +239,7 @@ class PostgresStore(Store):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 self._migrate(conn, _read_version(conn))  # again: another kernel may have
             self._login = _class_login(conn)
+            self._judged = _has_verdicts(conn)
         self._warn_ignored_identity()
 
     def _check_version(self, version: int) -> None:
@@ -272,6 +275,9 @@ class PostgresStore(Store):
                 "instructor opens the store once with this workbench (the instructor's login, "
                 "or `workbench class init` again) to upgrade it; nothing was changed."
             ) from None
+
+    def _verified_column(self) -> str:
+        return "verified" if self._judged else "NULL"
 
     # -- who this login is (a class set up by ``workbench class init``) ----------------------
 
@@ -330,6 +336,18 @@ def _schema_exists(conn: Any) -> bool:
         conn.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
             " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'meta')",
+            (_SCHEMA,),
+        ).fetchone()[0]
+    )
+
+
+def _has_verdicts(conn: Any) -> bool:
+    """Whether ``answers`` has the ``verified`` column that ``workbench class init`` adds (the
+    server's verdicts, ``roles.py``); a store without class roles has none."""
+    return bool(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
+            " AND table_name = 'answers' AND column_name = 'verified')",
             (_SCHEMA,),
         ).fetchone()[0]
     )

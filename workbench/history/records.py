@@ -112,10 +112,12 @@ def with_current_knobs(records: list[dict[str, Any]], source: str) -> list[dict[
 
 def decode_answer(row: tuple[Any, ...]) -> dict[str, Any]:
     """An answer row (``id, created_at, learner, host, exercise, ok, message, kind, late,
-    prediction, measured, changed_to``) as a dict. A row from before the kinds (null ``kind``)
-    is a check's; its ``late`` and ``changed_to`` are unknown (None)."""
+    prediction, measured, changed_to``, then ``verified`` where the store has it) as a dict. A
+    row from before the kinds (null ``kind``) is a check's; its ``late`` and ``changed_to`` are
+    unknown (None). ``verified``: None where no server judged the verdict."""
     (row_id, created_at, learner, host, exercise, ok, message, kind, late, prediction, measured,
-     changed_to) = row  # fmt: skip
+     changed_to) = row[:12]  # fmt: skip
+    verified = row[12] if len(row) > 12 else None
     return {
         "id": row_id,
         "created_at": created_at,
@@ -129,6 +131,7 @@ def decode_answer(row: tuple[Any, ...]) -> dict[str, Any]:
         "kind": kind or "check",
         "late": None if late is None else bool(late),
         "changed_to": _loads(changed_to),
+        "verified": None if verified is None else bool(verified),
     }
 
 

@@ -1,7 +1,8 @@
 """The class board's charts: pure functions from ``figures``' tables to Altair.
 
-No I/O and no widgets (the board in ``widget.py`` shows them in ``alt.JupyterChart``s and
-replaces them on refresh). An empty table gives a chart that says what fills it, never an error.
+No I/O and no widgets (the board in ``widget.py`` shows them in ``PanelChart``s, the
+panel's light ``alt.JupyterChart``, and replaces them on refresh). An empty table gives a
+chart that says what fills it, never an error.
 """
 
 from __future__ import annotations
@@ -38,29 +39,50 @@ def _data(frame: pd.DataFrame, columns: list[str]) -> alt.InlineData:
 
 
 def correct(summary: pd.DataFrame) -> alt.Chart | alt.LayerChart:
-    """Share of the room whose latest answer is right, one bar per exercise."""
+    """Share of the room whose latest answer the server found right, one bar per exercise;
+    stacked after it in grey, the share whose latest answer claims to be right with no
+    server's verdict (``unverified``): shown, never counted as correct."""
     title = "Share correct per exercise"
     if summary.empty:
         return waiting(title, "no answers yet: each checked exercise lands here")
-    data = summary.assign(wrong=summary["learners"] - summary["correct"])
-    columns = ["exercise", "correct_pct", "learners", "correct", "wrong", "measured"]
-    data = data.assign(measured=data["measured"].map(_label))
+    unverified = summary["unverified"] if "unverified" in summary else 0 * summary["learners"]
+    data = summary.assign(
+        unverified=unverified,
+        wrong=summary["learners"] - summary["correct"] - unverified,
+        unverified_pct=[_share(n, of) for n, of in zip(unverified, summary["learners"],
+                                                        strict=True)],
+        measured=summary["measured"].map(_label),
+    )  # fmt: skip
+    columns = ["exercise", "correct_pct", "unverified_pct", "learners", "correct", "unverified",
+               "wrong", "measured"]  # fmt: skip
     if "device" in data.columns:  # one bar per exercise and device: the seats grouped
         data = data.assign(exercise=[e if d is None or d != d else f"{e} ({d})"
                                      for e, d in zip(data["exercise"], data["device"],
                                                      strict=True)])  # fmt: skip
+    legend = alt.Legend(labelExpr="datum.label == 'correct_pct' ? 'correct (server)'"
+                                  " : 'claims correct, unverified'")  # fmt: skip
     return (
         alt.Chart(_data(data, columns), title=alt.TitleParams(title, anchor="start"))
-        .mark_bar(color=_GREEN)
+        .transform_fold(["correct_pct", "unverified_pct"], as_=["verdict", "pct"])
+        .mark_bar()
         .encode(
-            x=alt.X("correct_pct:Q", title="% of learners correct",
+            x=alt.X("pct:Q", title="% of learners correct", stack="zero",
                     scale=alt.Scale(domain=[0, 100])),
             y=alt.Y("exercise:N", title=None, sort=None),
-            tooltip=["exercise:N", alt.Tooltip("correct_pct:Q", title="% correct"),
+            color=alt.Color("verdict:N", title=None, legend=legend,
+                            scale=alt.Scale(domain=["correct_pct", "unverified_pct"],
+                                            range=[_GREEN, _GREY])),
+            tooltip=["exercise:N", alt.Tooltip("correct_pct:Q", title="% correct (server)"),
+                     alt.Tooltip("unverified:Q", title="claims correct, unverified"),
                      "learners:Q", "correct:Q", "wrong:Q", "measured:N"],
         )
         .properties(width=WIDTH, height=max(60, 24 * len(data)))
     )  # fmt: skip
+
+
+def _share(part: Any, whole: Any) -> float | None:
+    """``part`` of ``whole`` in percent (None for no one)."""
+    return round(100.0 * float(part) / float(whole), 1) if whole else None
 
 
 def answers(rows: pd.DataFrame, exercise: str) -> alt.Chart | alt.LayerChart:
@@ -84,10 +106,11 @@ _KIND_COLOURS = [_BLUE, _ORANGE, _GREY]
 
 
 def _long(rows: pd.DataFrame) -> pd.DataFrame:
-    rows = rows.assign(note=[_note(r) for r in rows.to_dict("records")])
+    records = rows.to_dict("records")
+    rows = rows.assign(note=[_note(r) for r in records], verdict=[_verdict(r) for r in records])
     parts = []
     for kind in ("measured", "prediction"):
-        part = rows[["learner", "host", "ok", "note", kind]].rename(columns={kind: "value"})
+        part = rows[["learner", "host", "verdict", "note", kind]].rename(columns={kind: "value"})
         part = part.assign(kind=kind).dropna(subset=["value"])
         if kind == "prediction" and "late" in rows.columns:
             late = rows.loc[part.index, "late"].map(_flag)
@@ -110,13 +133,22 @@ def _note(row: dict[str, Any]) -> str:
     return "; ".join(notes) or "first prediction, before the burst"
 
 
+def _verdict(row: dict[str, Any]) -> str:
+    """A learner's latest verdict as the board reads it: the server's, or an unverified claim
+    (the learner's kernel's, or typed by hand: never counted as correct)."""
+    if row.get("ok") is None or (isinstance(row.get("ok"), float) and pd.isna(row["ok"])):
+        return "no check yet"
+    said = "correct" if _flag(row["ok"]) else "not yet"
+    return f"{said} (server)" if _flag(row.get("verified")) else f"{said}, unverified"
+
+
 def _flag(value: Any) -> bool:
     """A true flag (numpy's too); None and NaN (not known) are not."""
     return value is not None and not (isinstance(value, float) and pd.isna(value)) and bool(value)
 
 
 def _answer_points(long: pd.DataFrame, title: str) -> alt.Chart:
-    columns = ["learner", "host", "ok", "value", "kind", "note"]
+    columns = ["learner", "host", "verdict", "value", "kind", "note"]
     return (
         alt.Chart(_data(long, columns), title=alt.TitleParams(title, anchor="start"))
         .mark_point(size=90, strokeWidth=2)
@@ -127,7 +159,10 @@ def _answer_points(long: pd.DataFrame, title: str) -> alt.Chart:
                             title=None),
             fill=alt.condition(alt.datum.kind == "measured", alt.value(_BLUE),
                                alt.value("transparent")),
-            tooltip=["learner:N", "host:N", "kind:N", "value:Q", "ok:N", "note:N"],
+            # an unverified verdict is marked on the chart, not only in its tooltip
+            shape=alt.condition(alt.expr.indexof(alt.datum.verdict, "unverified") >= 0,
+                                alt.value("triangle-up"), alt.value("circle")),
+            tooltip=["learner:N", "host:N", "kind:N", "value:Q", "verdict:N", "note:N"],
         )
         .properties(width=WIDTH, height=HEIGHT)
     )  # fmt: skip

@@ -10,6 +10,11 @@ Why the figures are what they are:
   so a learner who retried is neither counted twice nor held to a first attempt. The verdict
   itself judges the prediction committed before the burst (``workshop.commit_prediction``), so
   a retry cannot swap in a number copied from the table.
+- **Correct means the server said so.** In a class store set up by ``workbench class init``
+  the server computes an answer's verdict from the exercise's rule and marks it ``verified``
+  (``history/exercise_rules.py``); a verdict only the learner's kernel gave (an exercise the
+  server cannot judge, a store without a server's verdicts) is counted as ``unverified``, never
+  as correct, so an ``ok = true`` typed by hand cannot pass as a verdict.
 - **First predictions only.** Each learner's prediction on the board is the *first* one
   committed for the exercise, across kernels: the earliest row that holds one (a commit row,
   written when the burst started, or a check that judged it). It is *late* when it was
@@ -57,9 +62,11 @@ __all__ = [
 ]
 
 ANSWER_COLUMNS = ("id", "created_at", "learner", "host", "exercise", "ok", "message",
-                  "prediction", "measured", "kind", "late", "changed_to")  # fmt: skip
+                  "prediction", "measured", "kind", "late", "changed_to", "verified")  # fmt: skip
 """A row is a check's verdict (``kind`` "check"; rows from before the kinds read as checks) or a
-prediction committed as its burst started (``kind`` "prediction", ``ok`` None)."""
+prediction committed as its burst started (``kind`` "prediction", ``ok`` None). ``verified``:
+the class store's server computed ``ok`` by the exercise's rule (False or unknown: the
+learner's kernel's claim, which the board never counts as correct)."""
 PREDICTION_BAND = 0.25
 """A numeric prediction within 25% of the measurement is close (``check_prediction``'s band)."""
 MACHINE = ("learner", "host")
@@ -75,6 +82,7 @@ def answers_frame(answers: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     rows = [{column: answer.get(column) for column in ANSWER_COLUMNS} for answer in answers]
     frame = pd.DataFrame(rows, columns=list(ANSWER_COLUMNS))
     frame["ok"] = frame["ok"].map(bool).astype(bool)
+    frame["verified"] = frame["verified"].map(_true).astype(bool)
     frame["kind"] = frame["kind"].map(lambda k: "check" if _null(k) else str(k))
     return frame
 
@@ -159,15 +167,18 @@ def exercise_summary(
     own right answer: a room's median over both means neither).
 
     Columns: ``exercise``, ``device`` (None when not grouped), ``answers`` (all checks run),
-    ``learners`` (who ran a check),
-    ``correct`` and ``correct_pct`` (latest verdicts), ``measured`` (median of numbers, else the
-    most common value), ``measured_min``/``measured_max`` and ``spread_pct`` (range over median,
-    numbers only), ``predicted`` (learners with a first prediction), ``late`` and ``edited``
+    ``learners`` (who ran a check), ``correct`` and ``correct_pct`` (latest verdicts that the
+    server computed and found right: a verdict only the learner's kernel gave, or a row typed
+    by hand, never counts), ``unverified`` (latest verdicts that say right but no server
+    computed), ``measured`` (median of numbers, else the most common value),
+    ``measured_min``/``measured_max`` and ``spread_pct`` (range over median, numbers only),
+    ``predicted`` (learners with a first prediction), ``late`` and ``edited``
     (of those, committed after a burst had run / changed after it), ``prediction`` (median or
     most common of the first predictions made in time) and ``close_pct`` (share of those close
     to the learner's own measurement, where the learner has one). Unknown figures are None.
     """
-    columns = ["exercise", "device", "answers", "learners", "correct", "correct_pct", "measured",
+    columns = ["exercise", "device", "answers", "learners", "correct", "correct_pct",
+               "unverified", "measured",
                "measured_min", "measured_max", "spread_pct", "predicted", "late", "edited",
                "prediction", "close_pct"]  # fmt: skip
     latest = latest_answers(answers)
@@ -179,10 +190,12 @@ def exercise_summary(
     for exercise, device in groups.drop_duplicates().itertuples(index=False):
         mine = latest[_group(latest, exercise, device, devices)]
         guesses = firsts[_group(firsts, exercise, device, devices)]
+        right = int((mine["ok"] & mine["verified"]).sum())
         rows.append({"exercise": exercise, "device": device,
                      "answers": int(_group(checks, exercise, device, devices).sum()),
-                     "learners": len(mine), "correct": int(mine["ok"].sum()),
-                     "correct_pct": _pct(int(mine["ok"].sum()), len(mine)),
+                     "learners": len(mine), "correct": right,
+                     "correct_pct": _pct(right, len(mine)),
+                     "unverified": int((mine["ok"] & ~mine["verified"]).sum()),
                      **_measured(list(mine["measured"])),
                      **_predictions(guesses, mine)})  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
@@ -207,12 +220,13 @@ def _group(
 
 def exercise_answers(answers: pd.DataFrame, exercise: str) -> pd.DataFrame:
     """The room on one exercise, one row per learner who checked or predicted (sorted by name):
-    ``learner, host, ok`` (the latest verdict; None before a check), ``prediction`` (the first),
+    ``learner, host, ok`` (the latest verdict; None before a check), ``verified`` (the server
+    computed that verdict; None before a check), ``prediction`` (the first),
     ``measured, off_pct`` (prediction over measurement, in percent: +20 is 20% above; None
     where either is not a number), ``close``, ``late``, ``edited``, ``changed_to`` and
     ``message`` (the latest verdict's, else the commit's line)."""
-    columns = ["learner", "host", "ok", "prediction", "measured", "off_pct", "close", "late",
-               "edited", "changed_to", "message"]  # fmt: skip
+    columns = ["learner", "host", "ok", "verified", "prediction", "measured", "off_pct", "close",
+               "late", "edited", "changed_to", "message"]  # fmt: skip
     latest = latest_answers(answers)
     latest = latest[latest["exercise"] == exercise].set_index("learner", drop=False)
     firsts = first_predictions(answers[answers["exercise"] == exercise])
@@ -225,7 +239,9 @@ def exercise_answers(answers: pd.DataFrame, exercise: str) -> pd.DataFrame:
         close = None if _null(prediction) or not check else _close(prediction, measured)
         message = check.get("message") or _last_message(answers, exercise, guess["learner"])
         rows.append({"learner": guess["learner"], "host": check.get("host", guess["host"]),
-                     "ok": bool(check["ok"]) if check else None, "prediction": prediction,
+                     "ok": bool(check["ok"]) if check else None,
+                     "verified": bool(check["verified"]) if check else None,
+                     "prediction": prediction,
                      "measured": measured, "off_pct": None if off is None else round(100 * off, 1),
                      "close": close, "late": guess["late"], "edited": guess["edited"],
                      "changed_to": guess["changed_to"], "message": message})  # fmt: skip

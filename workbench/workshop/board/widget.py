@@ -6,6 +6,10 @@ A Refresh button reads again; an optional timer refreshes on a background thread
 kernel stays free for the instructor's own cells. A store that cannot be read shows as a red
 line on the board, never as a traceback: in front of a room, the board keeps its last figures.
 
+Correct means the class store's server computed the verdict (``figures``): an answer whose
+``ok`` only the learner's kernel gave (or a hand-typed row) shows as "claims correct,
+unverified", in grey on the chart, never among the correct.
+
 The board says plainly when it is not looking at the room: a local SQLite file holds only this
 machine's bursts, and a board that is not shared (``store.share_board()``) shows each learner
 only their own rows in their own kernel.
@@ -254,7 +258,8 @@ class _BoardWidgets:
 # -- tables ----------------------------------------------------------------------------------
 
 _SUMMARY = {"exercise": "exercise", "device": "seats on", "learners": "learners",
-            "correct_pct": "% correct", "measured": "measured (median)", "measured_min": "min",
+            "correct_pct": "% correct (server)", "unverified": "claims correct, unverified",
+            "measured": "measured (median)", "measured_min": "min",
             "measured_max": "max",
             "spread_pct": "spread %", "predicted": "predicted", "late": "late",
             "edited": "edited after", "prediction": "first prediction",
