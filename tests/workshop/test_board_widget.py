@@ -129,6 +129,16 @@ def test_the_timer_refreshes_in_the_background_and_stops(room):
     assert not board.running and store.reads == reads
 
 
+def test_the_boards_charts_carry_a_small_loader_not_a_copy_of_vega_each(room):
+    """A saved board notebook keeps each chart's ``_esm``: the panel's loader (about 10 KB),
+    which asks the kernel for Vega once, never the 925 KB bundle per chart."""
+    from workbench.notebook.chart_widget import PanelChart
+
+    board = Board(room)
+    for chart in board.ui.charts.values():
+        assert isinstance(chart, PanelChart) and len(chart._esm) < 50_000
+
+
 def test_a_refresh_interval_must_be_positive(room):
     with pytest.raises(ValueError, match="refresh_s must be > 0"):
         Board(room, refresh_s=0)
