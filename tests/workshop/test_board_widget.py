@@ -15,6 +15,7 @@ from workbench.history.store import HistoryStore
 from workbench.workshop import classroom
 from workbench.workshop.board import Board, store_note
 from workbench.workshop.board import widget as board_module
+from workbench.workshop.predictions import BOOK
 
 
 def _burst(learner, precision, sps):
@@ -147,7 +148,13 @@ def test_a_refresh_interval_must_be_positive(room):
 
 def test_the_preview_store_holds_real_bursts_and_checked_answers(tmp_path, tiny_data, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DATA", str(tiny_data))  # replayed batches: one is read
+    BOOK.commit("03-precision", 2.0)  # the instructor's own book, kept in WORKBENCH_HOME
+    book = BOOK.file()
+    kept = book.read_bytes()
     store = board_module.fill_demo_store(tmp_path / "preview.sqlite", seconds=0.2)
+    # the preview's predictions went to a book of its own: the instructor's is as it was
+    assert book.read_bytes() == kept and BOOK.entry("demo-speedup").first is None
+    assert BOOK.entry("03-precision").first.value == 2.0
     bursts = store.frame()
     assert list(bursts["batch_size"]) == [4, 8] and (bursts["status"] == "ok").all()
     assert (bursts["samples_per_s"] > 0).all() and (bursts["steps"] >= 3).all()

@@ -34,13 +34,14 @@ checks: ``checks`` sends the rows and judges the predictions.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,20 @@ class PredictionBook:
         with self._lock:
             self._load()
             return self._entries.get(exercise, Entry(exercise))
+
+    @contextlib.contextmanager
+    def apart(self) -> Iterator[PredictionBook]:
+        """This book, empty and in memory only, for the block; what it held before, and its
+        file, are back as they were after it (the board's preview commits its demo predictions
+        here, never into the instructor's own book)."""
+        with self._lock:
+            saved = self._path, self._entries
+            self._path, self._entries = False, {}
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._path, self._entries = saved
 
     def clear(self) -> None:
         """Forget every exercise, in this process and in the book's file."""

@@ -37,6 +37,7 @@ from workbench.notebook.chart_widget import PanelChart
 from workbench.workshop import checks as workshop
 from workbench.workshop.board import charts as board_charts
 from workbench.workshop.board import figures
+from workbench.workshop.predictions import BOOK
 
 __all__ = ["Board", "BoardView", "fill_demo_store", "read_board", "store_note"]
 
@@ -323,8 +324,14 @@ def fill_demo_store(store: Any, *, seconds: float = 0.3) -> Any:
     sees the board before class: a ``batch_size`` sweep of the ``cnn`` workload on replayed
     batches (``loader="synthetic"``: no dataset needed) on this machine's CPU, two predictions
     committed as it starts, and the verdicts of two exercises on it. Every figure is measured
-    here; nothing is made up."""
+    here; nothing is made up. The predictions go to a book of the preview's own, in memory:
+    the instructor's prediction book (``$WORKBENCH_HOME/predictions.json``) is left as it was."""
     store = open_store(store)
+    with BOOK.apart():
+        return _fill(store, seconds)
+
+
+def _fill(store: Any, seconds: float) -> Any:
     # the predictions are committed as the sweep starts, as a lesson's measuring cell does
     workshop.commit_prediction(4, exercise="demo-best-batch", store=store)
     workshop.commit_prediction(1.5, exercise="demo-speedup", store=store)
