@@ -68,3 +68,9 @@ def test_a_rule_judges_numbers_by_their_band_and_choices_by_name():
     assert not band.accepts(True, 1) and not band.accepts(None, 40.0)
     assert Rule(choice=True).accepts(" Data-bound", "data-bound")
     assert not Rule(choice=True).accepts("balanced", "data-bound")
+
+
+def test_class_mode_docs_list_the_exercises_the_server_judges():
+    text = (ROOT / "docs" / "class-mode.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| the server's")]
+    assert set(re.findall(r"`(\d{2}-[a-z0-9-]+)`", row)) == set(RULES)
