@@ -67,6 +67,7 @@ import gpu_proc
 import gpu_record
 import gpu_transformer
 import run_lessons
+from gpu_box import BLOCKED_ON_THE_BOX  # a rehearsal makes every process fail to import them
 
 HERE = Path(__file__).resolve().parent
 CALL_LIMIT_S = 600.0
@@ -94,9 +95,6 @@ REHEARSAL_BUDGET_S = 170.0
 """The rehearsal's whole budget: three minutes on a 2-core CPU with the start-up."""
 REHEARSAL_ENV = "WORKBENCH_REHEARSAL"
 FAIL_MODES = ("timeout", "segv")
-BLOCKED_ON_THE_BOX = ("ipywidgets", "altair", "anywidget", "vl_convert", "jupyterlab",
-                      "nvidia.dali")  # fmt: skip
-"""What the lent box does not have: a rehearsal makes every process fail to import them."""
 
 
 @dataclass(frozen=True)

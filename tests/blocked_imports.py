@@ -25,7 +25,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-BLOCKED = ["ipywidgets", "altair", "anywidget", "vl_convert", "jupyterlab", "nvidia.dali"]
+from benchmark_modules import load_benchmark
+
+BLOCKED = list(load_benchmark("gpu_box").BLOCKED_ON_THE_BOX)  # the lent GPU box lacks these
 LOG_ENV = "WORKBENCH_TEST_BLOCKED_LOG"
 
 _SITECUSTOMIZE = f"""
