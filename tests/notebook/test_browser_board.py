@@ -52,7 +52,9 @@ def check_views(page) -> None:
     answers = lab.text_of(page, ".wb-board-answers table")
     assert all(name in answers for name in EXERCISES), answers
     bars = page.locator(".wb-board-chart-correct svg g.mark-rect path").count()
-    assert bars == 2, f"expected one share-correct bar per exercise, found {bars}"
+    # each exercise's bar stacks two segments: the server's correct share, then the claims
+    # the server could not verify (grey)
+    assert bars == 2 * len(EXERCISES), f"expected a two-part bar per exercise, found {bars}"
     learners = lab.chart_points(page, ".wb-board-chart-answers")
     assert learners, "the exercise chart shows no learner's measurement"
 
