@@ -24,7 +24,14 @@ def saved(tmp_path_factory):
     path = tmp_path_factory.mktemp("verify") / "tuned.yaml"
     with pytest.warns(UserWarning):  # a registered name: no other process can rebuild it
         wb.save_config(t, path)
-    return path
+    yield path
+    unregister("verify-tiny")  # registered before conftest's per-test snapshot: not restored
+
+
+def unregister(name):
+    from workbench.engine import workloads
+
+    workloads._REGISTRY.pop(name, None)
 
 
 @pytest.fixture(autouse=True)

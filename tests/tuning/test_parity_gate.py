@@ -120,4 +120,4 @@ def test_a_bad_parity_steps_is_refused_before_any_burst(tmp_path, capsys):
     assert main(["tune", "--out", str(tmp_path / "t.yaml"), "--parity-steps", "1",
                  "--workload", "cnn", "--no-record"]) == 2  # fmt: skip
     err = capsys.readouterr().err
-    assert "parity_steps=1 is not allowed" in err and "samples/s" not in err
+    assert "--parity-steps=1 is not allowed" in err and "samples/s" not in err

@@ -332,25 +332,20 @@ def _schema_exists(conn: Any) -> bool:
     Not ``to_regclass``: its answer comes from a cache that the advisory lock does not refresh,
     so after waiting for another kernel's creation it could still say "missing".
     """
-    return bool(
-        conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
-            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'meta')",
-            (_SCHEMA,),
-        ).fetchone()[0]
-    )
+    return _exists(conn, "pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid ="
+                         " c.relnamespace WHERE n.nspname = %s AND c.relname = 'meta'")  # fmt: skip
 
 
 def _has_verdicts(conn: Any) -> bool:
     """Whether ``answers`` has the ``verified`` column that ``workbench class init`` adds (the
     server's verdicts, ``roles.py``); a store without class roles has none."""
-    return bool(
-        conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
-            " AND table_name = 'answers' AND column_name = 'verified')",
-            (_SCHEMA,),
-        ).fetchone()[0]
-    )
+    return _exists(conn, "information_schema.columns WHERE table_schema = %s AND table_name ="
+                         " 'answers' AND column_name = 'verified'")  # fmt: skip
+
+
+def _exists(conn: Any, rows: str) -> bool:
+    """``SELECT EXISTS (SELECT 1 FROM <rows>)`` with the schema's name as its one parameter."""
+    return bool(conn.execute(f"SELECT EXISTS (SELECT 1 FROM {rows})", (_SCHEMA,)).fetchone()[0])
 
 
 def _read_version(conn: Any) -> int:
