@@ -36,6 +36,7 @@ class SetsUpModels(Protocol):
 
     def wrap_model(self, model: Any, device: Any = None) -> Any: ...
 
+
 __all__ = ["planned", "prepare", "report", "summary"]
 
 NCHW, NHWC = "contiguous (NCHW)", "channels_last (NHWC)"
